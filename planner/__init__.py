@@ -1,0 +1,1 @@
+"""Capacity planner: closed-form cost model, per-pool sizing and a discrete-event fleet simulator."""
