@@ -1,0 +1,228 @@
+"""Router configuration: one YAML schema, validated once at start.
+
+The declarative :class:`RouterConfig` (pydantic) is what operators write; everything the request
+path needs is derived from it once (sorted pools, header names). The module imports neither gRPC
+nor Envoy types, so ``tbr config check`` and the planner can use it anywhere.
+
+Errors: :func:`load_config` raises :class:`ConfigError` with one line per problem, naming the
+YAML path of the offending field.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "AdminConfig",
+    "CalibrationConfig",
+    "ConfigError",
+    "EstimatorConfig",
+    "PoolConfig",
+    "RouterConfig",
+    "ServerConfig",
+    "load_config",
+    "parse_config",
+]
+
+_HEADER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_HEADER_VALUE = re.compile(r"^[\x21-\x7e]+$")  # visible ASCII, no spaces, no CR/LF
+
+
+class ConfigError(ValueError):
+    """The configuration file is missing, unreadable or fails validation."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PoolConfig(_Strict):
+    """One vLLM pool Envoy can route to.
+
+    ``max_model_len`` is the pool's context limit in tokens (prompt + generated, per sequence),
+    as set by vLLM's ``--max-model-len``; ``header_value`` is what the router writes into the
+    routing header so that Envoy's route table picks this pool's cluster.
+    """
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    max_model_len: Annotated[int, Field(gt=0, le=16_777_216)]
+    header_value: Annotated[str, Field(min_length=1, max_length=64)]
+    metrics_url: str | None = None
+    """Optional vLLM ``/metrics`` URL scraped for load-aware routing."""
+
+    @field_validator("header_value")
+    @classmethod
+    def _visible_ascii(cls, v: str) -> str:
+        if not _HEADER_VALUE.match(v):
+            raise ValueError("must be visible ASCII without spaces (it is sent as an HTTP header value)")
+        return v
+
+
+class EstimatorConfig(_Strict):
+    """Token-budget estimator parameters (method: arXiv 2604.09613 §3, see docs/estimator.md).
+
+    Ratios are bytes of UTF-8 text per token.
+    """
+
+    prior_bytes_per_token: Annotated[float, Field(gt=0.5, le=16.0)] = 4.0
+    default_output_reserve_tokens: Annotated[int, Field(ge=0)] = 1024
+    """Output reserve when the request has neither ``max_completion_tokens`` nor ``max_tokens``."""
+    message_framing_tokens: Annotated[int, Field(ge=0, le=64)] = 5
+    """Chat-template tokens added per message (role header, end-of-turn)."""
+    request_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 5
+    """Chat-template tokens added once per request (begin-of-text, generation prompt)."""
+    tool_schema_bytes_per_token: Annotated[float, Field(gt=0.5, le=16.0)] = 3.0
+    """Conservative fixed ratio for tool/function JSON schemas (not learned: see docs/estimator.md)."""
+    tool_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 128
+    """Template boilerplate added once when ``tools`` are present."""
+    image_tokens: Annotated[int, Field(ge=0)] = 4096
+    """Budget per image part (image_url / input_image)."""
+    audio_tokens: Annotated[int, Field(ge=0)] = 4096
+    """Budget per audio part (input_audio)."""
+    min_bytes_per_token: Annotated[float, Field(gt=0.1)] = 1.0
+    """Floor for any routing ratio; no tokenizer in use produces fewer bytes per token on text."""
+    max_models: Annotated[int, Field(ge=1, le=1024)] = 32
+    """Distinct model names tracked; further models share the ``_other`` key (bounded cardinality)."""
+    sample_bytes: Annotated[int, Field(ge=256, le=1_048_576)] = 16384
+    """Bytes of text examined by the content classifier."""
+
+
+class CalibrationConfig(_Strict):
+    """Online calibration (EMA of observed bytes/token), arXiv 2604.09613 §3.3."""
+
+    ema_beta: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.9
+    """β in ĉ ← βĉ + (1−β)c_obs."""
+    gamma: Annotated[float, Field(ge=0.0, le=10.0)] = 2.0
+    """γ in c* = ĉ − γσ̂ (σ̂ = EMA of |c_obs − ĉ|)."""
+    warmup_samples: Annotated[int, Field(ge=0)] = 10
+    """Observations needed before the learned ratio replaces the category prior."""
+    include_usage: Annotated[str, Field(pattern=r"^(never|when_absent)$")] = "never"
+    """Policy for ``stream_options.include_usage`` on streaming requests (see docs/streaming-usage.md)."""
+    snapshot_path: str | None = None
+    """File the learned ratios are written to on shutdown and read at start (when Redis is off)."""
+    redis_url: str | None = None
+    """Shared ratio store across replicas (e.g. ``redis://127.0.0.1:6379/0``); None = in-memory."""
+    sample_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Fraction of requests whose responses are read for calibration."""
+
+
+class ServerConfig(_Strict):
+    """gRPC listener of the ext_proc service."""
+
+    grpc_host: str = "127.0.0.1"
+    grpc_port: Annotated[int, Field(ge=0, le=65535)] = 50051
+    max_message_bytes: Annotated[int, Field(ge=65_536, le=1_073_741_824)] = 8_388_608
+    """gRPC max receive/send message size; must be ≥ Envoy's per_connection_buffer_limit_bytes
+    (the request body arrives in one BUFFERED message). Default matches envoy/envoy.yaml (8 MiB)."""
+    grace_period_s: Annotated[float, Field(ge=0.0, le=3600.0)] = 10.0
+    """How long in-flight streams may run on after SIGTERM."""
+    tls_cert_path: str | None = None
+    tls_key_path: str | None = None
+    tls_client_ca_path: str | None = None
+    """When set (with cert and key), clients must present a certificate signed by this CA (mTLS)."""
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerConfig:
+        if (self.tls_cert_path is None) != (self.tls_key_path is None):
+            raise ValueError("tls_cert_path and tls_key_path must be set together")
+        if self.tls_client_ca_path is not None and self.tls_cert_path is None:
+            raise ValueError("tls_client_ca_path needs tls_cert_path and tls_key_path")
+        return self
+
+
+class AdminConfig(_Strict):
+    """Admin HTTP listener (metrics, health, learned ratios). Loopback by default."""
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 9190
+    enabled: bool = True
+
+
+class RouterConfig(_Strict):
+    """Top-level router configuration (the YAML file's schema)."""
+
+    pools: Annotated[list[PoolConfig], Field(min_length=1, max_length=16)]
+    routing_header: str = "x-tbr-pool"
+    """Header the router sets and Envoy routes on. Envoy strips any client copy before routing."""
+    estimator: EstimatorConfig = EstimatorConfig()
+    calibration: CalibrationConfig = CalibrationConfig()
+    server: ServerConfig = ServerConfig()
+    admin: AdminConfig = AdminConfig()
+    decision_log_path: str | None = None
+    """Optional JSON Lines log of routing decisions (no prompt text), readable by ``tbr plan``."""
+
+    @field_validator("routing_header")
+    @classmethod
+    def _lower_header(cls, v: str) -> str:
+        if not _HEADER_NAME.match(v):
+            raise ValueError("must be a lower-case HTTP header name (letters, digits, '-')")
+        return v
+
+    @model_validator(mode="after")
+    def _unique_pools(self) -> RouterConfig:
+        for attr in ("name", "header_value"):
+            seen: set[str] = set()
+            for pool in self.pools:
+                value = getattr(pool, attr)
+                if value in seen:
+                    raise ValueError(f"pools: duplicate {attr} {value!r}")
+                seen.add(value)
+        lens = [p.max_model_len for p in self.pools]
+        if len(set(lens)) != len(lens):
+            raise ValueError("pools: two pools have the same max_model_len; each pool needs its own limit")
+        return self
+
+    @property
+    def pools_by_size(self) -> tuple[PoolConfig, ...]:
+        """Pools sorted by ``max_model_len`` ascending; the last is the fallback (long) pool."""
+        return tuple(sorted(self.pools, key=lambda p: p.max_model_len))
+
+    @property
+    def fallback_pool(self) -> PoolConfig:
+        """The largest pool: where unreadable requests go."""
+        return self.pools_by_size[-1]
+
+
+def _format_errors(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        lines.append(f"  {loc}: {err['msg']}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def parse_config(data: Any) -> RouterConfig:
+    """Validate an already-parsed YAML/JSON mapping.
+
+    Raises:
+        ConfigError: the mapping does not match the schema (message lists every problem).
+    """
+    if not isinstance(data, dict):
+        raise ConfigError("invalid configuration: the top level must be a mapping")
+    try:
+        return RouterConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(exc)) from exc
+
+
+def load_config(path: str | Path) -> RouterConfig:
+    """Read and validate a YAML configuration file.
+
+    Raises:
+        ConfigError: the file cannot be read, is not YAML, or fails validation.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read configuration {p}: {exc.strerror or exc}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"configuration {p} is not valid YAML: {exc}") from exc
+    return parse_config(data)

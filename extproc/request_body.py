@@ -1,0 +1,295 @@
+"""Read what the token budget needs from an OpenAI request body, and nothing more.
+
+Supported endpoints: ``/v1/chat/completions`` (``messages``) and ``/v1/completions``
+(``prompt``: a string, a list of strings, a list of token ids, or a list of token-id lists).
+Text is measured in UTF-8 bytes of the *decoded* JSON strings, not of the escaped body: a
+Python client escapes every CJK character as ``\\uXXXX`` (6 bytes for 3), which would skew the
+ratio by 2× (data-stats.md, "Python default" column).
+
+Anything the router cannot read raises :class:`UnreadableRequest` whose ``reason`` is a short
+fixed string (a bounded metric label); the caller sends such requests to the largest pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "CHAT_PATH",
+    "COMPLETIONS_PATH",
+    "RequestFeatures",
+    "UnreadableRequest",
+    "endpoint_for_path",
+    "parse_request_body",
+]
+
+CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
+_MAX_SANE_TOKENS = 1 << 31
+
+
+class UnreadableRequest(ValueError):
+    """The body cannot be budgeted; ``reason`` is a fixed label such as ``"body_not_json"``."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFeatures:
+    """What the estimator needs from one request (no prompt text beyond a bounded sample).
+
+    Attributes:
+        endpoint: ``"chat"`` or ``"completions"``.
+        model: the ``model`` field ('' when absent).
+        text_bytes: UTF-8 bytes of all prompt text (message contents, tool results, tool-call
+            arguments, completion prompts).
+        sample: the first ``sample_bytes`` of that text, for the content classifier.
+        n_messages: chat messages (0 for completions).
+        exact_prompt_tokens: tokens given as token-id arrays (counted exactly, not estimated).
+        tool_schema_bytes: UTF-8 bytes of the compact JSON of ``tools`` / ``functions``.
+        n_tools: number of tool definitions.
+        n_images: image parts (``image_url``, ``input_image``).
+        n_audio: audio parts (``input_audio``).
+        max_output_tokens: ``max_completion_tokens``, else ``max_tokens``; None when absent.
+        n_sequences: sequences generated per prompt: ``max(n, best_of)``, at least 1.
+        stream: the client asked for SSE.
+        include_usage: ``stream_options.include_usage`` as sent (None when absent).
+    """
+
+    endpoint: str
+    model: str
+    text_bytes: int
+    sample: bytes
+    n_messages: int
+    exact_prompt_tokens: int
+    tool_schema_bytes: int
+    n_tools: int
+    n_images: int
+    n_audio: int
+    max_output_tokens: int | None
+    n_sequences: int
+    stream: bool
+    include_usage: bool | None
+
+
+def endpoint_for_path(path: str) -> str | None:
+    """Map a request ``:path`` to ``"chat"`` / ``"completions"``; None for anything else.
+
+    The query string is ignored; a trailing slash is tolerated.
+    """
+    base = path.split("?", 1)[0].rstrip("/")
+    if base == CHAT_PATH:
+        return "chat"
+    if base == COMPLETIONS_PATH:
+        return "completions"
+    return None
+
+
+class _Text:
+    """Accumulates text byte counts and a bounded sample."""
+
+    __slots__ = ("limit", "parts", "sampled", "total")
+
+    def __init__(self, limit: int) -> None:
+        self.total = 0
+        self.sampled = 0
+        self.limit = limit
+        self.parts: list[bytes] = []
+
+    def add(self, s: str) -> None:
+        if not s:
+            return
+        try:
+            b = s.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates from \ud800 escapes
+            b = s.encode("utf-8", "replace")
+        self.total += len(b)
+        room = self.limit - self.sampled
+        if room > 0:
+            piece = b[:room]
+            self.parts.append(piece)
+            self.sampled += len(piece) + 1
+
+    def sample(self) -> bytes:
+        return b"\n".join(self.parts)
+
+
+def _int_field(body: dict[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UnreadableRequest("bad_field_type", name)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")) or not value.is_integer():
+            raise UnreadableRequest("bad_field_type", name)
+        value = int(value)
+    if value < 0 or value >= _MAX_SANE_TOKENS:
+        raise UnreadableRequest("bad_field_value", name)
+    return value
+
+
+def _content(content: Any, text: _Text, counts: list[int]) -> None:
+    """Walk a message ``content``: string, or list of parts. counts = [images, audio]."""
+    if content is None:
+        return
+    if isinstance(content, str):
+        text.add(content)
+        return
+    if not isinstance(content, list):
+        raise UnreadableRequest("bad_field_type", "content")
+    for part in content:
+        if isinstance(part, str):
+            text.add(part)
+            continue
+        if not isinstance(part, dict):
+            raise UnreadableRequest("bad_field_type", "content part")
+        kind = part.get("type")
+        if kind in ("text", "input_text", "output_text", "refusal"):
+            value = part.get(kind if kind == "refusal" else "text")
+            if value is not None and not isinstance(value, str):
+                raise UnreadableRequest("bad_field_type", "content text")
+            text.add(value or "")
+        elif kind in ("image_url", "input_image", "image"):
+            counts[0] += 1
+        elif kind in ("input_audio", "audio"):
+            counts[1] += 1
+        elif kind == "file":
+            counts[0] += 1  # documents render to pages; budget like an image
+        else:
+            raise UnreadableRequest("unknown_content_part")
+
+
+def _messages(messages: Any, text: _Text, counts: list[int]) -> int:
+    if not isinstance(messages, list):
+        raise UnreadableRequest("bad_field_type", "messages")
+    if not messages:
+        raise UnreadableRequest("empty_prompt", "messages")
+    for msg in messages:
+        if not isinstance(msg, dict):
+            raise UnreadableRequest("bad_field_type", "message")
+        _content(msg.get("content"), text, counts)
+        for call in msg.get("tool_calls") or ():
+            if isinstance(call, dict):
+                fn = call.get("function")
+                if isinstance(fn, dict):
+                    text.add(str(fn.get("name") or ""))
+                    args = fn.get("arguments")
+                    text.add(args if isinstance(args, str) else orjson.dumps(args).decode())
+    return len(messages)
+
+
+def _prompt(prompt: Any, text: _Text) -> int:
+    """Walk a completions ``prompt``; returns exact tokens given as ids."""
+    if isinstance(prompt, str):
+        text.add(prompt)
+        return 0
+    if not isinstance(prompt, list) or not prompt:
+        raise UnreadableRequest(
+            "bad_field_type" if not isinstance(prompt, list) else "empty_prompt", "prompt"
+        )
+    first = prompt[0]
+    if isinstance(first, str):
+        for p in prompt:
+            if not isinstance(p, str):
+                raise UnreadableRequest("bad_field_type", "prompt")
+            text.add(p)
+        return 0
+    if isinstance(first, int) and not isinstance(first, bool):
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            raise UnreadableRequest("bad_field_type", "prompt")
+        return len(prompt)
+    if isinstance(first, list):
+        # A batch of token-id prompts: vLLM serves each as its own sequence; the longest decides fit.
+        longest = 0
+        for p in prompt:
+            if not isinstance(p, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in p):
+                raise UnreadableRequest("bad_field_type", "prompt")
+            longest = max(longest, len(p))
+        return longest
+    raise UnreadableRequest("bad_field_type", "prompt")
+
+
+def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> RequestFeatures:
+    """Parse an OpenAI request body into :class:`RequestFeatures`.
+
+    Args:
+        body: the raw HTTP request body (UTF-8 JSON).
+        endpoint: ``"chat"`` or ``"completions"`` (see :func:`endpoint_for_path`).
+        sample_bytes: how much text to keep for the classifier.
+
+    Raises:
+        UnreadableRequest: empty, not JSON, not an object, wrong field types, or no prompt.
+    """
+    if not body:
+        raise UnreadableRequest("body_empty")
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        reason = "body_not_utf8" if "utf-8" in str(exc).lower() else "body_not_json"
+        raise UnreadableRequest(reason) from None
+    if not isinstance(parsed, dict):
+        raise UnreadableRequest("body_not_object")
+    model = parsed.get("model", "")
+    if not isinstance(model, str):
+        raise UnreadableRequest("bad_field_type", "model")
+
+    text = _Text(sample_bytes)
+    counts = [0, 0]
+    n_messages = 0
+    exact = 0
+    if endpoint == "chat":
+        n_messages = _messages(parsed.get("messages"), text, counts)
+    elif endpoint == "completions":
+        if "prompt" not in parsed:
+            raise UnreadableRequest("empty_prompt", "prompt")
+        exact = _prompt(parsed.get("prompt"), text)
+        suffix = parsed.get("suffix")
+        if isinstance(suffix, str):
+            text.add(suffix)
+    else:
+        raise UnreadableRequest("unsupported_path")
+
+    tools = parsed.get("tools")
+    functions = parsed.get("functions")
+    tool_defs: list[Any] = []
+    for value, name in ((tools, "tools"), (functions, "functions")):
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise UnreadableRequest("bad_field_type", name)
+        tool_defs.extend(value)
+    tool_schema_bytes = len(orjson.dumps(tool_defs)) if tool_defs else 0
+
+    max_completion = _int_field(parsed, "max_completion_tokens")
+    max_tokens = _int_field(parsed, "max_tokens")
+    max_output = max_completion if max_completion is not None else max_tokens
+    n = _int_field(parsed, "n") or 1
+    best_of = _int_field(parsed, "best_of") or 1
+    stream = parsed.get("stream") is True
+    include_usage: bool | None = None
+    opts = parsed.get("stream_options")
+    if isinstance(opts, dict) and isinstance(opts.get("include_usage"), bool):
+        include_usage = opts["include_usage"]
+
+    return RequestFeatures(
+        endpoint=endpoint,
+        model=model,
+        text_bytes=text.total,
+        sample=text.sample(),
+        n_messages=n_messages,
+        exact_prompt_tokens=exact,
+        tool_schema_bytes=tool_schema_bytes,
+        n_tools=len(tool_defs),
+        n_images=counts[0],
+        n_audio=counts[1],
+        max_output_tokens=max_output,
+        n_sequences=max(1, n, best_of),
+        stream=stream,
+        include_usage=include_usage,
+    )
