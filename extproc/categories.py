@@ -51,11 +51,8 @@ def _count_any(sample: bytes, needles: tuple[bytes, ...]) -> int:
 _HAN = tuple(bytes([b]) for b in range(0xE4, 0xEA))  # U+4000–U+9FFF
 _HAN_EXT_A = (b"\xe3\x90", b"\xe3\x91")  # part of U+3400–U+4DBF (rest is under 0xE4)
 _KANA = (b"\xe3\x81", b"\xe3\x82", b"\xe3\x83")  # U+3040–U+30FF
-_HANGUL: tuple[bytes, ...] = tuple(bytes([0xEA, b]) for b in range(0xB0, 0xC0)) + (
-    b"\xeb",
-    b"\xec",
-    b"\xed",
-)  # U+B000–U+DFFF (mostly Hangul syllables up to U+D7AF)
+# U+AC00–U+D7AF Hangul syllables: lead 0xEA (second byte ≥ 0xB0), 0xEB, 0xEC, 0xED
+_HANGUL: tuple[bytes, ...] = (*(bytes([0xEA, b]) for b in range(0xB0, 0xC0)), b"\xeb", b"\xec", b"\xed")
 _CYRILLIC = (b"\xd0", b"\xd1", b"\xd2", b"\xd3", b"\xd4")  # U+0400–U+052F
 _GREEK = (b"\xce", b"\xcf")  # U+0380–U+03FF
 _HEBREW = (b"\xd6", b"\xd7")
