@@ -7,10 +7,10 @@ import collections
 
 import httpx
 import pytest
+from mockpool_oracle import OracleRequest, data_available, oracle_requests
 
 from mockpool.server import serve_pool
 from mockpool.settings import PoolSettings
-from tests.mockpool.oracle import OracleRequest, data_available, oracle_requests
 
 pytestmark = [
     pytest.mark.data,
