@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 SUBCOMMAND_MODULES: list[str] = [
+    "extproc.cmd_serve",
     "extproc.cmd_config",
     "mockpool.cmd",
 ]

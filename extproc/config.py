@@ -101,8 +101,6 @@ class CalibrationConfig(_Strict):
     """γ in c* = ĉ − γσ̂ (σ̂ = EMA of |c_obs − ĉ|)."""
     warmup_samples: Annotated[int, Field(ge=0)] = 10
     """Observations needed before the learned ratio replaces the category prior."""
-    include_usage: Annotated[str, Field(pattern=r"^(never|when_absent)$")] = "never"
-    """Policy for ``stream_options.include_usage`` on streaming requests (see docs/streaming-usage.md)."""
     snapshot_path: str | None = None
     """File the learned ratios are written to on shutdown and read at start (when Redis is off)."""
     redis_url: str | None = None

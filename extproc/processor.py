@@ -1,0 +1,326 @@
+"""Per-stream ext_proc state machine: one :class:`StreamProcessor` per HTTP request.
+
+Phases, in the order Envoy sends them with envoy/envoy.yaml's processing mode:
+
+1. ``request_headers`` (SEND): remember ``:path``, ``:method`` and ``x-request-id``. Requests
+   we do not budget (other paths or methods, or no body) are routed right here and the body is
+   skipped via ``mode_override``.
+2. ``request_body`` (BUFFERED): parse, classify, estimate, choose the pool; answer with the
+   routing header and ``clear_route_cache``. Unreadable bodies go to the largest pool.
+3. ``response_headers`` (SEND): on 2xx, ask for the body — BUFFERED for JSON, STREAMED for
+   ``text/event-stream`` (and drop ``content-length``) — via ``mode_override``.
+4. ``response_body``: read ``usage.prompt_tokens`` (decoding gzip/br/deflate/zstd copies) and
+   calibrate once, at end of stream.
+
+The processor never raises to the server: any unexpected error is counted and answered with a
+pass-through for the phase that was sent (for ``request_body``: the largest pool). Responses
+are never altered except for the documented ``content-length`` removal on SSE.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any
+
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+from extproc import responses as R
+from extproc.encoding import DecodeError, StreamDecoder, make_decoder
+from extproc.estimator import TokenBudget
+from extproc.request_body import UnreadableRequest, endpoint_for_path, parse_request_body
+from extproc.router import Router
+from extproc.sse import SSEUsageReader, prompt_tokens_from_json
+
+__all__ = ["StreamProcessor", "header_value"]
+
+log = logging.getLogger(__name__)
+
+_MAX_JSON_RESPONSE_BYTES = 16 << 20
+
+
+def header_value(h: Any) -> str:
+    """Value of an Envoy ``HeaderValue``: ``raw_value`` (what Envoy sends) else ``value``.
+
+    Non-UTF-8 bytes are replaced, never raised on.
+    """
+    raw: bytes = h.raw_value
+    if raw:
+        return raw.decode("utf-8", "replace")
+    value: str = h.value
+    return value
+
+
+class StreamProcessor:
+    """Handles the messages of one ext_proc stream (one HTTP request/response exchange).
+
+    Args:
+        router: the runtime the stream started with (a reload does not affect this stream).
+        rng: source for calibration sampling (seeded in tests).
+    """
+
+    __slots__ = (
+        "_decoder",
+        "_json_buf",
+        "_sse",
+        "budget",
+        "calibrated",
+        "category",
+        "endpoint",
+        "method",
+        "path",
+        "pool",
+        "prompt_tokens",
+        "reason",
+        "request_id",
+        "rng",
+        "router",
+        "status",
+        "t_start",
+    )
+
+    def __init__(self, router: Router, rng: random.Random | None = None) -> None:
+        self.router = router
+        self.rng = rng
+        self.path = ""
+        self.method = ""
+        self.request_id = ""
+        self.endpoint: str | None = None
+        self.budget: TokenBudget | None = None
+        self.pool = ""
+        self.reason = ""
+        self.category = ""
+        self.status = 0
+        self.prompt_tokens: int | None = None
+        self.calibrated = False
+        self._sse: SSEUsageReader | None = None
+        self._json_buf: bytearray | None = None
+        self._decoder: StreamDecoder | None = None
+        self.t_start = time.time()
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def handle(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
+        """Answer one message; always returns a response for the phase that was sent."""
+        phase = req.WhichOneof("request")
+        t0 = time.perf_counter()
+        try:
+            if phase == "request_headers":
+                resp = self.on_request_headers(req.request_headers)
+            elif phase == "request_body":
+                resp = self.on_request_body(req.request_body)
+            elif phase == "response_headers":
+                resp = self.on_response_headers(req.response_headers)
+            elif phase == "response_body":
+                resp = self.on_response_body(req.response_body)
+            elif phase == "request_trailers":
+                resp = R.CONTINUE_REQUEST_TRAILERS
+            elif phase == "response_trailers":
+                self.finish_response()
+                resp = R.CONTINUE_RESPONSE_TRAILERS
+            else:
+                # Not a phase (unknown oneof): answering nothing would stall Envoy; a
+                # request-headers continue is the least harmful well-formed answer.
+                phase = "unknown"
+                resp = R.CONTINUE_REQUEST_HEADERS
+        except Exception:
+            self.router.metrics.errors.labels(phase or "unknown").inc()
+            log.exception("error in phase %s (request_id=%s)", phase, self.request_id)
+            resp = self._safe_answer(phase)
+        self.router.metrics.phase_seconds.labels(phase or "unknown").observe(time.perf_counter() - t0)
+        return resp
+
+    def _safe_answer(self, phase: str | None) -> pb.ProcessingResponse:
+        if phase == "request_headers":
+            return R.CONTINUE_REQUEST_HEADERS
+        if phase == "request_body":
+            return self._route_fallback("internal_error", body=True)
+        if phase == "response_headers":
+            return R.CONTINUE_RESPONSE_HEADERS
+        if phase == "response_body":
+            return R.CONTINUE_RESPONSE_BODY
+        if phase == "response_trailers":
+            return R.CONTINUE_RESPONSE_TRAILERS
+        if phase == "request_trailers":
+            return R.CONTINUE_REQUEST_TRAILERS
+        return R.CONTINUE_REQUEST_HEADERS
+
+    # -- request path -----------------------------------------------------------------------
+
+    def on_request_headers(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
+        """Record the request line; route bodiless or unhandled requests immediately."""
+        for h in msg.headers.headers:
+            key = h.key
+            if key == ":path":
+                self.path = header_value(h)
+            elif key == ":method":
+                self.method = header_value(h)
+            elif key == "x-request-id":
+                self.request_id = header_value(h)[:128]
+        self.endpoint = endpoint_for_path(self.path) if self.method == "POST" else None
+        if self.endpoint is None:
+            return self._route_fallback("unsupported_path", body=False)
+        if msg.end_of_stream:
+            return self._route_fallback("body_empty", body=False)
+        return R.CONTINUE_REQUEST_HEADERS
+
+    def on_request_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
+        """Budget the request and set the routing header (BUFFERED: the whole body at once)."""
+        if self.endpoint is None:
+            return R.CONTINUE_REQUEST_BODY  # already routed at request_headers
+        r = self.router
+        try:
+            features = parse_request_body(
+                msg.body, self.endpoint, sample_bytes=r.config.estimator.sample_bytes
+            )
+        except UnreadableRequest as exc:
+            return self._route_fallback(exc.reason, body=True)
+        budget = r.estimator.estimate(features)
+        decision = r.policy.choose(budget.total_tokens)
+        self.budget = budget
+        self.pool = decision.pool.name
+        self.reason = decision.reason
+        self.category = budget.key[1]
+        r.metrics.decisions.labels(self.pool, self.category, self.reason).inc()
+        r.metrics.budget_tokens.labels(self.pool).observe(budget.total_tokens)
+        return r.body_responses[self.pool]
+
+    def _route_fallback(self, reason: str, *, body: bool) -> pb.ProcessingResponse:
+        r = self.router
+        decision = r.policy.unreadable(reason)
+        self.pool = decision.pool.name
+        self.reason = reason
+        self.category = "unknown"
+        r.metrics.decisions.labels(self.pool, "unknown", reason).inc()
+        if reason != "unsupported_path":
+            r.metrics.unreadable.labels(reason).inc()
+        return r.body_responses[self.pool] if body else r.header_responses[self.pool]
+
+    # -- response path ----------------------------------------------------------------------
+
+    def _wants_calibration(self) -> bool:
+        if self.budget is None or self.calibrated:
+            return False
+        rate = self.router.config.calibration.sample_rate
+        if rate >= 1.0:
+            return True
+        return (self.rng or random).random() < rate
+
+    def on_response_headers(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
+        """On 2xx, ask Envoy for the body in the mode that suits its content type."""
+        content_type = ""
+        encoding = ""
+        for h in msg.headers.headers:
+            key = h.key.lower()
+            if key == ":status":
+                try:
+                    self.status = int(header_value(h))
+                except ValueError:
+                    self.status = 0
+            elif key == "content-type":
+                content_type = header_value(h).lower()
+            elif key == "content-encoding":
+                encoding = header_value(h)
+        m = self.router.metrics
+        if not 200 <= self.status < 300:
+            if self.budget is not None:
+                m.calibration.labels("non_2xx").inc()
+            return R.CONTINUE_RESPONSE_HEADERS
+        if msg.end_of_stream or not self._wants_calibration():
+            if self.budget is not None and msg.end_of_stream:
+                m.calibration.labels("no_body").inc()
+            return R.CONTINUE_RESPONSE_HEADERS
+        decoder = make_decoder(encoding)
+        if decoder is None:
+            m.calibration.labels("unsupported_encoding").inc()
+            return R.CONTINUE_RESPONSE_HEADERS
+        self._decoder = decoder
+        if content_type.startswith("text/event-stream"):
+            self._sse = SSEUsageReader()
+            return R.READ_SSE_RESPONSE
+        if "json" in content_type:
+            self._json_buf = bytearray()
+            return R.READ_JSON_RESPONSE
+        m.calibration.labels("unsupported_content_type").inc()
+        return R.CONTINUE_RESPONSE_HEADERS
+
+    def on_response_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
+        """Read usage from the body copy; calibrate at end of stream. The body passes unchanged."""
+        if self._decoder is not None and not self.calibrated:
+            try:
+                data = self._decoder.decode(msg.body)
+            except DecodeError:
+                self.router.metrics.calibration.labels("decode_error").inc()
+                self._decoder = None
+                self._sse = None
+                self._json_buf = None
+                data = b""
+            if self._sse is not None:
+                self._sse.feed(data)
+            elif self._json_buf is not None:
+                if len(self._json_buf) + len(data) <= _MAX_JSON_RESPONSE_BYTES:
+                    self._json_buf += data
+                else:
+                    self._json_buf = None
+                    self.router.metrics.calibration.labels("response_too_large").inc()
+        if msg.end_of_stream:
+            self.finish_response()
+        return R.CONTINUE_RESPONSE_BODY
+
+    def finish_response(self) -> None:
+        """Read the final usage and calibrate; idempotent (exactly once per request)."""
+        if self.calibrated or self.budget is None:
+            return
+        if self._sse is not None:
+            self._sse.close()
+            self.prompt_tokens = self._sse.prompt_tokens
+        elif self._json_buf is not None:
+            self.prompt_tokens = prompt_tokens_from_json(bytes(self._json_buf))
+        else:
+            return
+        self._sse = None
+        self._json_buf = None
+        self._decoder = None
+        self.calibrated = True
+        r = self.router
+        if self.prompt_tokens is None:
+            r.metrics.calibration.labels("no_usage").inc()
+            return
+        obs = r.estimator.observe(self.budget, self.prompt_tokens)
+        if obs is None:
+            r.metrics.calibration.labels("not_text_dominated").inc()
+            return
+        r.metrics.calibration.labels("applied").inc()
+        r.metrics.rel_error.labels(obs.key[1]).observe(obs.rel_error)
+        r.publish_ratio(*obs.key)
+
+    def finish(self, end: str) -> None:
+        """The stream ended (``end``: ``complete``, ``cancelled`` or ``error``); record the decision.
+
+        A usage already read from a stream the client aborted still calibrates (it is a true
+        count of the prompt). Called exactly once by the server.
+        """
+        if self._sse is not None and self._sse.prompt_tokens is not None:
+            self.finish_response()
+        r = self.router
+        r.metrics.streams.labels(end).inc()
+        if r.decision_log is not None and self.pool:
+            b = self.budget
+            r.log_decision(
+                {
+                    "ts_s": round(self.t_start, 6),
+                    "request_id": self.request_id,
+                    "model": b.key[0] if b else "",
+                    "category": self.category,
+                    "pool": self.pool,
+                    "reason": self.reason,
+                    "estimated_prompt_tokens": b.prompt_tokens if b else None,
+                    "output_reserve_tokens": b.output_reserve_tokens if b else None,
+                    "n_sequences": b.n_sequences if b else None,
+                    "budget_tokens": b.total_tokens if b else None,
+                    "status": self.status or None,
+                    "prompt_tokens": self.prompt_tokens,
+                    "end": end,
+                }
+            )

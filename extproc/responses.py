@@ -1,0 +1,98 @@
+"""Builders of ext_proc ``ProcessingResponse`` messages, and immutable prebuilt ones.
+
+Every header the router sets goes through :func:`header_option`: lower-case key, ``raw_value``
+bytes and ``OVERWRITE_IF_EXISTS_OR_ADD`` (so a client's copy is replaced, never appended to);
+keys and values are validated (no CR/LF, no controls) because they end up on the wire.
+"""
+
+from __future__ import annotations
+
+import re
+
+from envoy.config.core.v3 import base_pb2 as core
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+__all__ = [
+    "CONTINUE_REQUEST_BODY",
+    "CONTINUE_REQUEST_HEADERS",
+    "CONTINUE_REQUEST_TRAILERS",
+    "CONTINUE_RESPONSE_BODY",
+    "CONTINUE_RESPONSE_HEADERS",
+    "CONTINUE_RESPONSE_TRAILERS",
+    "READ_JSON_RESPONSE",
+    "READ_SSE_RESPONSE",
+    "header_option",
+    "route_request_body",
+    "route_request_headers",
+]
+
+_KEY = re.compile(r"^[a-z0-9!#$%&'*+.^_`|~-]+$")
+_BAD_VALUE = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+
+_OVERWRITE = core.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+
+
+def header_option(key: str, value: str | bytes) -> core.HeaderValueOption:
+    """One header to set: ``raw_value`` + ``OVERWRITE_IF_EXISTS_OR_ADD``.
+
+    Raises:
+        ValueError: the key is not a lower-case token or the value holds CR, LF or controls.
+    """
+    if not _KEY.match(key):
+        raise ValueError(f"invalid header name {key!r}")
+    raw = value.encode("utf-8") if isinstance(value, str) else value
+    if _BAD_VALUE.search(raw):
+        raise ValueError(f"invalid value for header {key!r}")
+    return core.HeaderValueOption(header=core.HeaderValue(key=key, raw_value=raw), append_action=_OVERWRITE)
+
+
+def _routing_common(header: str, value: str) -> pb.CommonResponse:
+    return pb.CommonResponse(
+        header_mutation=pb.HeaderMutation(set_headers=[header_option(header, value)]),
+        clear_route_cache=True,
+    )
+
+
+def route_request_body(header: str, value: str) -> pb.ProcessingResponse:
+    """Answer to ``request_body``: set the routing header and clear the route cache."""
+    return pb.ProcessingResponse(request_body=pb.BodyResponse(response=_routing_common(header, value)))
+
+
+def route_request_headers(header: str, value: str) -> pb.ProcessingResponse:
+    """Answer to ``request_headers`` for bodiless or unhandled requests: route now, and skip the body.
+
+    The mode override keeps response headers SEND (for accounting) and turns the request body off;
+    body modes have no DEFAULT, so the override states every mode explicitly (envoy-notes §1 gotcha 4).
+    """
+    return pb.ProcessingResponse(
+        request_headers=pb.HeadersResponse(response=_routing_common(header, value)),
+        mode_override=pm.ProcessingMode(
+            request_body_mode=pm.ProcessingMode.NONE,
+            response_header_mode=pm.ProcessingMode.SKIP,
+            response_body_mode=pm.ProcessingMode.NONE,
+        ),
+    )
+
+
+CONTINUE_REQUEST_HEADERS = pb.ProcessingResponse(request_headers=pb.HeadersResponse())
+CONTINUE_REQUEST_BODY = pb.ProcessingResponse(request_body=pb.BodyResponse())
+CONTINUE_REQUEST_TRAILERS = pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
+CONTINUE_RESPONSE_HEADERS = pb.ProcessingResponse(response_headers=pb.HeadersResponse())
+CONTINUE_RESPONSE_BODY = pb.ProcessingResponse(response_body=pb.BodyResponse())
+CONTINUE_RESPONSE_TRAILERS = pb.ProcessingResponse(response_trailers=pb.TrailersResponse())
+
+READ_JSON_RESPONSE = pb.ProcessingResponse(
+    response_headers=pb.HeadersResponse(),
+    mode_override=pm.ProcessingMode(response_body_mode=pm.ProcessingMode.BUFFERED),
+)
+"""Answer to 2xx JSON ``response_headers``: send us the whole body once (usage is at its end)."""
+
+READ_SSE_RESPONSE = pb.ProcessingResponse(
+    response_headers=pb.HeadersResponse(
+        response=pb.CommonResponse(header_mutation=pb.HeaderMutation(remove_headers=["content-length"]))
+    ),
+    mode_override=pm.ProcessingMode(response_body_mode=pm.ProcessingMode.STREAMED),
+)
+"""Answer to 2xx ``text/event-stream`` ``response_headers``: stream chunks to us as they pass.
+``content-length`` is removed, as Envoy requires when a body mode changes to STREAMED."""

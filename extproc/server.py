@@ -1,0 +1,139 @@
+"""grpc.aio server of ``envoy.service.ext_proc.v3.ExternalProcessor/Process``.
+
+The servicer only does plumbing: it creates a :class:`~extproc.processor.StreamProcessor` per
+stream, answers each message in order, and ends the processor exactly once. A client
+disconnect or an Envoy reset (CANCELLED) is a normal end. The gRPC message limits match the
+Envoy buffer limit (``server.max_message_bytes``), since a BUFFERED request body arrives in one
+message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from extproc.config import ServerConfig
+from extproc.processor import StreamProcessor
+from extproc.router import Router
+
+__all__ = ["EXT_PROC_SERVICE", "ExtProcServicer", "GrpcServer", "start_grpc_server"]
+
+log = logging.getLogger(__name__)
+
+EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+
+
+class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+    """The ext_proc service; ``get_router`` returns the current runtime (swapped on reload)."""
+
+    def __init__(self, get_router: Callable[[], Router]) -> None:
+        self._get_router = get_router
+        self.active_streams = 0
+
+    async def Process(
+        self,
+        request_iterator: AsyncIterator[pb.ProcessingRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.ProcessingResponse]:
+        """Answer every message of one stream, in order."""
+        router = self._get_router()
+        proc = StreamProcessor(router)
+        router.metrics.inflight.inc()
+        self.active_streams += 1
+        end = "complete"
+        try:
+            async for req in request_iterator:
+                yield proc.handle(req)
+        except asyncio.CancelledError:
+            end = "cancelled"
+            raise
+        except grpc.aio.AioRpcError:
+            end = "cancelled"
+        except Exception:
+            end = "error"
+            log.exception("ext_proc stream failed (request_id=%s)", proc.request_id)
+        finally:
+            self.active_streams -= 1
+            router.metrics.inflight.dec()
+            try:
+                proc.finish(end)
+            except Exception:
+                log.exception("finishing stream failed (request_id=%s)", proc.request_id)
+
+
+class GrpcServer:
+    """A started grpc.aio server with its health service and ext_proc servicer."""
+
+    def __init__(
+        self, server: grpc.aio.Server, port: int, servicer: ExtProcServicer, health_servicer: Any
+    ) -> None:
+        self.server = server
+        self.port = port
+        self.servicer = servicer
+        self.health = health_servicer
+
+    async def set_serving(self, serving: bool) -> None:
+        """Readiness as seen by gRPC health checks of the ext_proc service name."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        await self.health.set(EXT_PROC_SERVICE, status)
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop accepting streams; let open ones finish for up to ``grace_s`` seconds."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace_s)
+
+
+def _credentials(cfg: ServerConfig) -> grpc.ServerCredentials | None:
+    if cfg.tls_cert_path is None or cfg.tls_key_path is None:
+        return None
+    key = Path(cfg.tls_key_path).read_bytes()
+    cert = Path(cfg.tls_cert_path).read_bytes()
+    ca = Path(cfg.tls_client_ca_path).read_bytes() if cfg.tls_client_ca_path else None
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+
+
+async def start_grpc_server(
+    cfg: ServerConfig, get_router: Callable[[], Router], *, port: int | None = None
+) -> GrpcServer:
+    """Start the ext_proc gRPC server; ``port`` overrides ``cfg.grpc_port`` (0 = any free port).
+
+    The standard gRPC health service reports liveness on ``""`` and readiness on the ext_proc
+    service name.
+
+    Raises:
+        RuntimeError: the address cannot be bound.
+    """
+    options = [
+        ("grpc.max_receive_message_length", cfg.max_message_bytes),
+        ("grpc.max_send_message_length", cfg.max_message_bytes),
+        ("grpc.so_reuseport", 0),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ]
+    server = grpc.aio.server(options=options)
+    servicer = ExtProcServicer(get_router)
+    pb_grpc.add_ExternalProcessorServicer_to_server(servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    address = f"{cfg.grpc_host}:{cfg.grpc_port if port is None else port}"
+    creds = _credentials(cfg)
+    bound = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+    if not bound:
+        raise RuntimeError(f"cannot bind gRPC listener {address}")
+    await server.start()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set(EXT_PROC_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+    log.info("ext_proc gRPC listening on %s:%d (tls=%s)", cfg.grpc_host, bound, creds is not None)
+    return GrpcServer(server, bound, servicer, health_servicer)

@@ -1,0 +1,109 @@
+"""Incremental readers of ``usage`` from OpenAI responses: SSE streams and JSON bodies.
+
+SSE framing follows the WHATWG EventSource spec (§9.2 "Server-sent events"): events end at a
+blank line; lines end with CRLF, LF or CR; ``data:`` may or may not be followed by one space;
+comment lines start with ``:``; several ``data`` lines of one event are joined with ``\\n``.
+Chunks from Envoy split events (and multi-byte characters) at arbitrary byte offsets, so
+bytes are buffered until an event is complete. Only events that mention ``"usage"`` are
+JSON-decoded; the last non-null ``usage.prompt_tokens`` wins (OpenAI sends it once, in the
+final chunk, when ``stream_options.include_usage`` is true; some servers repeat a cumulative
+usage in every chunk).
+
+Memory is bounded: an event longer than ``max_event_bytes`` is dropped (counted).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+__all__ = ["SSEUsageReader", "prompt_tokens_from_json", "prompt_tokens_of"]
+
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r|\n\r\n|\r\n\n")
+_LINE_SPLIT = re.compile(rb"\r\n|\n|\r")
+
+
+def prompt_tokens_of(obj: Any) -> int | None:
+    """``obj["usage"]["prompt_tokens"]`` when it is a positive int, else None."""
+    if not isinstance(obj, dict):
+        return None
+    usage = obj.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    value = usage.get("prompt_tokens")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def prompt_tokens_from_json(body: bytes) -> int | None:
+    """``usage.prompt_tokens`` of a complete JSON response body; None when absent or unreadable."""
+    if b'"usage"' not in body:
+        return None
+    try:
+        return prompt_tokens_of(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        return None
+
+
+class SSEUsageReader:
+    """Feed SSE bytes in any chunking; read :attr:`prompt_tokens` at the end.
+
+    Args:
+        max_event_bytes: events longer than this are discarded (bounded memory).
+    """
+
+    __slots__ = ("_buf", "dropped_events", "events", "max_event_bytes", "prompt_tokens")
+
+    def __init__(self, *, max_event_bytes: int = 1 << 20) -> None:
+        self._buf = b""
+        self.max_event_bytes = max_event_bytes
+        self.prompt_tokens: int | None = None
+        self.events = 0
+        self.dropped_events = 0
+
+    def feed(self, chunk: bytes) -> None:
+        """Consume the next bytes of the stream."""
+        if not chunk:
+            return
+        buf = self._buf + chunk if self._buf else chunk
+        start = 0
+        for m in _EVENT_END.finditer(buf):
+            self._event(buf[start : m.start()])
+            start = m.end()
+        rest = buf[start:]
+        if len(rest) > self.max_event_bytes:
+            self.dropped_events += 1
+            rest = b""
+        self._buf = rest
+
+    def close(self) -> None:
+        """End of stream: a final event without its blank line still counts."""
+        if self._buf.strip():
+            self._event(self._buf)
+        self._buf = b""
+
+    def _event(self, raw: bytes) -> None:
+        if not raw:
+            return
+        self.events += 1
+        if b"usage" not in raw:
+            return
+        data: list[bytes] = []
+        for line in _LINE_SPLIT.split(raw):
+            if line.startswith(b"data:"):
+                value = line[5:]
+                data.append(value[1:] if value.startswith(b" ") else value)
+        if not data:
+            return
+        payload = b"\n".join(data)
+        if payload.strip() == b"[DONE]":
+            return
+        try:
+            tokens = prompt_tokens_of(orjson.loads(payload))
+        except orjson.JSONDecodeError:
+            return
+        if tokens is not None:
+            self.prompt_tokens = tokens
