@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol, runtime_checkable
 
-from extproc.calibration import RatioKey, RatioState, RatioStore
+from extproc.calibration import INITIAL_REL_DEV, RatioKey, RatioState, RatioStore
 from extproc.config import RecoveryConfig
 from extproc.estimator import TokenBudget
 from extproc.load import LoadTracker
@@ -61,24 +61,36 @@ def overflowed(budget: TokenBudget, prompt_tokens: int, max_model_len: int) -> b
 
 
 def strong_correction(
-    store: RatioStore, budget: TokenBudget, prompt_tokens: int, *, warmup_samples: int
+    store: RatioStore,
+    budget: TokenBudget,
+    prompt_tokens: int,
+    *,
+    warmup_samples: int,
+    dev_before_bpt: float,
 ) -> RatioState | None:
     """Ratchet the key's learned ratio down to the ratio this misrouted request really had.
 
-    ``c_obs = text_bytes / (prompt_tokens − fixed_prompt_tokens)``. After the ordinary EMA update
-    (already applied by the caller), the state becomes ``mean = min(mean, c_obs)``, ``dev``
-    unchanged, ``samples = max(samples, warmup_samples)``. The conservative routing ratio
-    ``c* = mean − γ·dev`` is then ≤ ``c_obs``, so the same request would now be budgeted at least
-    at its true size and go to a pool that holds it; and the key leaves warm-up, because its prior
-    has just been proven too high. Why a ratchet and not one more EMA step (β = 0.9 moves the mean
-    only 10 % of the way): the costs are asymmetric. An underestimate costs a rejected attempt, a
-    retry and, without recovery, a client-visible error; an overestimate costs a few requests on a
-    larger pool until the EMA re-learns (about 1/(1−β) observations). See
-    docs/design/003-misroute-recovery.md.
+       ``c_obs = text_bytes / (prompt_tokens − fixed_prompt_tokens)``. With ``(mean, dev)`` the state
+       after the ordinary EMA update (already applied by the caller) and ``dev_before`` the deviation
+       before it, the state becomes
 
-    Returns the new state, or None when nothing was changed: no text signal, the ratio used was
-    not above ``c_obs`` (the underestimate came from elsewhere), no state, or a store that cannot
-    be written directly.
+       * ``mean' = min(mean, c_obs)``: the conservative ratio ``c* = mean' − γ·dev'`` is then
+         ≤ ``c_obs``, so the same request is now budgeted at least at its true size;
+       * ``dev' = min(dev, max(dev_before, INITIAL_REL_DEV · c_obs))``: the jump from a wrong mean to
+         the truth is an error of the old state, not spread of the key, so it must not inflate σ̂
+         (a stale mean of 40 B/token corrected to 4 would otherwise give σ̂ ≈ 3.6 and send every
+         request of the key to the largest pool);
+       * ``samples' = max(samples, warmup_samples)``: the key leaves warm-up, because its prior or
+         stale state has just been proven too high.
+    Why a ratchet and not one more EMA step (β = 0.9 moves the mean
+       only 10 % of the way): the costs are asymmetric. An underestimate costs a rejected attempt, a
+       retry and, without recovery, a client-visible error; an overestimate costs a few requests on a
+       larger pool until the EMA re-learns (about 1/(1−β) observations). See
+       docs/design/003-misroute-recovery.md.
+
+       Returns the new state, or None when nothing was changed: no text signal, the ratio used was
+       not above ``c_obs`` (the underestimate came from elsewhere), no state, or a store that cannot
+       be written directly.
     """
     text_tokens = prompt_tokens - budget.fixed_prompt_tokens
     if budget.text_bytes <= 0 or text_tokens <= 0:
@@ -89,7 +101,8 @@ def strong_correction(
     state = store.get(budget.key)
     if state is None or not isinstance(store, _WritableStore):
         return None
-    new = RatioState(min(state.mean_bpt, c_obs), state.dev_bpt, max(state.samples, warmup_samples))
+    dev = min(state.dev_bpt, max(dev_before_bpt, INITIAL_REL_DEV * c_obs))
+    new = RatioState(min(state.mean_bpt, c_obs), dev, max(state.samples, warmup_samples))
     store.put(budget.key, new)
     return new
 
@@ -131,7 +144,9 @@ class MisrouteRecovery:
         self.load.metrics.misroutes.labels(pool, larger.name, outcome).inc()
         return larger.name
 
-    def on_usage(self, budget: TokenBudget, pool: str, served_by: str, prompt_tokens: int) -> bool:
+    def on_usage(
+        self, budget: TokenBudget, pool: str, served_by: str, prompt_tokens: int, dev_before_bpt: float
+    ) -> bool:
         """Usage of a 2xx response served by ``served_by`` after a retry from ``pool``.
 
         Counts in ``tbr_misroute_calibration`` whether usage proves the request overflowed
@@ -147,7 +162,13 @@ class MisrouteRecovery:
         m.labels(pool, "confirmed").inc()
         if not self.cfg.calibrate:
             return False
-        new = strong_correction(self.store, budget, prompt_tokens, warmup_samples=self.warmup_samples)
+        new = strong_correction(
+            self.store,
+            budget,
+            prompt_tokens,
+            warmup_samples=self.warmup_samples,
+            dev_before_bpt=dev_before_bpt,
+        )
         if new is None:
             return False
         m.labels(pool, "ratcheted").inc()
