@@ -310,6 +310,7 @@ class StreamProcessor:
         if self.prompt_tokens is None:
             r.metrics.calibration.labels("no_usage").inc()
             return
+        before = r.store.get(self.budget.key) if self.retried_to is not None else None
         obs = r.estimator.observe(self.budget, self.prompt_tokens)
         if obs is None:
             r.metrics.calibration.labels("not_text_dominated").inc()
@@ -317,7 +318,10 @@ class StreamProcessor:
         r.metrics.calibration.labels("applied").inc()
         r.metrics.rel_error.labels(obs.key[1]).observe(obs.rel_error)
         if self.retried_to is not None and self.counted_pool is not None:
-            r.recovery.on_usage(self.budget, self.counted_pool, self.retried_to, self.prompt_tokens)
+            dev_before = before.dev_bpt if before is not None else 0.0
+            r.recovery.on_usage(
+                self.budget, self.counted_pool, self.retried_to, self.prompt_tokens, dev_before
+            )
         r.publish_ratio(*obs.key)
 
     def finish(self, end: str) -> None:
