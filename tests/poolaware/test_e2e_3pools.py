@@ -110,8 +110,8 @@ PROSE = "The quick brown fox jumps over the lazy dog while the farmer counts his
 
 
 async def test_forced_underestimate_is_recovered_on_the_next_larger_pool(tmp_path: Path) -> None:
-    """A stale snapshot claims 40 bytes/token for this key: the ~4,700-token prompt is budgeted at
-    ~550 tokens and sent to short (4,096). The short pool answers vLLM's context-length 400, Envoy
+    """A stale snapshot claims 40 bytes/token for this key: the 4,169-token prompt (Qwen3) is
+    budgeted at 541 tokens and sent to short (4,096). The short pool answers vLLM's context-length 400, Envoy
     retries once on medium, the client gets medium's 200; the router ratchets the ratio so that the
     same request then goes straight to medium."""
     key_category = classify_text(PROSE.encode())
