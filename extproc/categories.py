@@ -14,15 +14,21 @@ Rules (first match wins), mirroring data-stats.md §2.3 so the measured ratios a
    ``hebrew``; Indic is split into ``indic_bn`` (Bengali) and ``indic_te`` (Telugu) and
    ``indic`` (others) because their ratios differ 1.4× (2.2 vs 1.6 B/token).
 4. ``code``: a Markdown code fence, or a high density of code punctuation.
-5. ``latin``: everything else with letters; ``no_letters`` when there are none.
+5. ``latin``: Latin-script text with English function words (" the ", " and ", " to ", " of ",
+   " is ", " you " make ≥ 3 % of the words); ``latin_other`` for other Latin-script languages
+   (German, French, Spanish, Swahili…: 3.3 B/token with Llama-3 against 4.6 for English, so
+   mixing them would widen the English margin); ``no_letters`` when there are no letters.
+
+Digits are not a category: the estimator budgets them separately (:func:`count_digits`).
 """
 
 from __future__ import annotations
 
-__all__ = ["CATEGORIES", "classify_text"]
+__all__ = ["CATEGORIES", "classify_text", "count_digits"]
 
 CATEGORIES: tuple[str, ...] = (
     "latin",
+    "latin_other",
     "code",
     "json",
     "cjk_zh",
@@ -42,6 +48,13 @@ CATEGORIES: tuple[str, ...] = (
 
 # ASCII letters survive this translate(); everything else is deleted.
 _NOT_ASCII_ALPHA = bytes(b for b in range(256) if not (65 <= b <= 90 or 97 <= b <= 122))
+_NOT_DIGIT = bytes(b for b in range(256) if not 48 <= b <= 57)
+_ENGLISH_WORDS = (b" the ", b" and ", b" to ", b" of ", b" is ", b" you ")
+
+
+def count_digits(sample: bytes) -> int:
+    """Number of ASCII digits in ``sample`` (C-speed ``bytes.translate``)."""
+    return len(sample.translate(None, _NOT_DIGIT))
 
 
 def _count_any(sample: bytes, needles: tuple[bytes, ...]) -> int:
@@ -137,4 +150,7 @@ def classify_text(sample: bytes) -> str:
         return script
     if _is_code(sample, ascii_letters):
         return "code"
-    return "latin"
+    words = sample.count(b" ") + 1
+    if _count_any(sample, _ENGLISH_WORDS) * 100 >= words * 3 or words < 8:
+        return "latin"
+    return "latin_other"

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 SUBCOMMAND_MODULES: list[str] = [
     "extproc.cmd_config",
+    "extproc.cmd_eval",
 ]
 
 

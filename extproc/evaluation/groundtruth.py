@@ -75,15 +75,25 @@ class PromptCounter:
     """
 
     def __init__(
-        self, name: str, prompt_tokens: Callable[[ReplayRequest], int], count_text: Callable[[str], int]
+        self,
+        name: str,
+        prompt_tokens_many: Callable[[list[ReplayRequest]], list[int]],
+        count_text: Callable[[str], int],
     ) -> None:
         self.name = name
-        self._prompt_tokens = prompt_tokens
+        self._many = prompt_tokens_many
         self.count_text = count_text
 
     def prompt_tokens(self, req: ReplayRequest) -> int:
         """``usage.prompt_tokens`` the server would report for ``req``."""
-        return self._prompt_tokens(req)
+        return self._many([req])[0]
+
+    def prompt_tokens_many(self, reqs: list[ReplayRequest]) -> list[int]:
+        """:meth:`prompt_tokens` of each request (batched: the tokenizers use every core)."""
+        out: list[int] = []
+        for i in range(0, len(reqs), 512):
+            out.extend(self._many(reqs[i : i + 512]))
+        return out
 
 
 def _llama3(tok_dir: Path) -> PromptCounter:
@@ -94,19 +104,25 @@ def _llama3(tok_dir: Path) -> PromptCounter:
     specials = {s: len(ranks) + i for i, s in enumerate(_LLAMA3_SPECIALS)}
     enc = tiktoken.Encoding("llama3", pat_str=_LLAMA3_PATTERN, mergeable_ranks=ranks, special_tokens=specials)
 
-    def prompt_tokens(req: ReplayRequest) -> int:
+    def render(req: ReplayRequest) -> str:
         parts = ["<|begin_of_text|>"]
         for m in req.messages:
             parts.append(
                 f"<|start_header_id|>{m['role']}<|end_header_id|>\n\n{m['content'].strip()}<|eot_id|>"
             )
         parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
-        n = len(enc.encode("".join(parts), allowed_special=_LLAMA3_STRUCTURAL, disallowed_special=()))
-        if req.tools is not None:
-            n += len(enc.encode_ordinary(_compact_tools(req.tools)))
-        return n
+        return "".join(parts)
 
-    return PromptCounter("llama3", prompt_tokens, lambda s: len(enc.encode_ordinary(s)))
+    def many(reqs: list[ReplayRequest]) -> list[int]:
+        texts = [render(r) for r in reqs]
+        ids = enc.encode_batch(texts, allowed_special=_LLAMA3_STRUCTURAL, disallowed_special=())
+        counts = [len(x) for x in ids]
+        for i, r in enumerate(reqs):
+            if r.tools is not None:
+                counts[i] += len(enc.encode_ordinary(_compact_tools(r.tools)))
+        return counts
+
+    return PromptCounter("llama3", many, lambda s: len(enc.encode_ordinary(s)))
 
 
 def _cl100k(tok_dir: Path) -> PromptCounter:
@@ -126,15 +142,23 @@ def _cl100k(tok_dir: Path) -> PromptCounter:
             else:
                 os.environ["TIKTOKEN_CACHE_DIR"] = old
 
-    def prompt_tokens(req: ReplayRequest) -> int:
-        n = 3
-        for m in req.messages:
-            n += 3 + len(enc.encode_ordinary(m["role"])) + len(enc.encode_ordinary(m["content"]))
-        if req.tools is not None:
-            n += len(enc.encode_ordinary(_compact_tools(req.tools)))
-        return n
+    def many(reqs: list[ReplayRequest]) -> list[int]:
+        texts: list[str] = []
+        owner: list[int] = []
+        counts = [3] * len(reqs)
+        for i, r in enumerate(reqs):
+            for m in r.messages:
+                counts[i] += 3
+                texts.extend((m["role"], m["content"]))
+                owner.extend((i, i))
+            if r.tools is not None:
+                texts.append(_compact_tools(r.tools))
+                owner.append(i)
+        for i, ids in zip(owner, enc.encode_ordinary_batch(texts), strict=True):
+            counts[i] += len(ids)
+        return counts
 
-    return PromptCounter("cl100k", prompt_tokens, lambda s: len(enc.encode_ordinary(s)))
+    return PromptCounter("cl100k", many, lambda s: len(enc.encode_ordinary(s)))
 
 
 def _qwen3(tok_dir: Path) -> PromptCounter:
@@ -165,17 +189,21 @@ def _qwen3(tok_dir: Path) -> PromptCounter:
     env.globals["raise_exception"] = raise_exception
     template = env.from_string(config["chat_template"])
 
-    def prompt_tokens(req: ReplayRequest) -> int:
-        rendered = template.render(
+    def render(req: ReplayRequest) -> str:
+        rendered: str = template.render(
             messages=[dict(m) for m in req.messages],
             tools=list(req.tools) if req.tools is not None else None,
             add_generation_prompt=True,
             bos_token=config.get("bos_token") or "",
             eos_token=config.get("eos_token") or "",
         )
-        return len(tok.encode(rendered, add_special_tokens=False).ids)
+        return rendered
 
-    return PromptCounter("qwen3", prompt_tokens, lambda s: len(tok.encode(s, add_special_tokens=False).ids))
+    def many(reqs: list[ReplayRequest]) -> list[int]:
+        encs = tok.encode_batch([render(r) for r in reqs], add_special_tokens=False)
+        return [len(e.ids) for e in encs]
+
+    return PromptCounter("qwen3", many, lambda s: len(tok.encode(s, add_special_tokens=False).ids))
 
 
 def load_counter(name: str, data_dir: str | Path) -> PromptCounter:
