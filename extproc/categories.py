@@ -57,8 +57,24 @@ def count_digits(sample: bytes) -> int:
     return len(sample.translate(None, _NOT_DIGIT))
 
 
-def _count_any(sample: bytes, needles: tuple[bytes, ...]) -> int:
-    return sum(sample.count(n) for n in needles)
+def _count_any(sample: bytes, needles: tuple[bytes, ...], leads: dict[int, int] | None = None) -> int:
+    """Occurrences of any needle; with ``leads`` (lead byte → count), needles whose lead byte does
+    not occur are skipped without scanning (multi-byte ``bytes.count`` is ~10× slower than
+    single-byte)."""
+    total = 0
+    for n in needles:
+        if leads is not None:
+            lead = n[0]
+            c = leads.get(lead)
+            if c is None:
+                c = leads[lead] = sample.count(n[:1])
+            if c == 0:
+                continue
+            if len(n) == 1:
+                total += c
+                continue
+        total += sample.count(n)
+    return total
 
 
 _HAN = tuple(bytes([b]) for b in range(0xE4, 0xEA))  # U+4000–U+9FFF
@@ -92,6 +108,7 @@ _OTHER_INDIC = (
     b"\xe0\xb7",
 )
 _LATIN_EXT = tuple(bytes([b]) for b in range(0xC3, 0xCA))  # U+00C0–U+024F accented Latin
+_SCRIPTS = ("cyrillic", "thai", "indic_bn", "indic_te", "indic", "arabic", "greek", "hebrew")
 _CODE_MARKS = (b"{", b"}", b";", b"(", b")", b"=", b"[", b"]", b"<", b">")
 
 
@@ -121,20 +138,26 @@ def classify_text(sample: bytes) -> str:
     if stripped[:1] in (b"{", b"[") and stripped[-1:] in (b"}", b"]"):
         return "json"
     ascii_letters = len(sample.translate(None, _NOT_ASCII_ALPHA))
-    han = _count_any(sample, _HAN) + _count_any(sample, _HAN_EXT_A)
-    kana = _count_any(sample, _KANA)
-    hangul = _count_any(sample, _HANGUL)
-    scripts = {
-        "cyrillic": _count_any(sample, _CYRILLIC),
-        "thai": _count_any(sample, _THAI),
-        "indic_bn": _count_any(sample, _BENGALI),
-        "indic_te": _count_any(sample, _TELUGU),
-        "indic": _count_any(sample, _OTHER_INDIC),
-        "arabic": _count_any(sample, _ARABIC),
-        "greek": _count_any(sample, _GREEK),
-        "hebrew": _count_any(sample, _HEBREW),
-    }
-    latin = ascii_letters + _count_any(sample, _LATIN_EXT)
+    if sample.isascii():
+        han = kana = hangul = 0
+        scripts = dict.fromkeys(_SCRIPTS, 0)
+        latin = ascii_letters
+    else:
+        leads: dict[int, int] = {}
+        han = _count_any(sample, _HAN, leads) + _count_any(sample, _HAN_EXT_A, leads)
+        kana = _count_any(sample, _KANA, leads)
+        hangul = _count_any(sample, _HANGUL, leads)
+        scripts = {
+            "cyrillic": _count_any(sample, _CYRILLIC, leads),
+            "thai": _count_any(sample, _THAI, leads),
+            "indic_bn": _count_any(sample, _BENGALI, leads),
+            "indic_te": _count_any(sample, _TELUGU, leads),
+            "indic": _count_any(sample, _OTHER_INDIC, leads),
+            "arabic": _count_any(sample, _ARABIC, leads),
+            "greek": _count_any(sample, _GREEK, leads),
+            "hebrew": _count_any(sample, _HEBREW, leads),
+        }
+        latin = ascii_letters + _count_any(sample, _LATIN_EXT, leads)
     cjk = han + kana + hangul
     letters = latin + cjk + sum(scripts.values())
     if letters == 0:

@@ -75,9 +75,7 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         counter = load_counter(name, data)
         truth = counter.prompt_tokens_many(requests)
-        items = build_items(requests, truth, model=SERVED_MODELS[name], seed=args.seed)
-        if args.limit > 0:
-            items = items[: args.limit]
+        items = build_items(requests, truth, model=SERVED_MODELS[name], seed=args.seed, limit=args.limit)
         t1 = time.perf_counter()
         summary = evaluate(items, thresholds, [ours(), *baseline_strategies(args.paper_gamma)])
         summary["ground_truth_s"] = round(t1 - t0, 1)

@@ -97,6 +97,7 @@ def build_items(
     seed: int,
     reserves: ReserveDistribution | None = None,
     sample_bytes: int = 16384,
+    limit: int = 0,
 ) -> list[ReplayItem]:
     """Serialise, shuffle (seeded) and parse the requests.
 
@@ -106,15 +107,18 @@ def build_items(
         seed: seeds the order, the reserves and the serialisations.
         reserves: the reserve distribution (defaults when None).
         sample_bytes: the parser's classifier sample (``estimator.sample_bytes``).
+        limit: keep only the first ``limit`` requests of the seeded order (0 = all).
     """
     dist = reserves if reserves is not None else ReserveDistribution()
     rng = random.Random(seed)
     order = list(range(len(requests)))
     rng.shuffle(order)
+    draws = [dist.draw(rng) for _ in order]
+    if limit > 0:
+        order, draws = order[:limit], draws[:limit]
     items: list[ReplayItem] = []
-    for i in order:
+    for i, (max_tokens, ascii_escaped) in zip(order, draws, strict=True):
         req = requests[i]
-        max_tokens, ascii_escaped = dist.draw(rng)
         body = request_body(req, model=model, max_tokens=max_tokens, ascii_escaped=ascii_escaped)
         features = parse_request_body(body, "chat", sample_bytes=sample_bytes)
         items.append(ReplayItem(req.source, req.req_id, body, features, prompt_tokens[i], max_tokens))
