@@ -67,7 +67,7 @@ class RouterApp:
         self._grpc_port_req = grpc_port
         self._admin_port_req = admin_port
         self.metrics = RouterMetrics()
-        self.store = InMemoryRatioStore(beta=config.calibration.ema_beta)
+        self.store = InMemoryRatioStore.from_config(config.calibration)
         self.load = LoadTracker(LoadMetrics(self.metrics.registry))
         self._http_client = http_client
         self._own_http_client = False
