@@ -15,6 +15,9 @@ from collections.abc import Sequence
 SUBCOMMAND_MODULES: list[str] = [
     "extproc.cmd_serve",
     "extproc.cmd_config",
+    "planner.cmd_plan",
+    "planner.cmd_simulate",
+    "planner.cmd_results",
 ]
 
 
