@@ -192,7 +192,8 @@ def size_pool_mgc(
 
     Round-robin splits λ evenly: per instance ``λ/N``, per-slot rate ``1/(E[k] t_iter(c))`` at full
     batch (conservative), ``C_s² = Var k / E[k]²``. P99 TTFT ≈ P99 wait + P99 prefill iterations x
-    t_iter(c). TPOT ≈ t_iter(c). If the TPOT SLO cannot be met at full batch, the SLO is reported as
+    t_iter(c); when that prefill alone exceeds the SLO the search stops where the wait reaches 0 and the
+    returned ``p99_ttft_s`` exceeds the SLO (the DES then decides). TPOT ≈ t_iter(c). If the TPOT SLO cannot be met at full batch, the SLO is reported as
     unmet in ``p99_tpot_s`` (sizing more instances does not lower a full-batch iteration).
     """
     n_slots = profile.max_num_seqs(max_model_len)
@@ -207,8 +208,8 @@ def size_pool_mgc(
         util = lam / (n * mu_inst)
         if util < utilization_max or utilization_max >= 1.0:
             w = p99_wait_mgc_s(n_slots, lam / n, mu_server, mix.cs2_iters)
-            if w + prefill_s <= slo_ttft_p99_s:
-                break
+            if w + prefill_s <= slo_ttft_p99_s or w == 0.0:
+                break  # met, or unattainable: more instances cannot shorten the full-batch prefill
         n += 1
     w = p99_wait_mgc_s(n_slots, lam / n, mu_server, mix.cs2_iters)
     return PoolSizing(n, n * profile.tp, w + prefill_s, t_iter, lam / (n * mu_inst), mu_inst, n_slots)
