@@ -44,7 +44,7 @@ def test_plan_json_on_cdf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
             "--rate",
             "20",
             "--min-requests",
-            "4000",
+            "2000",
             "--short-max-tokens",
             "8192",
             "--profile",
@@ -66,7 +66,7 @@ def test_plan_json_on_cdf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert res["des_homogeneous"]["instances"] >= 1
     assert res["recommended_threshold_tokens"] in (2048, 8192)
     assert {r["threshold_tokens"] for r in res["des_sweep"]} == {2048, 8192}
-    assert res["normalization"]["synthesized"].startswith("4000 requests")
+    assert res["normalization"]["synthesized"].startswith("2000 requests")
     assert (tmp_path / "plots" / "length_cdf.png").stat().st_size > 1000
     assert (tmp_path / "plots" / "cost_vs_threshold.png").stat().st_size > 1000
 
