@@ -77,6 +77,11 @@ def format_plan(res: dict[str, Any], report_lines: list[str]) -> str:
                 f"{name:<14}{r['instances']:>6}{r['gpus']:>7}{r['usd_per_year']:>14,.0f}{fmt_s(f['p50_ttft_s']):>10}"
                 f"{fmt_s(f['p99_ttft_s']):>10}{fmt_s(f['p99_tpot_s']):>10}{f['preemptions_per_1000']:>10.2f}{f['rejection_rate']:>8.4f}"
             )
+        for name, r in (("homogeneous", h), ("two-pool", d)):
+            if not r["slo_met"]:
+                lines.append(
+                    f"WARNING: {name} did not meet the SLO at the search cap ({r['instances']} instances)"
+                )
         lines.append(
             f"DES: short {d['short_instances']} + long {d['long_instances']} instances; saving "
             f"{d['savings_vs_homogeneous']:.1%} = ${h['usd_per_year'] - d['usd_per_year']:,.0f}/yr"

@@ -25,7 +25,7 @@ from planner.costmodel import (
 from planner.des import PoolSpec, simulate
 from planner.profiles import PoolProfile
 from planner.routers import make_router
-from planner.sizing import Slo, size_pool_des
+from planner.sizing import Slo, meets_slo, size_pool_des
 from planner.trace import Trace
 
 __all__ = ["PlanInputs", "closed_form", "des_two_pool", "run_plan"]
@@ -128,7 +128,7 @@ def _stepper(progress: Progress | None, label: str) -> Callable[[int, bool], Non
 
 def _homogeneous_des(inp: PlanInputs, start: int, progress: Progress | None) -> dict[str, Any]:
     prof = inp.profile
-    n, _ = size_pool_des(
+    n, block = size_pool_des(
         inp.trace,
         prof,
         inp.long_max_model_len,
@@ -147,6 +147,7 @@ def _homogeneous_des(inp: PlanInputs, start: int, progress: Progress | None) -> 
         "instances": n,
         "gpus": n * prof.tp,
         "usd_per_year": annual_cost_usd(n, prof),
+        "slo_met": meets_slo(block, inp.slo),
         "summary": res.summary(),
     }
 
@@ -158,6 +159,7 @@ def des_two_pool(
     prof, t = inp.profile, inp.trace
     short = _split(inp, threshold)
     sizes = []
+    slo_met = True
     for name, mask, mml, start in (
         ("short", short, threshold, cf["analytical_short_instances"]),
         ("long", ~short, inp.long_max_model_len, cf["analytical_long_instances"]),
@@ -166,7 +168,7 @@ def des_two_pool(
             sizes.append(0)
             continue
         sub = t.subset(mask)
-        n, _ = size_pool_des(
+        n, block = size_pool_des(
             sub,
             prof,
             mml,
@@ -176,6 +178,7 @@ def des_two_pool(
             on_step=_stepper(progress, f"B={threshold} {name}"),
         )
         sizes.append(n)
+        slo_met = slo_met and meets_slo(block, inp.slo)
     n_s, n_l = sizes
     pools = [
         PoolSpec("short", prof, threshold, max(1, n_s)),
@@ -196,6 +199,7 @@ def des_two_pool(
         "instances": n_s + n_l,
         "gpus": (n_s + n_l) * prof.tp,
         "usd_per_year": annual_cost_usd(n_s + n_l, prof),
+        "slo_met": slo_met,
         "summary": res.summary(),
     }
     if inp.spill_inflight_per_instance is not None:

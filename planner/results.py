@@ -197,7 +197,8 @@ def render(data: dict[str, Any], command: str) -> str:
             f"| {sc['title']} | {sc['paper_homogeneous']} -> {sc['paper_two_pool']} ({sc['paper_savings']}) | {cf['alpha']:.4f} | "
             f"{cf['rho']:.2f} | {_pct(cf['savings_closed_form'])} | {cf['analytical_homogeneous_instances']} -> "
             f"{cf['analytical_short_instances'] + cf['analytical_long_instances']} ({_pct(cf['analytical_savings'])}) | "
-            f"{h['instances']} -> {d['instances']} ({_pct(d['savings_vs_homogeneous'])}) | "
+            f"{h['instances']}{'' if h['slo_met'] else ' (SLO not met)'} -> {d['instances']}"
+            f"{'' if d['slo_met'] else ' (SLO not met)'} ({_pct(d['savings_vs_homogeneous'])}) | "
             f"{h['summary']['fleet']['p99_ttft_s']:.2f} / {d['summary']['fleet']['p99_ttft_s']:.2f} | "
             f"{h['gpus']} -> {d['gpus']}; ${h['usd_per_year'] / 1e6:.2f}M -> ${d['usd_per_year'] / 1e6:.2f}M | {srs} |"
         )
@@ -219,6 +220,13 @@ def render(data: dict[str, Any], command: str) -> str:
                 "pool's heavier mix are not in α(1−1/ρ)."
             )
         )
+        if not (h["slo_met"] and d["slo_met"]):
+            L.append(
+                "  The P99 TTFT SLO is unattainable for part of this traffic on this profile at any instance count the "
+                "search tried (4x the M/G/c size): at P = "
+                f"{PROFILES[sc['profile']].p_s_per_prefill_token * 1e6:.0f} µs per prefill token a single long prompt's "
+                "prefill alone exceeds 2 s, so those counts are search caps, not sizes; the savings figure is not meaningful."
+            )
         L.append(
             f"  Our homogeneous fleet needs {h['instances']} instances vs the paper's {sc['paper_homogeneous']}: μ_homog = "
             f"{cf['mu_homogeneous']:.2f} req/s/instance here vs 1000/358 = 2.79 implied by the paper (its per-request cost model "

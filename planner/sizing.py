@@ -60,8 +60,9 @@ def size_pool_des(
 ) -> tuple[int, dict[str, Any]]:
     """Smallest N in ``[1, max_instances]`` whose single-pool DES run on ``trace`` meets ``slo``.
 
-    Returns ``(N, summary block of that run)``. If even ``max_instances`` fails, returns it with its
-    (failing) block. ``on_step(n, ok)`` is called after each simulation (progress reporting).
+    Returns ``(N, summary block of that run)``. The search stops at ``min(max_instances, 4 * start + 10)``;
+    if that fails too (e.g. a single prefill longer than the TTFT SLO), it is returned with its failing
+    block, so callers must check :func:`meets_slo` on the block. ``on_step(n, ok)`` is called after each simulation (progress reporting).
     """
     cache: dict[int, tuple[bool, dict[str, Any]]] = {}
 
@@ -82,6 +83,7 @@ def size_pool_des(
     if len(trace) == 0:
         return 0, {"requests": 0}
     n = max(1, min(start_instances, max_instances))
+    max_instances = min(max_instances, 4 * n + 10)  # beyond 4x the analytical size the SLO is unattainable
     if ok(n):
         hi = n
         lo = max(0, math.floor(n * 0.85))
