@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "extproc.cmd_config",
     "extproc.cmd_demo",
     "mockpool.cmd",
+    "extproc.cmd_eval",
 ]
 
 
