@@ -153,4 +153,11 @@ def run(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"summary written to {args.json}")
     ok = summary["harmful_misroutes"] == 0 and summary["failed_requests"] == 0
+    if ok:
+        print(f"OK: {summary['requests']} requests answered, zero harmful misroutes")
+    else:
+        print(
+            f"FAILED: {summary['harmful_misroutes']} harmful misroutes, "
+            f"{summary['failed_requests']} requests without a pool's answer"
+        )
     return 0 if ok else 1
