@@ -1,0 +1,326 @@
+"""Redis-backed :class:`~extproc.calibration.RatioStore` shared by router replicas.
+
+The request path never waits for Redis. Each replica keeps a local
+:class:`~extproc.calibration.InMemoryRatioStore` that ``get`` reads and ``observe`` updates at
+once; every observation is also queued and a background task, every ``sync_interval_s``:
+
+1. **pushes** queued observations in one batch to a Lua script that applies the same EMA as
+   :func:`~extproc.calibration.ema_update` atomically on the server (EVALSHA; the script is
+   (re)loaded automatically, e.g. after a Redis restart), then
+2. **pulls** every shared ratio (SCAN + HMGET) into the local cache, re-folding the observations
+   still queued locally so a replica always sees its own writes.
+
+Consistency model: eventual. The shared state of a key is the EMA of all observations of all
+replicas in the order the Redis server executed their batches (per-observation order is kept
+within a batch); replicas see each other's observations within about one ``sync_interval_s``.
+Between pulls a replica's local state can differ from the shared one by its own recent
+observations; the next pull replaces it (last writer wins at the server).
+
+Redis unavailable: routing continues on the local cache; the failure is logged once and counted
+(``tbr_ratio_store_errors_total``, ``tbr_ratio_store_up 0``); observations queue up to
+``queue_max`` (oldest dropped first, counted); retries back off from 0.1 s to 5 s; on recovery the
+queue is flushed and pulls resume.
+
+Redis layout: one hash per key, ``{prefix}{category}:{model}`` with fields ``mean_bpt``,
+``dev_bpt`` (decimal strings, bytes/token) and ``samples`` (integer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from extproc.calibration import INITIAL_REL_DEV, InMemoryRatioStore, RatioKey, RatioState, ema_update
+from extproc.metrics import RouterMetrics
+
+__all__ = ["EMA_BATCH_LUA", "RedisRatioStore"]
+
+log = logging.getLogger(__name__)
+
+EMA_BATCH_LUA = """
+-- KEYS[i]: ratio hash; ARGV[1]: beta; ARGV[2]: initial relative deviation;
+-- ARGV[2+i]: observed bytes/token for KEYS[i]. Applied in order, atomically.
+local beta = tonumber(ARGV[1])
+local rel = tonumber(ARGV[2])
+for i, key in ipairs(KEYS) do
+  local c = tonumber(ARGV[2 + i])
+  local v = redis.call('HMGET', key, 'mean_bpt', 'dev_bpt', 'samples')
+  local mean = tonumber(v[1])
+  local dev = tonumber(v[2])
+  local n = tonumber(v[3])
+  if mean == nil or dev == nil or n == nil or n < 1 then
+    mean = c
+    dev = c * rel
+    n = 1
+  else
+    dev = beta * dev + (1 - beta) * math.abs(c - mean)
+    mean = beta * mean + (1 - beta) * c
+    n = n + 1
+  end
+  redis.call('HSET', key, 'mean_bpt', string.format('%.17g', mean),
+             'dev_bpt', string.format('%.17g', dev), 'samples', string.format('%d', n))
+end
+return #KEYS
+"""
+
+_BATCH_MAX = 512
+_BACKOFF_MIN_S = 0.1
+_BACKOFF_MAX_S = 5.0
+
+
+class RedisRatioStore:
+    """Shared ratio store: local cache for the request path, Redis behind it (module docstring).
+
+    Args:
+        url: Redis URL (``redis://host:port/db``, ``unix:///path``).
+        beta: EMA decay β (also applied by the server-side script).
+        metrics: where store health is counted.
+        key_prefix: prefix of the Redis hashes.
+        sync_interval_s: push/pull period in seconds.
+        timeout_s: connect and command timeout in seconds.
+        queue_max: observations kept while Redis is down (oldest dropped beyond it).
+        max_keys: most keys pulled into the local cache (bounds metric label cardinality).
+        client: an existing ``redis.asyncio.Redis`` (tests); built from ``url`` when None.
+
+    Building it does no I/O; :meth:`start` connects, :meth:`close` flushes and disconnects.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        beta: float,
+        metrics: RouterMetrics,
+        key_prefix: str = "tbr:ratio:",
+        sync_interval_s: float = 1.0,
+        timeout_s: float = 0.5,
+        queue_max: int = 10_000,
+        max_keys: int = 4096,
+        client: aioredis.Redis | None = None,
+    ) -> None:
+        self.local = InMemoryRatioStore(beta=beta)
+        self.metrics = metrics
+        self.prefix = key_prefix
+        self.sync_interval_s = sync_interval_s
+        self.timeout_s = timeout_s
+        self.queue_max = queue_max
+        self.max_keys = max_keys
+        self.on_update: Callable[[RatioKey], None] | None = None
+        """Called with each key whose local state changed after a pull (e.g. to publish gauges)."""
+        self._url = url
+        self._client = client
+        self._script: Any = None
+        self._queue: deque[tuple[RatioKey, float]] = deque()
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self.up = False
+        self._down_logged = False
+        self._cap_logged = False
+        self.last_sync_ok_s = 0.0
+
+    # -- RatioStore (synchronous, request path) -------------------------------------------
+
+    @property
+    def beta(self) -> float:
+        """EMA decay β used locally and sent with each pushed batch."""
+        return self.local.beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self.local.beta = value
+
+    def get(self, key: RatioKey) -> RatioState | None:
+        """See :meth:`extproc.calibration.RatioStore.get` (local cache, no I/O)."""
+        return self.local.get(key)
+
+    def observe(self, key: RatioKey, c_obs: float) -> RatioState:
+        """Fold ``c_obs`` locally now and queue it for Redis (drop-oldest when full).
+
+        Raises:
+            ValueError: ``c_obs`` is not a positive finite number (nothing is queued).
+        """
+        state = self.local.observe(key, c_obs)
+        if len(self._queue) >= self.queue_max:
+            self._queue.popleft()
+            self.metrics.store_dropped.inc()
+        self._queue.append((key, c_obs))
+        self.metrics.store_queue.set(len(self._queue))
+        return state
+
+    def items(self) -> list[tuple[RatioKey, RatioState]]:
+        """See :meth:`extproc.calibration.RatioStore.items` (local cache)."""
+        return self.local.items()
+
+    @property
+    def queue_length(self) -> int:
+        """Observations not yet pushed to Redis."""
+        return len(self._queue)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, do a first sync (bounded by the timeout; failure is counted, not raised),
+        and start the background sync task."""
+        if self._client is None:
+            self._client = aioredis.from_url(
+                self._url,
+                decode_responses=True,
+                socket_timeout=self.timeout_s,
+                socket_connect_timeout=self.timeout_s,
+                retry=Retry(NoBackoff(), 0),
+            )
+        self._script = self._client.register_script(EMA_BATCH_LUA)
+        await self.sync_once()
+        self._task = asyncio.create_task(self._run(), name="redis-ratio-sync")
+
+    async def close(self) -> None:
+        """Stop the background task, try one last push (bounded by the timeout), disconnect."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._client is not None:
+            if self._queue:
+                try:
+                    await asyncio.wait_for(self._push(), timeout=max(self.timeout_s, 0.1) * 2)
+                except (RedisError, OSError, TimeoutError) as exc:
+                    log.warning("could not push %d ratio observations at shutdown: %s", len(self._queue), exc)
+            await self._client.aclose()
+            self._client = None
+
+    def kick(self) -> None:
+        """Ask the background task to sync now instead of at the next period."""
+        self._wake.set()
+
+    # -- background sync --------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = _BACKOFF_MIN_S
+        while True:
+            delay = self.sync_interval_s if self.up else backoff
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            self._wake.clear()
+            ok = await self.sync_once()
+            backoff = _BACKOFF_MIN_S if ok else min(backoff * 2, _BACKOFF_MAX_S)
+
+    async def sync_once(self) -> bool:
+        """Push queued observations, then pull every shared ratio. Returns True on success."""
+        op = "push"
+        try:
+            await self._push()
+            op = "pull"
+            await self._pull()
+        except (RedisError, OSError, TimeoutError) as exc:
+            self.metrics.store_errors.labels(op).inc()
+            self._set_up(False, f"{op}: {exc.__class__.__name__}: {exc}")
+            return False
+        self._set_up(True, "")
+        self.last_sync_ok_s = time.time()
+        return True
+
+    def _set_up(self, up: bool, why: str) -> None:
+        if up and not self.up and self._down_logged:
+            log.warning("shared ratio store %s reachable again; resuming sync", self._redacted_url())
+            self._down_logged = False
+        if not up and not self._down_logged:
+            log.warning(
+                "shared ratio store %s unreachable (%s); routing on local ratios, retrying with backoff",
+                self._redacted_url(),
+                why,
+            )
+            self._down_logged = True
+        self.up = up
+        self.metrics.store_up.set(1 if up else 0)
+
+    def _redacted_url(self) -> str:
+        url = self._url
+        if "@" in url:
+            scheme, _, rest = url.partition("://")
+            url = f"{scheme}://***@{rest.rpartition('@')[2]}"
+        return url
+
+    def _hash_key(self, key: RatioKey) -> str:
+        model, category = key
+        return f"{self.prefix}{category}:{model}"
+
+    async def _push(self) -> None:
+        assert self._script is not None
+        while self._queue:
+            batch = [self._queue.popleft() for _ in range(min(_BATCH_MAX, len(self._queue)))]
+            try:
+                await self._script(
+                    keys=[self._hash_key(k) for k, _ in batch],
+                    args=[repr(self.beta), repr(INITIAL_REL_DEV), *(repr(c) for _, c in batch)],
+                )
+            except BaseException:
+                # Put the batch back in front (oldest first); trim the oldest beyond the bound.
+                self._queue.extendleft(reversed(batch))
+                while len(self._queue) > self.queue_max:
+                    self._queue.popleft()
+                    self.metrics.store_dropped.inc()
+                raise
+            finally:
+                self.metrics.store_queue.set(len(self._queue))
+            self.metrics.store_pushed.inc(len(batch))
+
+    async def _pull(self) -> None:
+        client = self._client
+        assert client is not None
+        t0 = time.perf_counter()
+        names: list[str] = []
+        async for name in client.scan_iter(match=f"{self.prefix}*", count=1000):
+            if len(names) >= self.max_keys:
+                if not self._cap_logged:
+                    log.warning("more than %d shared ratio keys; ignoring the rest", self.max_keys)
+                    self._cap_logged = True
+                break
+            names.append(name)
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            pipe.hmget(name, "mean_bpt", "dev_bpt", "samples")
+        rows = await pipe.execute() if names else []
+        pending: dict[RatioKey, list[float]] = {}
+        for k, c in self._queue:
+            pending.setdefault(k, []).append(c)
+        for name, row in zip(names, rows, strict=True):
+            key = self._parse_key(name)
+            state = _parse_state(row)
+            if key is None or state is None:
+                continue
+            for c in pending.get(key, ()):
+                state = ema_update(state, c, self.beta)
+            if self.local.get(key) != state:
+                self.local.put(key, state)
+                if self.on_update is not None:
+                    self.on_update(key)
+        self.metrics.store_sync_seconds.observe(time.perf_counter() - t0)
+
+    def _parse_key(self, name: str) -> RatioKey | None:
+        category, sep, model = name[len(self.prefix) :].partition(":")
+        if not sep or not category or not model:
+            return None
+        return (model, category)
+
+
+def _parse_state(row: list[str | None]) -> RatioState | None:
+    """A RatioState from ``[mean_bpt, dev_bpt, samples]`` strings, or None if malformed."""
+    try:
+        mean, dev, n = float(row[0] or "nan"), float(row[1] or "nan"), int(row[2] or "0")
+    except (TypeError, ValueError):
+        return None
+    if not (mean > 0 and math.isfinite(mean) and dev >= 0 and math.isfinite(dev) and n >= 1):
+        return None
+    return RatioState(mean, dev, n)
