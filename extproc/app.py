@@ -98,6 +98,7 @@ class RouterApp:
         else:
             self.memory = InMemoryRatioStore(beta=cal.ema_beta)
             self.store = self.memory
+            self.metrics.store_up.set(1)  # nothing shared that could be down
         self.reloader: ConfigReloader | None = None
         self._decision_log: IO[bytes] | None = None
         self.router: Router | None = None
