@@ -15,7 +15,7 @@ import csv
 import gzip
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -250,9 +250,17 @@ def _sample(rng: random.Random, items: list[Any], k: int) -> list[Any]:
     return [rng.choice(items) for _ in range(k)]
 
 
-def _real_pools(d: Path, long_limit_tokens: int) -> dict[str, list[tuple[str, list[Message], Any]]]:
+Candidate = tuple[str, list[Message], Any]
+"""(source id, messages, tools or None)."""
+
+
+def tagged(source: str, items: Iterable[list[Message]]) -> list[Candidate]:
+    """Candidates without tools from one source."""
+    return [(source, m, None) for m in items]
+
+
+def _real_pools(d: Path, long_limit_tokens: int) -> dict[str, list[Candidate]]:
     """Candidate (source, messages, tools) per demo category, read from the data directory."""
-    tagged = lambda src, it: [(src, m, None) for m in it]  # noqa: E731
     multi = list(_sharegpt_multiturn(d)) + list(_lmsys(d))
     multi.sort(key=lambda m: sum(len(x["content"]) for x in m))
     return {
@@ -275,8 +283,8 @@ def _real_pools(d: Path, long_limit_tokens: int) -> dict[str, list[tuple[str, li
     }
 
 
-def _builtin_pools() -> dict[str, list[tuple[str, list[Message], Any]]]:
-    pools: dict[str, list[tuple[str, list[Message], Any]]] = {
+def _builtin_pools() -> dict[str, list[Candidate]]:
+    pools: dict[str, list[Candidate]] = {
         cat: [("builtin", _single(t), None) for t in texts] for cat, texts in BUILTIN_PROMPTS.items()
     }
     prose = BUILTIN_PROMPTS["prose"]
@@ -309,7 +317,7 @@ def build_workload(
     rng = random.Random(seed)
     builtin = data_dir is None or not (data_dir / "text").is_dir()
     pools = _builtin_pools() if builtin else _real_pools(data_dir, long_max_model_len)  # type: ignore[arg-type]
-    picked: list[tuple[str, tuple[str, list[Message], Any]]] = []
+    picked: list[tuple[str, Candidate]] = []
     for cat, share in DEMO_CATEGORIES.items():
         k = max(1, round(n_requests * share)) if n_requests >= len(DEMO_CATEGORIES) else 0
         picked.extend((cat, item) for item in _sample(rng, pools.get(cat, []), k))
