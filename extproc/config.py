@@ -106,11 +106,12 @@ class CalibrationConfig(_Strict):
     redis_url: str | None = None
     """Shared ratio store across replicas (e.g. ``redis://127.0.0.1:6379/0``); None = in-memory.
     See docs/operations.md for the consistency model."""
-    redis_key_prefix: Annotated[str, Field(min_length=1, max_length=64)] = "tbr:ratio:"
-    """Prefix of the Redis hashes holding the ratios (one hash per (category, model))."""
+    redis_key_prefix: Annotated[str, Field(min_length=1, max_length=64)] = "tbr:"
+    """Prefix of the Redis keys (``{prefix}ratios`` hash, ``{prefix}ratios-version``, batch markers);
+    replicas sharing ratios use the same prefix, separate deployments different ones."""
     redis_sync_interval_s: Annotated[float, Field(gt=0.0, le=3600.0)] = 1.0
     """How often queued observations are pushed and all shared ratios pulled into the local cache."""
-    redis_timeout_s: Annotated[float, Field(gt=0.0, le=60.0)] = 0.5
+    redis_timeout_s: Annotated[float, Field(gt=0.0, le=60.0)] = 1.0
     """Connect and per-command timeout of Redis operations (they never run on the request path)."""
     redis_queue_max: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
     """Observations buffered while Redis is unreachable; beyond this the oldest are dropped (counted)."""

@@ -4,10 +4,12 @@ The request path never waits for Redis. Each replica keeps a local
 :class:`~extproc.calibration.InMemoryRatioStore` that ``get`` reads and ``observe`` updates at
 once; every observation is also queued and a background task, every ``sync_interval_s``:
 
-1. **pushes** queued observations in one batch to a Lua script that applies the same EMA as
+1. **pushes** queued observations in batches to a Lua script that applies the same EMA as
    :func:`~extproc.calibration.ema_update` atomically on the server (EVALSHA; the script is
-   (re)loaded automatically, e.g. after a Redis restart), then
-2. **pulls** every shared ratio (SCAN + HMGET) into the local cache, re-folding the observations
+   (re)loaded automatically, e.g. after a Redis restart). Each batch carries an id the script
+   records (``SET NX``, 1 h TTL), so a batch retried after a lost reply is applied once; then
+2. **pulls** the shared ratios into the local cache when they changed (one ``GET`` of a version
+   counter the script increments; one ``HGETALL`` when it moved), re-folding the observations
    still queued locally so a replica always sees its own writes.
 
 Consistency model: eventual. The shared state of a key is the EMA of all observations of all
@@ -21,8 +23,9 @@ Redis unavailable: routing continues on the local cache; the failure is logged o
 ``queue_max`` (oldest dropped first, counted); retries back off from 0.1 s to 5 s; on recovery the
 queue is flushed and pulls resume.
 
-Redis layout: one hash per key, ``{prefix}{category}:{model}`` with fields ``mean_bpt``,
-``dev_bpt`` (decimal strings, bytes/token) and ``samples`` (integer).
+Redis layout (``prefix`` defaults to ``tbr:``): hash ``{prefix}ratios`` with one field per key,
+``{category}:{model}`` → ``"{mean_bpt} {dev_bpt} {samples}"`` (bytes/token as ``%.17g``, count);
+``{prefix}ratios-version`` (integer, +1 per applied batch); ``{prefix}batch:{id}`` markers.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import contextlib
 import logging
 import math
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -49,16 +53,25 @@ __all__ = ["EMA_BATCH_LUA", "RedisRatioStore"]
 log = logging.getLogger(__name__)
 
 EMA_BATCH_LUA = """
--- KEYS[i]: ratio hash; ARGV[1]: beta; ARGV[2]: initial relative deviation;
--- ARGV[2+i]: observed bytes/token for KEYS[i]. Applied in order, atomically.
+-- KEYS[1]: marker of this batch (idempotent retries); KEYS[2]: ratios hash; KEYS[3]: version.
+-- ARGV[1]: beta; ARGV[2]: initial relative deviation; ARGV[3]: marker TTL (s);
+-- ARGV[2+2i], ARGV[3+2i]: field and observed bytes/token of observation i (i = 1..n).
+-- Applied in order, atomically, at most once per batch id.
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', tonumber(ARGV[3])) then
+  return 0
+end
 local beta = tonumber(ARGV[1])
 local rel = tonumber(ARGV[2])
-for i, key in ipairs(KEYS) do
-  local c = tonumber(ARGV[2 + i])
-  local v = redis.call('HMGET', key, 'mean_bpt', 'dev_bpt', 'samples')
-  local mean = tonumber(v[1])
-  local dev = tonumber(v[2])
-  local n = tonumber(v[3])
+local n_obs = (#ARGV - 3) / 2
+for i = 1, n_obs do
+  local field = ARGV[2 + 2 * i]
+  local c = tonumber(ARGV[3 + 2 * i])
+  local mean, dev, n = nil, nil, nil
+  local v = redis.call('HGET', KEYS[2], field)
+  if v then
+    local a, b, k = string.match(v, '^(%S+) (%S+) (%S+)$')
+    mean, dev, n = tonumber(a), tonumber(b), tonumber(k)
+  end
   if mean == nil or dev == nil or n == nil or n < 1 then
     mean = c
     dev = c * rel
@@ -68,13 +81,14 @@ for i, key in ipairs(KEYS) do
     mean = beta * mean + (1 - beta) * c
     n = n + 1
   end
-  redis.call('HSET', key, 'mean_bpt', string.format('%.17g', mean),
-             'dev_bpt', string.format('%.17g', dev), 'samples', string.format('%d', n))
+  redis.call('HSET', KEYS[2], field, string.format('%.17g %.17g %d', mean, dev, n))
 end
-return #KEYS
+redis.call('INCR', KEYS[3])
+return n_obs
 """
 
 _BATCH_MAX = 512
+_BATCH_MARKER_TTL_S = 3600
 _BACKOFF_MIN_S = 0.1
 _BACKOFF_MAX_S = 5.0
 
@@ -102,9 +116,9 @@ class RedisRatioStore:
         url: str,
         beta: float,
         metrics: RouterMetrics,
-        key_prefix: str = "tbr:ratio:",
+        key_prefix: str = "tbr:",
         sync_interval_s: float = 1.0,
-        timeout_s: float = 0.5,
+        timeout_s: float = 1.0,
         queue_max: int = 10_000,
         max_keys: int = 4096,
         client: aioredis.Redis | None = None,
@@ -122,6 +136,11 @@ class RedisRatioStore:
         self._client = client
         self._script: Any = None
         self._queue: deque[tuple[RatioKey, float]] = deque()
+        self._batch: list[tuple[RatioKey, float]] = []
+        """The batch being pushed; kept (with its id) until Redis confirms it, then retried as is."""
+        self._batch_id = ""
+        self._version: str | None = None
+        """Version counter value of the last pull (None: pull everything next time)."""
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.up = False
@@ -151,11 +170,11 @@ class RedisRatioStore:
             ValueError: ``c_obs`` is not a positive finite number (nothing is queued).
         """
         state = self.local.observe(key, c_obs)
-        if len(self._queue) >= self.queue_max:
+        if self._queue and len(self._queue) >= self.queue_max:
             self._queue.popleft()
             self.metrics.store_dropped.inc()
         self._queue.append((key, c_obs))
-        self.metrics.store_queue.set(len(self._queue))
+        self.metrics.store_queue.set(self.queue_length)
         return state
 
     def items(self) -> list[tuple[RatioKey, RatioState]]:
@@ -164,8 +183,8 @@ class RedisRatioStore:
 
     @property
     def queue_length(self) -> int:
-        """Observations not yet pushed to Redis."""
-        return len(self._queue)
+        """Observations not yet confirmed by Redis (at most ``queue_max`` + one batch)."""
+        return len(self._queue) + len(self._batch)
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -183,6 +202,7 @@ class RedisRatioStore:
         self._script = self._client.register_script(EMA_BATCH_LUA)
         await self.sync_once()
         self._task = asyncio.create_task(self._run(), name="redis-ratio-sync")
+        self._task.add_done_callback(_log_unexpected_end)
 
     async def close(self) -> None:
         """Stop the background task, try one last push (bounded by the timeout), disconnect."""
@@ -192,11 +212,13 @@ class RedisRatioStore:
                 await self._task
             self._task = None
         if self._client is not None:
-            if self._queue:
+            if self.queue_length:
                 try:
                     await asyncio.wait_for(self._push(), timeout=max(self.timeout_s, 0.1) * 2)
                 except (RedisError, OSError, TimeoutError) as exc:
-                    log.warning("could not push %d ratio observations at shutdown: %s", len(self._queue), exc)
+                    log.warning(
+                        "could not push %d ratio observations at shutdown: %s", self.queue_length, exc
+                    )
             await self._client.aclose()
             self._client = None
 
@@ -217,7 +239,9 @@ class RedisRatioStore:
             backoff = _BACKOFF_MIN_S if ok else min(backoff * 2, _BACKOFF_MAX_S)
 
     async def sync_once(self) -> bool:
-        """Push queued observations, then pull every shared ratio. Returns True on success."""
+        """Push queued observations, then pull every shared ratio. Returns True on success.
+
+        Never raises (except cancellation): the background task must outlive any failure."""
         op = "push"
         try:
             await self._push()
@@ -226,6 +250,11 @@ class RedisRatioStore:
         except (RedisError, OSError, TimeoutError) as exc:
             self.metrics.store_errors.labels(op).inc()
             self._set_up(False, f"{op}: {exc.__class__.__name__}: {exc}")
+            return False
+        except Exception as exc:  # a bug or an unexpected reply: count, log with traceback, go on
+            self.metrics.store_errors.labels(op).inc()
+            log.exception("unexpected error syncing the shared ratio store (%s)", op)
+            self._set_up(False, f"{op}: {exc.__class__.__name__}")
             return False
         self._set_up(True, "")
         self.last_sync_ok_s = time.time()
@@ -252,74 +281,86 @@ class RedisRatioStore:
             url = f"{scheme}://***@{rest.rpartition('@')[2]}"
         return url
 
-    def _hash_key(self, key: RatioKey) -> str:
-        model, category = key
-        return f"{self.prefix}{category}:{model}"
-
     async def _push(self) -> None:
+        """Send queued observations in batches. A batch that failed (even if Redis applied it
+        before the reply was lost) is retried with the same id, which the script applies at
+        most once: observations are applied exactly once while markers live (1 h)."""
         assert self._script is not None
-        while self._queue:
-            batch = [self._queue.popleft() for _ in range(min(_BATCH_MAX, len(self._queue)))]
-            try:
-                await self._script(
-                    keys=[self._hash_key(k) for k, _ in batch],
-                    args=[repr(self.beta), repr(INITIAL_REL_DEV), *(repr(c) for _, c in batch)],
-                )
-            except BaseException:
-                # Put the batch back in front (oldest first); trim the oldest beyond the bound.
-                self._queue.extendleft(reversed(batch))
-                while len(self._queue) > self.queue_max:
-                    self._queue.popleft()
-                    self.metrics.store_dropped.inc()
-                raise
-            finally:
-                self.metrics.store_queue.set(len(self._queue))
+        while self._batch or self._queue:
+            if not self._batch:
+                self._batch = [self._queue.popleft() for _ in range(min(_BATCH_MAX, len(self._queue)))]
+                self._batch_id = uuid.uuid4().hex
+            batch = self._batch
+            args: list[object] = [repr(self.beta), repr(INITIAL_REL_DEV), _BATCH_MARKER_TTL_S]
+            for (model, category), c in batch:
+                args += [f"{category}:{model}", repr(c)]
+            await self._script(
+                keys=[f"{self.prefix}batch:{self._batch_id}", self._hash, self._version_key], args=args
+            )
+            self._batch = []
             self.metrics.store_pushed.inc(len(batch))
+            self.metrics.store_queue.set(self.queue_length)
+
+    @property
+    def _hash(self) -> str:
+        return f"{self.prefix}ratios"
+
+    @property
+    def _version_key(self) -> str:
+        return f"{self.prefix}ratios-version"
 
     async def _pull(self) -> None:
+        """Refresh the local cache from Redis if the shared version moved since the last pull."""
         client = self._client
         assert client is not None
         t0 = time.perf_counter()
-        names: list[str] = []
-        async for name in client.scan_iter(match=f"{self.prefix}*", count=1000):
-            if len(names) >= self.max_keys:
+        version = _text(await client.get(self._version_key))
+        if version is not None and version == self._version:
+            return
+        rows = {_text(f) or "": _text(v) or "" for f, v in (await client.hgetall(self._hash)).items()}
+        pending: dict[RatioKey, list[float]] = {}
+        for k, c in (*self._batch, *self._queue):
+            pending.setdefault(k, []).append(c)
+        accepted = 0
+        for field, value in rows.items():
+            category, sep, model = field.partition(":")
+            state = _parse_state(value)
+            if not sep or not category or not model or state is None:
+                continue
+            key = (model, category)
+            if self.local.get(key) is None and accepted >= self.max_keys:
                 if not self._cap_logged:
                     log.warning("more than %d shared ratio keys; ignoring the rest", self.max_keys)
                     self._cap_logged = True
-                break
-            names.append(name)
-        pipe = client.pipeline(transaction=False)
-        for name in names:
-            pipe.hmget(name, "mean_bpt", "dev_bpt", "samples")
-        rows = await pipe.execute() if names else []
-        pending: dict[RatioKey, list[float]] = {}
-        for k, c in self._queue:
-            pending.setdefault(k, []).append(c)
-        for name, row in zip(names, rows, strict=True):
-            key = self._parse_key(name)
-            state = _parse_state(row)
-            if key is None or state is None:
                 continue
+            accepted += 1
             for c in pending.get(key, ()):
                 state = ema_update(state, c, self.beta)
             if self.local.get(key) != state:
                 self.local.put(key, state)
                 if self.on_update is not None:
                     self.on_update(key)
+        self._version = version
         self.metrics.store_sync_seconds.observe(time.perf_counter() - t0)
 
-    def _parse_key(self, name: str) -> RatioKey | None:
-        category, sep, model = name[len(self.prefix) :].partition(":")
-        if not sep or not category or not model:
-            return None
-        return (model, category)
+
+def _log_unexpected_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("shared ratio store sync task died", exc_info=task.exception())
 
 
-def _parse_state(row: list[str | None]) -> RatioState | None:
-    """A RatioState from ``[mean_bpt, dev_bpt, samples]`` strings, or None if malformed."""
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _parse_state(value: str) -> RatioState | None:
+    """A RatioState from ``"{mean_bpt} {dev_bpt} {samples}"``, or None if malformed."""
+    parts = value.split(" ")
+    if len(parts) != 3:
+        return None
     try:
-        mean, dev, n = float(row[0] or "nan"), float(row[1] or "nan"), int(row[2] or "0")
-    except (TypeError, ValueError):
+        mean, dev, n = float(parts[0]), float(parts[1]), int(parts[2])
+    except ValueError:
         return None
     if not (mean > 0 and math.isfinite(mean) and dev >= 0 and math.isfinite(dev) and n >= 1):
         return None

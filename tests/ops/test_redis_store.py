@@ -80,13 +80,14 @@ async def test_server_side_ema_matches_local_formula(redis_server: RedisServer) 
             reference.observe(("m", "code"), c)
         assert await store.sync_once()
         client = aioredis.from_url(redis_server.url, decode_responses=True)
-        raw = await client.hgetall("tbr:ratio:code:m")
+        mean, dev, samples = (await client.hget("tbr:ratios", "code:m")).split()
+        version = await client.get("tbr:ratios-version")
         await client.aclose()
         ref = reference.get(("m", "code"))
         assert ref is not None
-        assert float(raw["mean_bpt"]) == pytest.approx(ref.mean_bpt, rel=1e-12)
-        assert float(raw["dev_bpt"]) == pytest.approx(ref.dev_bpt, rel=1e-12)
-        assert int(raw["samples"]) == 5
+        assert float(mean) == pytest.approx(ref.mean_bpt, rel=1e-12)
+        assert float(dev) == pytest.approx(ref.dev_bpt, rel=1e-12)
+        assert int(samples) == 5 and version == "1"  # one batch
         assert store.get(("m", "code")) == pytest.approx(ref)  # local cache pulled back
     finally:
         await store.close()
@@ -114,9 +115,9 @@ async def test_redis_down_keeps_routing_counts_and_recovers(redis_server: RedisS
 
         await wait_for(recovered, timeout_s=8.0)
         client = aioredis.from_url(redis_server.url, decode_responses=True)
-        raw = await client.hgetall("tbr:ratio:latin:m")
+        value = await client.hget("tbr:ratios", "latin:m")
         await client.aclose()
-        assert int(raw["samples"]) == 3
+        assert int(value.split()[2]) == 3
         assert "tbr_ratio_store_up 1.0" in await _metrics(app.admin_port)
 
 
@@ -129,6 +130,27 @@ async def test_unreachable_redis_at_start_still_serves() -> None:
         assert time.monotonic() - t0 < 3.0
         assert app.redis is not None and not app.redis.up
         assert await route_of(app.grpc_port, "hello") == "short"
+
+
+async def test_retried_batch_is_applied_once(redis_server: RedisServer) -> None:
+    """A batch whose reply was lost is retried with the same id and not applied twice."""
+    store = RedisRatioStore(url=redis_server.url, beta=0.9, metrics=RouterMetrics(), sync_interval_s=60)
+    await store.start()
+    try:
+        store.observe(("m", "latin"), 4.0)
+        store._batch = [store._queue.popleft()]
+        store._batch_id = "fixed-id"
+        assert await store.sync_once()  # applied; pretend the reply was lost:
+        store._batch = [(("m", "latin"), 4.0)]
+        store._batch_id = "fixed-id"
+        assert await store.sync_once()
+        assert store.queue_length == 0
+        client = aioredis.from_url(redis_server.url, decode_responses=True)
+        value = await client.hget("tbr:ratios", "latin:m")
+        await client.aclose()
+        assert int(value.split()[2]) == 1
+    finally:
+        await store.close()
 
 
 def test_queue_is_bounded_drop_oldest() -> None:
