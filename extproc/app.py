@@ -129,7 +129,11 @@ class RouterApp:
                 n = self.memory.load_snapshot(snap)
                 log.info("restored %d learned ratios from %s", n, snap)
             except ValueError as exc:
-                log.error("ignoring ratio snapshot: %s", exc)
+                # Keep the bad file for inspection instead of overwriting it at shutdown.
+                aside = Path(f"{snap}.invalid")
+                with contextlib.suppress(OSError):
+                    Path(snap).replace(aside)  # noqa: ASYNC240 (once, at start)
+                log.error("ignoring ratio snapshot (moved to %s): %s", aside, exc)
         if self.redis is not None:
             self.redis.on_update = self._publish
             await self.redis.start()
@@ -230,7 +234,11 @@ class RouterApp:
             self._decision_log.close()
 
     async def __aenter__(self) -> RouterApp:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()  # release whatever started (listeners, Redis task, files)
+            raise
         return self
 
     async def __aexit__(

@@ -136,3 +136,53 @@ async def test_snapshot_round_trip_across_restarts(tmp_path: Path) -> None:
         assert await ratios(second.admin_port) == learned
         text = (await admin_get(second.admin_port, "/metrics")).text
         assert 'tbr_ratio_samples{category="latin",model="m"} 3.0' in text
+
+
+async def test_invalid_snapshot_is_kept_aside_not_overwritten(tmp_path: Path) -> None:
+    from extproc.app import RouterApp
+    from extproc.config import parse_config
+
+    snap = tmp_path / "r.json"
+    snap.write_text("{not json")
+    cfg = parse_config({"pools": POOLS, "calibration": {"snapshot_path": str(snap)}})
+    async with RouterApp(cfg, grpc_port=0, admin_port=0):
+        pass
+    assert (tmp_path / "r.json.invalid").read_text() == "{not json"
+    assert json.loads(snap.read_text())["ratios"] == []
+
+
+def test_serve_rejects_invalid_config_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    from extproc.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("pools: []\nserver: {grpc_port: 70000}\n")
+    root = logging.getLogger()
+    saved = (root.level, list(root.handlers))
+    try:
+        assert main(["serve", "--config", str(bad)]) == 2
+    finally:
+        root.handlers[:] = saved[1]
+        root.setLevel(saved[0])
+    err = capsys.readouterr().err
+    assert "pools" in err and "server.grpc_port" in err
+
+
+async def test_busy_admin_port_fails_start_and_releases_grpc(tmp_path: Path) -> None:
+    import socket
+
+    from extproc.app import RouterApp
+    from extproc.config import parse_config
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        cfg = parse_config({"pools": POOLS})
+        app = RouterApp(cfg, grpc_port=0, admin_port=busy.getsockname()[1])
+        with pytest.raises(OSError):
+            async with app:
+                pass
+    assert app.grpc is not None
+    with pytest.raises(grpc.RpcError):  # the gRPC listener was closed again
+        health(app.grpc_port, "")
