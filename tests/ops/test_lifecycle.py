@@ -68,6 +68,18 @@ def test_sigterm_drains_inflight_stream_and_writes_snapshot(served) -> None:  # 
     assert health(grpc_port, "") == "SERVING"
     assert health(grpc_port, EXT_PROC_SERVICE) == "SERVING"
 
+    # SIGHUP reloads the file (the watcher is off: --no-watch).
+    cfg_path = tmp_path / "router.yaml"
+    cfg = yaml.safe_load(cfg_path.read_text())
+    cfg["pools"][0]["max_model_len"] = 4096
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 5
+    while 'tbr_config_reloads_total{outcome="applied"} 1.0' not in httpx.get(f"{admin}/metrics").text:
+        assert time.monotonic() < deadline, "SIGHUP did not reload"
+        time.sleep(0.05)
+    assert "tbr_config_generation 2.0" in httpx.get(f"{admin}/metrics").text
+
     text = SECRET + ("The quick brown fox jumps over the lazy dog. " * 40)
     with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
         stub = pb_grpc.ExternalProcessorStub(ch)
