@@ -160,6 +160,14 @@ class RouterApp:
         """Build a Router for ``cfg`` on the shared store and metrics and make it current."""
         self.store.beta = cfg.calibration.ema_beta
         router = Router(cfg, store=self.store, metrics=self.metrics, decision_log=self._decision_log)
+        # Models already learned keep their keys across reloads/restarts (most observed first),
+        # so the bounded model set (estimator.max_models) does not grow with each reload.
+        samples: dict[str, int] = {}
+        for (model, _), state in self.store.items():
+            samples[model] = samples.get(model, 0) + state.samples
+        for model in sorted(samples, key=lambda m: -samples[m]):
+            if model != "_other":
+                router.estimator.model_key(model)
         for key, _ in self.store.items():
             router.publish_ratio(*key)
         self.router = router

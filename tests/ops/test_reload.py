@@ -83,3 +83,14 @@ async def test_invalid_config_keeps_running_one_and_is_counted(tmp_path: Path) -
         assert 'tbr_config_reloads_total{outcome="invalid"} 1.0' in metrics
         assert 'tbr_config_reloads_total{outcome="applied"} 1.0' in metrics
         assert 'tbr_config_reloads_total{outcome="unchanged"} 1.0' in metrics
+
+
+async def test_model_keys_survive_reloads(tmp_path: Path) -> None:
+    """Reloads do not reset the bounded model-key map (max_models stays a bound)."""
+    cfg_path = tmp_path / "router.yaml"
+    cfg_path.write_text(yaml.safe_dump({"pools": POOLS, "estimator": {"max_models": 1}}))
+    async with RouterApp(load_config(cfg_path), grpc_port=0, admin_port=0, config_path=cfg_path) as app:
+        await calibrate(app.grpc_port, "hello there " * 40, prompt_tokens=130)  # model "m"
+        assert app.request_reload() == "applied"
+        assert app.current_router().estimator.model_key("m") == "m"
+        assert app.current_router().estimator.model_key("another") == "_other"
