@@ -24,7 +24,7 @@ import tempfile
 import time
 import timeit
 
-from extproc.calibration import InMemoryRatioStore
+from extproc.calibration import InMemoryRatioStore, LearnerParams
 from extproc.metrics import RouterMetrics
 from extproc.redis_store import RedisRatioStore
 
@@ -77,7 +77,7 @@ def start_redis(port: int, tmp: str) -> subprocess.Popen[bytes]:
 async def main(url: str) -> dict[str, object]:
     out: dict[str, object] = {}
     mem = InMemoryRatioStore(beta=0.9)
-    red = RedisRatioStore(url=url, beta=0.9, metrics=RouterMetrics(), queue_max=10_000_000)
+    red = RedisRatioStore(url=url, params=LearnerParams(), metrics=RouterMetrics(), queue_max=10_000_000)
     keys = [(f"model-{i % 32}", f"cat-{i // 32}") for i in range(384)]  # 32 models x 12 categories
 
     def obs(store: InMemoryRatioStore | RedisRatioStore) -> None:
@@ -116,8 +116,12 @@ async def main(url: str) -> dict[str, object]:
 
     prop: dict[str, float] = {}
     for interval in (0.05, 0.2, 1.0):
-        a = RedisRatioStore(url=url, beta=0.9, metrics=RouterMetrics(), sync_interval_s=interval)
-        b = RedisRatioStore(url=url, beta=0.9, metrics=RouterMetrics(), sync_interval_s=interval)
+        a = RedisRatioStore(
+            url=url, params=LearnerParams(), metrics=RouterMetrics(), sync_interval_s=interval
+        )
+        b = RedisRatioStore(
+            url=url, params=LearnerParams(), metrics=RouterMetrics(), sync_interval_s=interval
+        )
         await a.start()
         await b.start()
         samples = []

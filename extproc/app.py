@@ -24,16 +24,19 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+import httpx
 import uvicorn
 
 from extproc.admin import build_admin_app
 from extproc.calibration import InMemoryRatioStore
 from extproc.categories import CATEGORIES
 from extproc.config import RouterConfig
+from extproc.load import LoadMetrics, LoadTracker
 from extproc.metrics import RouterMetrics
 from extproc.redis_store import RedisRatioStore
 from extproc.reload import ConfigReloader
 from extproc.router import Router
+from extproc.scrape import PoolScraper
 from extproc.server import GrpcServer, start_grpc_server
 
 __all__ = ["RouterApp"]
@@ -59,6 +62,8 @@ class RouterApp:
         admin_port: override of ``config.admin.port`` (0 = any free port).
         config_path: the file ``config`` came from; enables reloads.
         watch_config: reload when ``config_path`` changes (needs ``config_path``).
+        http_client: client for scraping pool ``/metrics`` (spillover); one is built (and
+            closed on stop) when None and a scrape is configured.
 
     Building it does no I/O.
     """
@@ -71,6 +76,7 @@ class RouterApp:
         admin_port: int | None = None,
         config_path: str | Path | None = None,
         watch_config: bool = False,
+        http_client: httpx.AsyncClient | None = None,
     ) -> None:
         self.config = config
         self._grpc_port_req = grpc_port
@@ -86,7 +92,7 @@ class RouterApp:
         if cal.redis_url:
             self.redis = RedisRatioStore(
                 url=cal.redis_url,
-                beta=cal.ema_beta,
+                params=InMemoryRatioStore.from_config(cal).params,
                 metrics=self.metrics,
                 key_prefix=cal.redis_key_prefix,
                 sync_interval_s=cal.redis_sync_interval_s,
@@ -96,10 +102,14 @@ class RouterApp:
             )
             self.store = self.redis
         else:
-            self.memory = InMemoryRatioStore(beta=cal.ema_beta)
+            self.memory = InMemoryRatioStore.from_config(cal)
             self.store = self.memory
             self.metrics.store_up.set(1)  # nothing shared that could be down
         self.reloader: ConfigReloader | None = None
+        self.load = LoadTracker(LoadMetrics(self.metrics.registry))
+        self._http_client = http_client
+        self._own_http_client = False
+        self.scraper: PoolScraper | None = None
         self._decision_log: IO[bytes] | None = None
         self.router: Router | None = None
         self.grpc: GrpcServer | None = None
@@ -140,6 +150,7 @@ class RouterApp:
         if cfg.decision_log_path:
             self._decision_log = open(cfg.decision_log_path, "ab")  # noqa: SIM115, ASYNC230 (closed in stop(); once at start)
         self._install(cfg)
+        self._start_scraper()
         self.grpc = await start_grpc_server(cfg.server, self.current_router, port=self._grpc_port_req)
         self.grpc_port = self.grpc.port
         if cfg.admin.enabled:
@@ -158,8 +169,12 @@ class RouterApp:
 
     def _install(self, cfg: RouterConfig) -> None:
         """Build a Router for ``cfg`` on the shared store and metrics and make it current."""
-        self.store.beta = cfg.calibration.ema_beta
-        router = Router(cfg, store=self.store, metrics=self.metrics, decision_log=self._decision_log)
+        params = InMemoryRatioStore.from_config(cfg.calibration).params
+        self.store.beta = params.beta
+        self.store.params = params
+        router = Router(
+            cfg, store=self.store, metrics=self.metrics, decision_log=self._decision_log, load=self.load
+        )
         # Models already learned keep their keys across reloads/restarts (most observed first),
         # so the bounded model set (estimator.max_models) does not grow with each reload.
         samples: dict[str, int] = {}
@@ -192,6 +207,17 @@ class RouterApp:
             out["redis_up"] = self.redis.up
             out["redis_queue_length"] = self.redis.queue_length
         return out
+
+    def _start_scraper(self) -> None:
+        """Scrape pool /metrics when spillover is on and some pool has a ``metrics_url``."""
+        cfg = self.config
+        if not cfg.spillover.enabled or not any(p.metrics_url for p in cfg.pools):
+            return
+        if self._http_client is None:
+            self._http_client = httpx.AsyncClient(timeout=cfg.spillover.scrape_timeout_s)
+            self._own_http_client = True
+        self.scraper = PoolScraper(cfg.pools, cfg.spillover, self.load, self._http_client)
+        self.scraper.start()
 
     async def _start_admin(self) -> None:
         cfg = self.config.admin
@@ -231,6 +257,10 @@ class RouterApp:
             self._admin_sock.close()
         if self.redis is not None:
             await self.redis.close()
+        if self.scraper is not None:
+            await self.scraper.stop()
+        if self._own_http_client and self._http_client is not None:
+            await self._http_client.aclose()
         snap = self.config.calibration.snapshot_path
         if snap and self.memory is not None:
             try:

@@ -4,8 +4,9 @@ The request path never waits for Redis. Each replica keeps a local
 :class:`~extproc.calibration.InMemoryRatioStore` that ``get`` reads and ``observe`` updates at
 once; every observation is also queued and a background task, every ``sync_interval_s``:
 
-1. **pushes** queued observations in batches to a Lua script that applies the same EMA as
-   :func:`~extproc.calibration.ema_update` atomically on the server (EVALSHA; the script is
+1. **pushes** queued observations in batches to a Lua script that applies the same learner as
+   :func:`~extproc.calibration.learn` (weighted EMA of ĉ and σ̂, low-quantile tracker) atomically
+   on the server (EVALSHA; the script is
    (re)loaded automatically, e.g. after a Redis restart). Each batch carries an id the script
    records (``SET NX``, 1 h TTL), so a batch retried after a lost reply is applied once; then
 2. **pulls** the shared ratios into the local cache when they changed (one ``GET`` of a version
@@ -24,7 +25,7 @@ Redis unavailable: routing continues on the local cache; the failure is logged o
 queue is flushed and pulls resume.
 
 Redis layout (``prefix`` defaults to ``tbr:``): hash ``{prefix}ratios`` with one field per key,
-``{category}:{model}`` → ``"{mean_bpt} {dev_bpt} {samples}"`` (bytes/token as ``%.17g``, count);
+``{category}:{model}`` → ``"{mean_bpt} {dev_bpt} {samples} {low_bpt}"`` (bytes/token as ``%.17g``);
 ``{prefix}ratios-version`` (integer, +1 per applied batch); ``{prefix}batch:{id}`` markers.
 """
 
@@ -45,7 +46,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from extproc.calibration import INITIAL_REL_DEV, InMemoryRatioStore, RatioKey, RatioState, ema_update
+from extproc.calibration import InMemoryRatioStore, LearnerParams, RatioKey, RatioState, learn
 from extproc.metrics import RouterMetrics
 
 __all__ = ["EMA_BATCH_LUA", "RedisRatioStore"]
@@ -53,35 +54,45 @@ __all__ = ["EMA_BATCH_LUA", "RedisRatioStore"]
 log = logging.getLogger(__name__)
 
 EMA_BATCH_LUA = """
+-- Server-side twin of extproc.calibration.learn (weighted EMA of the ratio and its absolute
+-- deviation, SGD tracker of the low log-residual quantile).
 -- KEYS[1]: marker of this batch (idempotent retries); KEYS[2]: ratios hash; KEYS[3]: version.
--- ARGV[1]: beta; ARGV[2]: initial relative deviation; ARGV[3]: marker TTL (s);
--- ARGV[2+2i], ARGV[3+2i]: field and observed bytes/token of observation i (i = 1..n).
+-- ARGV[1..5]: beta, quantile, quantile_step, initial_margin, initial_rel_dev; ARGV[6]: marker TTL;
+-- then per observation i = 1..n: ARGV[3i+4] field, ARGV[3i+5] bytes/token, ARGV[3i+6] weight.
 -- Applied in order, atomically, at most once per batch id.
-if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', tonumber(ARGV[3])) then
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', tonumber(ARGV[6])) then
   return 0
 end
-local beta = tonumber(ARGV[1])
-local rel = tonumber(ARGV[2])
-local n_obs = (#ARGV - 3) / 2
+local beta, qa, qstep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local margin, rel = tonumber(ARGV[4]), tonumber(ARGV[5])
+local n_obs = (#ARGV - 6) / 3
 for i = 1, n_obs do
-  local field = ARGV[2 + 2 * i]
-  local c = tonumber(ARGV[3 + 2 * i])
-  local mean, dev, n = nil, nil, nil
+  local field = ARGV[3 * i + 4]
+  local c = tonumber(ARGV[3 * i + 5])
+  local w = tonumber(ARGV[3 * i + 6])
+  local mean, dev, n, low = nil, nil, nil, nil
   local v = redis.call('HGET', KEYS[2], field)
   if v then
-    local a, b, k = string.match(v, '^(%S+) (%S+) (%S+)$')
-    mean, dev, n = tonumber(a), tonumber(b), tonumber(k)
+    local a, b, k, l = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
+    mean, dev, n, low = tonumber(a), tonumber(b), tonumber(k), tonumber(l)
   end
   if mean == nil or dev == nil or n == nil or n < 1 then
-    mean = c
-    dev = c * rel
-    n = 1
+    mean, dev, n, low = c, c * rel, 1, c * (1 - margin)
   else
-    dev = beta * dev + (1 - beta) * math.abs(c - mean)
-    mean = beta * mean + (1 - beta) * c
+    local mean0 = mean
+    local step = (1 - beta) * w
+    mean = mean0 + step * (c - mean0)
+    dev = dev + step * (math.abs(c - mean0) - dev)
+    local q
+    if low ~= nil and low > 0 then q = math.log(low / mean0) else q = math.log(1 - margin) end
+    local below = 0
+    if math.log(c / mean0) < q then below = 1 end
+    q = q + qstep * w * (qa - below)
+    if q > 0 then q = 0 end
     n = n + 1
+    low = mean * math.exp(q)
   end
-  redis.call('HSET', KEYS[2], field, string.format('%.17g %.17g %d', mean, dev, n))
+  redis.call('HSET', KEYS[2], field, string.format('%.17g %.17g %d %.17g', mean, dev, n, low))
 end
 redis.call('INCR', KEYS[3])
 return n_obs
@@ -98,7 +109,7 @@ class RedisRatioStore:
 
     Args:
         url: Redis URL (``redis://host:port/db``, ``unix:///path``).
-        beta: EMA decay β (also applied by the server-side script).
+        params: learner parameters (applied locally and by the server-side script).
         metrics: where store health is counted.
         key_prefix: prefix of the Redis hashes.
         sync_interval_s: push/pull period in seconds.
@@ -114,7 +125,7 @@ class RedisRatioStore:
         self,
         *,
         url: str,
-        beta: float,
+        params: LearnerParams,
         metrics: RouterMetrics,
         key_prefix: str = "tbr:",
         sync_interval_s: float = 1.0,
@@ -123,7 +134,7 @@ class RedisRatioStore:
         max_keys: int = 4096,
         client: aioredis.Redis | None = None,
     ) -> None:
-        self.local = InMemoryRatioStore(beta=beta)
+        self.local = InMemoryRatioStore(beta=params.beta, params=params)
         self.metrics = metrics
         self.prefix = key_prefix
         self.sync_interval_s = sync_interval_s
@@ -135,8 +146,8 @@ class RedisRatioStore:
         self._url = url
         self._client = client
         self._script: Any = None
-        self._queue: deque[tuple[RatioKey, float]] = deque()
-        self._batch: list[tuple[RatioKey, float]] = []
+        self._queue: deque[tuple[RatioKey, float, float]] = deque()
+        self._batch: list[tuple[RatioKey, float, float]] = []
         """The batch being pushed; kept (with its id) until Redis confirms it, then retried as is."""
         self._batch_id = ""
         self._version: str | None = None
@@ -152,28 +163,40 @@ class RedisRatioStore:
 
     @property
     def beta(self) -> float:
-        """EMA decay β used locally and sent with each pushed batch."""
+        """EMA decay β (local and server-side)."""
         return self.local.beta
 
     @beta.setter
     def beta(self, value: float) -> None:
         self.local.beta = value
 
+    @property
+    def params(self) -> LearnerParams:
+        """Learner parameters sent with each pushed batch and used locally (settable on reload)."""
+        return self.local.params
+
+    @params.setter
+    def params(self, value: LearnerParams) -> None:
+        self.local.params = value
+        self.local.beta = value.beta
+
     def get(self, key: RatioKey) -> RatioState | None:
         """See :meth:`extproc.calibration.RatioStore.get` (local cache, no I/O)."""
         return self.local.get(key)
 
-    def observe(self, key: RatioKey, c_obs: float) -> RatioState:
-        """Fold ``c_obs`` locally now and queue it for Redis (drop-oldest when full).
+    def observe(self, key: RatioKey, c_obs: float, weight: float = 1.0) -> RatioState:
+        """Fold ``c_obs`` (weight in (0, 1]) locally now and queue it for Redis (drop-oldest when
+        full).
 
         Raises:
             ValueError: ``c_obs`` is not a positive finite number (nothing is queued).
         """
-        state = self.local.observe(key, c_obs)
+        state = self.local.observe(key, c_obs, weight)
+        w = min(1.0, max(weight, 1e-6)) if math.isfinite(weight) else 1.0
         if self._queue and len(self._queue) >= self.queue_max:
             self._queue.popleft()
             self.metrics.store_dropped.inc()
-        self._queue.append((key, c_obs))
+        self._queue.append((key, c_obs, w))
         self.metrics.store_queue.set(self.queue_length)
         return state
 
@@ -291,9 +314,17 @@ class RedisRatioStore:
                 self._batch = [self._queue.popleft() for _ in range(min(_BATCH_MAX, len(self._queue)))]
                 self._batch_id = uuid.uuid4().hex
             batch = self._batch
-            args: list[object] = [repr(self.beta), repr(INITIAL_REL_DEV), _BATCH_MARKER_TTL_S]
-            for (model, category), c in batch:
-                args += [f"{category}:{model}", repr(c)]
+            p = self.params
+            args: list[object] = [
+                repr(p.beta),
+                repr(p.quantile),
+                repr(p.quantile_step),
+                repr(p.initial_margin),
+                repr(p.initial_rel_dev),
+                _BATCH_MARKER_TTL_S,
+            ]
+            for (model, category), c, w in batch:
+                args += [f"{category}:{model}", repr(c), repr(w)]
             await self._script(
                 keys=[f"{self.prefix}batch:{self._batch_id}", self._hash, self._version_key], args=args
             )
@@ -318,9 +349,9 @@ class RedisRatioStore:
         if version is not None and version == self._version:
             return
         rows = {_text(f) or "": _text(v) or "" for f, v in (await client.hgetall(self._hash)).items()}
-        pending: dict[RatioKey, list[float]] = {}
-        for k, c in (*self._batch, *self._queue):
-            pending.setdefault(k, []).append(c)
+        pending: dict[RatioKey, list[tuple[float, float]]] = {}
+        for k, c, w in (*self._batch, *self._queue):
+            pending.setdefault(k, []).append((c, w))
         accepted = 0
         for field, value in rows.items():
             category, sep, model = field.partition(":")
@@ -334,8 +365,8 @@ class RedisRatioStore:
                     self._cap_logged = True
                 continue
             accepted += 1
-            for c in pending.get(key, ()):
-                state = ema_update(state, c, self.beta)
+            for c, w in pending.get(key, ()):
+                state = learn(state, c, self.params, w)
             if self.local.get(key) != state:
                 self.local.put(key, state)
                 if self.on_update is not None:
@@ -354,14 +385,15 @@ def _text(value: bytes | str | None) -> str | None:
 
 
 def _parse_state(value: str) -> RatioState | None:
-    """A RatioState from ``"{mean_bpt} {dev_bpt} {samples}"``, or None if malformed."""
+    """A RatioState from ``"{mean_bpt} {dev_bpt} {samples} {low_bpt}"``, or None if malformed."""
     parts = value.split(" ")
-    if len(parts) != 3:
+    if len(parts) != 4:
         return None
     try:
-        mean, dev, n = float(parts[0]), float(parts[1]), int(parts[2])
+        mean, dev, n, low = float(parts[0]), float(parts[1]), int(parts[2]), float(parts[3])
     except ValueError:
         return None
-    if not (mean > 0 and math.isfinite(mean) and dev >= 0 and math.isfinite(dev) and n >= 1):
+    finite = math.isfinite(mean) and math.isfinite(dev) and math.isfinite(low)
+    if not (finite and mean > 0 and dev >= 0 and n >= 1 and 0.0 <= low <= mean):
         return None
-    return RatioState(mean, dev, n)
+    return RatioState(mean, dev, n, low)

@@ -5,8 +5,9 @@ builds a new :class:`~extproc.router.Router` that shares the running ratio store
 and swaps it in; streams already open keep the Router they started with. An invalid file keeps
 the running configuration (logged, counted in ``tbr_config_reloads_total{outcome="invalid"}``).
 
-Settings bound at start (listeners, TLS, Redis URL, snapshot path, decision log) are not
-changed by a reload; a changed value is logged as needing a restart and otherwise ignored.
+Settings bound at start (listeners, TLS, Redis settings, snapshot path, decision log, the pool
+``/metrics`` scraper) are not changed by a reload; a changed value is logged as needing a
+restart and otherwise ignored.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ def restart_only_changes(old: RouterConfig, new: RouterConfig) -> list[str]:
         changed.append("admin")
     if old.decision_log_path != new.decision_log_path:
         changed.append("decision_log_path")
+    # The pool /metrics scraper is started once (thresholds themselves do reload).
+    for field in ("enabled", "scrape_interval_s", "scrape_timeout_s"):
+        if getattr(old.spillover, field) != getattr(new.spillover, field):
+            changed.append(f"spillover.{field} (scraping)")
+    if [p.metrics_url for p in old.pools] != [p.metrics_url for p in new.pools]:
+        changed.append("pools[].metrics_url (scraping)")
     for field in (
         "redis_url",
         "redis_key_prefix",

@@ -8,6 +8,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from extproc.app import RouterApp
 from extproc.config import parse_config
+from extproc.load import LoadMetrics
 from extproc.metrics import RouterMetrics
 from tests.ops.conftest import REPO
 from tests.ops.streams import POOLS, admin_get, calibrate
@@ -30,9 +31,11 @@ def documented() -> dict[str, tuple[str, frozenset[str]]]:
 
 def test_every_metric_object_is_documented_with_its_type_and_labels() -> None:
     doc = documented()
+    metrics = RouterMetrics()
     code = {
         w._name: (w._type, frozenset(w._labelnames))
-        for w in vars(RouterMetrics()).values()
+        for group in (metrics, LoadMetrics(metrics.registry))
+        for w in vars(group).values()
         if isinstance(w, MetricWrapperBase)
     }
     assert code == doc
@@ -52,7 +55,7 @@ async def test_metrics_endpoint_exposes_every_documented_metric() -> None:
     want = {name + ("_total" if kind == "counter" else ""): kind for name, (kind, _) in documented().items()}
     assert exposed == want
     # Traffic produced samples with the documented labels.
-    assert re.search(r'^tbr_routing_decisions_total\{category="latin",pool="short",reason="fits"\} 1\.0$',
+    assert re.search(r'^tbr_routing_decisions_total\{category="[a-z_]+",pool="short",reason="fits"\} 1\.0$',
                      resp.text, flags=re.M)  # fmt: skip
     assert 'tbr_calibration_events_total{outcome="applied"} 1.0' in resp.text
     assert 'tbr_phase_processing_seconds_count{phase="request_body"} 1.0' in resp.text

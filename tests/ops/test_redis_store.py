@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from extproc.app import RouterApp
-from extproc.calibration import InMemoryRatioStore
+from extproc.calibration import InMemoryRatioStore, LearnerParams
 from extproc.config import parse_config
 from extproc.metrics import RouterMetrics
 from extproc.redis_store import RedisRatioStore
@@ -71,23 +71,25 @@ async def _metrics(port: int) -> str:
 async def test_server_side_ema_matches_local_formula(redis_server: RedisServer) -> None:
     """The Lua script and calibration.ema_update agree, observation by observation."""
     metrics = RouterMetrics()
-    store = RedisRatioStore(url=redis_server.url, beta=0.8, metrics=metrics, sync_interval_s=60)
-    reference = InMemoryRatioStore(beta=0.8)
+    params = LearnerParams(beta=0.8, quantile=0.2, quantile_step=0.05, initial_margin=0.1)
+    store = RedisRatioStore(url=redis_server.url, params=params, metrics=metrics, sync_interval_s=60)
+    reference = InMemoryRatioStore(beta=0.8, params=params)
     await store.start()
     try:
-        for c in (3.1, 4.7, 2.2, 5.0, 3.3):
-            store.observe(("m", "code"), c)
-            reference.observe(("m", "code"), c)
+        for c, w in ((3.1, 1.0), (4.7, 0.5), (2.2, 1.0), (5.0, 0.25), (3.3, 1.0), (1.9, 1.0)):
+            store.observe(("m", "code"), c, w)
+            reference.observe(("m", "code"), c, w)
         assert await store.sync_once()
         client = aioredis.from_url(redis_server.url, decode_responses=True)
-        mean, dev, samples = (await client.hget("tbr:ratios", "code:m")).split()
+        mean, dev, samples, low = (await client.hget("tbr:ratios", "code:m")).split()
         version = await client.get("tbr:ratios-version")
         await client.aclose()
         ref = reference.get(("m", "code"))
         assert ref is not None
         assert float(mean) == pytest.approx(ref.mean_bpt, rel=1e-12)
         assert float(dev) == pytest.approx(ref.dev_bpt, rel=1e-12)
-        assert int(samples) == 5 and version == "1"  # one batch
+        assert float(low) == pytest.approx(ref.low_bpt, rel=1e-12) and 0 < ref.low_bpt < ref.mean_bpt
+        assert int(samples) == 6 and version == "1"  # one batch
         assert store.get(("m", "code")) == pytest.approx(ref)  # local cache pulled back
     finally:
         await store.close()
@@ -134,14 +136,16 @@ async def test_unreachable_redis_at_start_still_serves() -> None:
 
 async def test_retried_batch_is_applied_once(redis_server: RedisServer) -> None:
     """A batch whose reply was lost is retried with the same id and not applied twice."""
-    store = RedisRatioStore(url=redis_server.url, beta=0.9, metrics=RouterMetrics(), sync_interval_s=60)
+    store = RedisRatioStore(
+        url=redis_server.url, params=LearnerParams(), metrics=RouterMetrics(), sync_interval_s=60
+    )
     await store.start()
     try:
         store.observe(("m", "latin"), 4.0)
         store._batch = [store._queue.popleft()]
         store._batch_id = "fixed-id"
         assert await store.sync_once()  # applied; pretend the reply was lost:
-        store._batch = [(("m", "latin"), 4.0)]
+        store._batch = [(("m", "latin"), 4.0, 1.0)]
         store._batch_id = "fixed-id"
         assert await store.sync_once()
         assert store.queue_length == 0
@@ -155,9 +159,9 @@ async def test_retried_batch_is_applied_once(redis_server: RedisServer) -> None:
 
 def test_queue_is_bounded_drop_oldest() -> None:
     metrics = RouterMetrics()
-    store = RedisRatioStore(url="redis://127.0.0.1:1/0", beta=0.9, metrics=metrics, queue_max=4)
+    store = RedisRatioStore(url="redis://127.0.0.1:1/0", params=LearnerParams(), metrics=metrics, queue_max=4)
     for i in range(10):
         store.observe(("m", "latin"), 1.0 + i)
     assert store.queue_length == 4
-    assert [c for _, c in store._queue] == [7.0, 8.0, 9.0, 10.0]
+    assert [c for _, c, _ in store._queue] == [7.0, 8.0, 9.0, 10.0]
     assert metrics.store_dropped._value.get() == 6
