@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from extproc.config import RouterConfig
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -79,3 +81,12 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+def same_routing_behaviour(a: RouterConfig, b: RouterConfig) -> bool:
+    """Equal except for what a deployment legitimately changes: listeners, Redis, snapshot."""
+    deploy_only = {"redis_url", "redis_key_prefix", "redis_sync_interval_s", "redis_timeout_s",
+                   "redis_queue_max", "snapshot_path"}  # fmt: skip
+    return a.model_dump(exclude={"server", "admin", "calibration"}) == b.model_dump(
+        exclude={"server", "admin", "calibration"}
+    ) and a.calibration.model_dump(exclude=deploy_only) == b.calibration.model_dump(exclude=deploy_only)

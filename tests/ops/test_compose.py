@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from extproc.config import load_config
-from tests.ops.conftest import REPO
+from tests.ops.conftest import REPO, same_routing_behaviour
 from tests.ops.test_metrics_doc import documented
 
 COMPOSE = REPO / "compose" / "docker-compose.yaml"
@@ -128,8 +128,7 @@ def test_router_config_in_compose(rendered: dict[str, Any]) -> None:
     compose_cfg = load_config(vol["source"])
     default_cfg = load_config(REPO / "config" / "router.yaml")
     # Same routing contract as the default config; listeners opened up only in the container.
-    assert compose_cfg.pools == default_cfg.pools
-    assert compose_cfg.routing_header == default_cfg.routing_header
+    assert same_routing_behaviour(compose_cfg, default_cfg)
     assert compose_cfg.admin.host == "0.0.0.0" and compose_cfg.server.grpc_host == "0.0.0.0"
     assert default_cfg.admin.host == "127.0.0.1" and default_cfg.server.grpc_host == "127.0.0.1"
     assert f"127.0.0.1:{compose_cfg.admin.port}/readyz" in " ".join(router["healthcheck"]["test"])

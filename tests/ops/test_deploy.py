@@ -16,7 +16,7 @@ from google.protobuf import json_format
 
 from extproc.config import RouterConfig, load_config, parse_config
 from extproc.server import EXT_PROC_SERVICE
-from tests.ops.conftest import REPO
+from tests.ops.conftest import REPO, same_routing_behaviour
 
 DEPLOY = REPO / "deploy"
 Key = tuple[str, str, str]  # (kind, namespace, name)
@@ -88,7 +88,7 @@ def test_services_select_pods_and_name_their_ports(docs: dict[Key, dict[str, Any
 
 def test_router_deployment_config_probes(docs: dict[Key, dict[str, Any]], router_cfg: RouterConfig) -> None:
     default = load_config(REPO / "config" / "router.yaml")
-    assert router_cfg.pools == default.pools and router_cfg.routing_header == default.routing_header
+    assert same_routing_behaviour(router_cfg, default)
     assert router_cfg.server.grpc_host == "0.0.0.0" and router_cfg.admin.host == "0.0.0.0"
     pod = pod_template(docs, "tbr", "tbr-router")
     (c,) = pod["spec"]["containers"]
