@@ -124,7 +124,7 @@ class RouterMetrics:
         )
         self.store_pushed = Counter(
             "tbr_ratio_store_pushed_observations",
-            "Observations applied to the shared store by its server-side EMA script.",
+            "Observations applied to the shared store by its server-side learner script.",
             registry=r,
         )
         self.store_dropped = Counter(
