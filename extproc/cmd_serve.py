@@ -13,10 +13,13 @@ import logging
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
-from extproc.app import RouterApp
 from extproc.config import ConfigError, load_config
 from extproc.logs import configure_logging
+
+if TYPE_CHECKING:  # imported in run(): `tbr --help` and the other subcommands skip gRPC's import cost
+    from extproc.app import RouterApp
 
 log = logging.getLogger("extproc.serve")
 
@@ -71,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"{args.config}: {exc}", file=sys.stderr)
         return 2
+    from extproc.app import RouterApp
+
     app = RouterApp(
         cfg,
         grpc_port=args.grpc_port,
