@@ -257,12 +257,32 @@ def simulate(
     mml = [ps.max_model_len for ps in pools]
     use_p2c = [ps.lb == "p2c" for ps in pools]
     rr = [0] * n_pools
-    inflight = [0] * n_pools
-    pool_size = [float(ps.instances) for ps in pools]
     heap: list[tuple[float, int, int, int, int]] = []
     seq = 0
     events = 0
     heappush, heappop = heapq.heappush, heapq.heappop
+
+    release = router.release
+
+    class _View:
+        """:class:`FleetView` over the live instances (read-only; KV extrapolated to ``now``)."""
+
+        now = 0.0
+
+        def waiting(self, i: int) -> float:
+            return float(sum(len(insts[g].queue) for g in pool_insts[i]))
+
+        def kv_cache_usage(self, i: int) -> float:
+            tot = 0.0
+            for g in pool_insts[i]:
+                inst = insts[g]
+                kv = inst.kv
+                if inst.n_active and inst.t_iter > 0:
+                    kv += inst.n_dec * (self.now - inst.t) / inst.t_iter
+                tot += min(1.0, max(0.0, kv / inst.cap))
+            return tot / len(pool_insts[i])
+
+    view = _View()
 
     def check(inst: _Inst) -> None:
         if not (-1e-6 <= inst.kv <= inst.cap + 1e-6):
@@ -293,7 +313,7 @@ def simulate(
                 inst.sum_ctx -= ctx[r]
                 inst.kv -= l_in[r] + l_out[r] - 1
                 done_t[r] = now
-                inflight[inst.pool] -= 1
+                release(inst.pool)
         if inst.n_active == 0:
             inst.kv = 0.0
             inst.sum_ctx = 0.0
@@ -398,17 +418,17 @@ def simulate(
         events += 1
         if bar is not None and idx % 10000 == 0:
             bar.update(10000)
-        if n_pools == 1:
-            pi = 0
-        else:
-            pi = router.route(budget[r], [inflight[i] / pool_size[i] for i in range(n_pools)])
+        view.now = t_arr
+        pi = router.route(budget[r], t_arr, view)
         total = l_in0[r] + l_out0[r]
         if total > mml[pi]:
             bigger = [j for j in range(pi + 1, n_pools) if total <= mml[j]]
             if not (retry_misrouted and bigger):
                 rejected[r] = True
+                release(pi)
                 continue
             misrouted[r] = True
+            router.move(pi, bigger[0])
             pi = bigger[0]
         ids = pool_insts[pi]
         if use_p2c[pi] and len(ids) > 1:
@@ -423,9 +443,9 @@ def simulate(
             inst = insts[gid]
         if len(inst.queue) >= inst.max_queue:
             rejected[r] = True
+            release(pi)
             continue
         served_pool[r] = pi
-        inflight[pi] += 1
         advance(inst, t_arr, None)
         milestones(inst, t_arr)
         inst.queue.append(r)
