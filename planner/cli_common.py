@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
@@ -34,11 +35,31 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clip-max-total-tokens", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", choices=sorted(PROFILES), default="llama3-70b-a100")
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive_int,
+        default=None,
+        help="enforce vLLM's per-iteration token budget (decodes + prefill chunks) in the DES",
+    )
 
 
-def profile_arg(name: str) -> PoolProfile:
-    """Profile by name (argparse already restricted the choices)."""
-    return PROFILES[name]
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be positive: {v}")
+    return v
+
+
+def profile_arg(name: str, max_num_batched_tokens: int | None = None) -> PoolProfile:
+    """Profile by name (argparse already restricted the choices), optionally with vLLM's
+    ``max_num_batched_tokens`` enforced (see :mod:`planner.des`)."""
+    prof = PROFILES[name]
+    if max_num_batched_tokens is not None:
+        prof = replace(prof, max_num_batched_tokens=max_num_batched_tokens)
+    return prof
 
 
 def load_normalized(args: argparse.Namespace) -> tuple[Trace, NormalizationReport]:

@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
             eprint(f"router config: two-pool baseline B = {short}, long max_model_len = {long_}")
     inp = PlanInputs(
         trace=trace,
-        profile=profile_arg(args.profile),
+        profile=profile_arg(args.profile, args.max_num_batched_tokens),
         short_max_tokens=short,
         long_max_model_len=long_,
         slo=Slo(args.slo_ttft_p99_s, args.slo_tpot_p99_s),

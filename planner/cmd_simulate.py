@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     except (TraceError, ValueError) as exc:
         eprint(f"error: {exc}")
         return 2
-    prof = profile_arg(args.profile)
+    prof = profile_arg(args.profile, args.max_num_batched_tokens)
     est_budget = None if est is None else est + trace.output_budget_tokens
     if sweep:
         inp = FleetInputs(

@@ -17,7 +17,12 @@ Model (one instance = one vLLM server of ``tp`` GPUs):
   exceed it, the most recently admitted request is preempted (vLLM recompute policy): its KV is
   freed and it goes back to the head of the waiting queue; on re-admission its prompt includes the
   tokens generated so far.
-- Admission (FCFS, head of line): while running < ``max_num_seqs`` and the prompt fits in the free KV.
+- Admission (FCFS, head of line): while running < ``max_num_seqs``, the prompt fits in the free KV
+  and, when the profile sets ``max_num_batched_tokens`` (vLLM's per-iteration token budget under
+  chunked prefill), the iteration's tokens — one per decoding sequence plus each prefilling
+  sequence's chunk — stay within it with the newcomer's chunk added. A request that does not fit
+  waits for a prefill to finish (vLLM V1 schedules decodes first, then prefill chunks into the
+  remaining budget; here a prefill keeps its fixed chunk size rather than taking a partial one).
   A waiting queue longer than ``max_queue_per_instance`` rejects the request (the gateway's 503); a
   request with ``input + output > max_model_len`` is rejected by the pool (vLLM's 400) and, when a
   larger pool exists, retried there (counted as a mis-route).
@@ -82,6 +87,7 @@ class _Inst:
         "max_queue",
         "max_seqs",
         "milestones",
+        "mnbt",
         "n_active",
         "n_dec",
         "next_v",
@@ -108,6 +114,8 @@ class _Inst:
         self.cap = float(prof.kv_capacity_tokens)
         self.watermark = spec.kv_watermark_fraction * self.cap
         self.max_seqs = spec.slots
+        mnbt = prof.max_num_batched_tokens
+        self.mnbt = math.inf if mnbt is None else float(mnbt)
         self.max_queue = spec.max_queue_per_instance
         self.v = 0.0
         self.t = 0.0
@@ -293,6 +301,10 @@ def simulate(
             raise SimInvariantError("running set and counter disagree")
         if inst.n_active == 0 and (abs(inst.kv) > 1e-6 or inst.queue):
             raise SimInvariantError("idle instance holds KV or has waiting requests")
+        if inst.n_active > 1 and inst.n_dec + inst.sum_pf > inst.mnbt + 1e-6 and inst.sum_pf > 1e-6:
+            raise SimInvariantError(
+                f"batched tokens {inst.n_dec + inst.sum_pf} over max_num_batched_tokens {inst.mnbt}"
+            )
 
     def milestones(inst: _Inst, now: float) -> None:
         ms = inst.milestones
@@ -349,9 +361,11 @@ def simulate(
             need = l_in[r]
             if inst.n_active and inst.kv + need > inst.cap - inst.watermark:
                 break
-            q.popleft()
             k_pf = -(-need // inst.chunk)
             rate = need / k_pf
+            if inst.n_active and inst.n_dec + inst.sum_pf + rate > inst.mnbt + 1e-9:
+                break  # max_num_batched_tokens: no room for its prefill chunk this iteration
+            q.popleft()
             pf_rate[r] = rate
             pv = inst.v + k_pf
             pf_v[r] = pv
