@@ -36,9 +36,15 @@ def add_parser(subparsers: Any) -> None:
         "--sweep", type=int, nargs="*", default=[2048, 4096, 8192, 16384, 32768], help="thresholds, tokens"
     )
     p.add_argument(
-        "--sweep-des-top", type=int, default=2, help="DES-verify this many cheapest sweep points besides B"
+        "--sweep-des-top", type=int, default=1, help="DES-verify this many cheapest sweep points besides B"
     )
     p.add_argument("--no-des", action="store_true", help="closed form and analytical sizing only")
+    p.add_argument(
+        "--size-tolerance",
+        type=float,
+        default=0.01,
+        help="stop the DES bisection within this fraction of the passing count (0 = exact, as tbr results)",
+    )
     p.add_argument(
         "--estimator-replay",
         default=None,
@@ -152,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
         router_config=cfg,
         spill_sweep=tuple(sweep),
         size_with_spillover=not args.no_spill_sizing,
+        size_rel_tol=max(0.0, args.size_tolerance),
         des=not args.no_des,
     )
     res = run_plan(inp, progress=eprint)

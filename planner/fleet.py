@@ -305,8 +305,13 @@ def plan_fleet(inp: FleetInputs, progress: Progress | None = None) -> dict[str, 
     t = inp.trace
     budget = t.budget_tokens if inp.est_budget_tokens is None else inp.est_budget_tokens
     pool_of = np.full(len(t), len(pools) - 1, dtype=np.int64)
+    total = t.total_tokens
     for i in range(len(pools) - 1, -1, -1):
         pool_of[np.asarray(budget <= pools[i].max_model_len)] = i
+    # the pool that serves each request: a misrouted one is retried on the next larger pool that fits
+    for i in range(len(pools) - 1):
+        over = (pool_of == i) & np.asarray(total > pools[i].max_model_len)
+        pool_of[over] = i + 1
     sizes: list[int] = []
     attainable = True
     for i, p in enumerate(pools):

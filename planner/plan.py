@@ -6,6 +6,7 @@ Nothing here prints or writes files.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +52,7 @@ class PlanInputs:
     router_config: RouterConfig | None = None
     spill_sweep: tuple[SpillSetting, ...] = ()
     size_with_spillover: bool = True
+    size_rel_tol: float = 0.0
     des: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -123,9 +125,12 @@ def _stepper(progress: Progress | None, label: str) -> Callable[[int, bool], Non
     if progress is None:
         return None
     report = progress
+    last = [time.perf_counter()]
 
     def step(k: int, ok: bool) -> None:
-        report(f"{label}: {k} instances -> {'ok' if ok else 'miss'}")
+        now = time.perf_counter()
+        report(f"{label}: {k} instances -> {'ok' if ok else 'miss'} ({now - last[0]:.0f} s)")
+        last[0] = now
 
     return step
 
@@ -140,6 +145,7 @@ def _homogeneous_des(inp: PlanInputs, start: int, progress: Progress | None) -> 
         start_instances=start,
         seed=inp.seed,
         on_step=_stepper(progress, "homogeneous"),
+        rel_tol=inp.size_rel_tol,
     )
     res = simulate(
         inp.trace,
@@ -161,7 +167,9 @@ def des_two_pool(
 ) -> dict[str, Any]:
     """Size the short and long pools on their sub-traces by DES, then verify the fleet jointly."""
     prof, t = inp.profile, inp.trace
-    short = _split(inp, threshold)
+    # sized on the requests each pool *serves*: an under-estimate routed short whose true total
+    # exceeds the short max_model_len is rejected there (vLLM's 400) and retried on the long pool
+    short = _split(inp, threshold) & np.asarray(t.total_tokens <= threshold)
     sizes = []
     slo_met = True
     for name, mask, mml, start in (
@@ -180,6 +188,7 @@ def des_two_pool(
             start_instances=max(1, start),
             seed=inp.seed,
             on_step=_stepper(progress, f"B={threshold} {name}"),
+            rel_tol=inp.size_rel_tol,
         )
         sizes.append(n)
         slo_met = slo_met and meets_slo(block, inp.slo)
