@@ -367,8 +367,14 @@ def plan_fleet(inp: FleetInputs, progress: Progress | None = None) -> dict[str, 
             "at_token_budget_sizes": _row(inp, label, sizes, res, sp),
         }
         if inp.size_with_spillover and attainable:
-            sized = _size_jointly(inp, scfg, sizes, progress)
-            res2, sp2 = _run(inp, scfg, sized)
-            entry["sized"] = _row(inp, label, sized, res2, sp2)
+            if not entry["at_token_budget_sizes"]["slo_met"]:
+                entry["sizing_skipped"] = (
+                    "spillover at this setting misses the SLO at the token-budget sizes (the pools it spills "
+                    "into are overloaded); the downward search cannot help, so no spillover size is given"
+                )
+            else:
+                sized = _size_jointly(inp, scfg, sizes, progress)
+                res2, sp2 = _run(inp, scfg, sized)
+                entry["sized"] = _row(inp, label, sized, res2, sp2)
         out["spillover"].append(entry)
     return out
