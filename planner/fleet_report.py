@@ -15,13 +15,13 @@ def format_rows(rows: list[dict[str, Any]], pool_names: list[str]) -> list[str]:
     """One line per fleet row (label, instances per pool, GPUs, $/yr, P50/P99 TTFT, spilled share, SLO)."""
     head = "/".join(pool_names)
     out = [
-        f"{'configuration':<50}{head:>20}{'GPUs':>7}{'$/yr':>14}{'P50 TTFT':>10}{'P99 TTFT':>10}"
+        f"{'configuration':<56}{head:>20}{'GPUs':>7}{'$/yr':>14}{'P50 TTFT':>10}{'P99 TTFT':>10}"
         f"{'spilled':>9}{'reject':>8}  SLO"
     ]
     for r in rows:
         sizes = "/".join(str(r["sizes"][n]) for n in pool_names)
         out.append(
-            f"{r['label'][:50]:<50}{sizes:>20}{r['gpus']:>7}{r['usd_per_year']:>14,.0f}{_s(r['p50_ttft_s']):>10}"
+            f"{r['label'][:56]:<56}{sizes:>20}{r['gpus']:>7}{r['usd_per_year']:>14,.0f}{_s(r['p50_ttft_s']):>10}"
             f"{_s(r['p99_ttft_s']):>10}{r['spilled_share']:>9.2%}{r['rejection_rate']:>8.4f}  {'met' if r['slo_met'] else 'MISSED'}"
         )
     return out
