@@ -156,3 +156,25 @@ def test_plan_router_config_three_pools_sizes_with_spillover(
     for e in fleet["spillover"]:
         assert e["sized"]["gpus"] <= tb["gpus"]
         assert e["sized"]["slo_met"]
+
+
+def test_estimator_replay_missing_corpus_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _parser().parse_args(
+        ["plan", "--trace", str(_cdf(tmp_path)), "--no-des", "--estimator-replay", str(tmp_path / "nodata")]
+    )
+    assert args.func(args) == 2
+    assert "prompt corpus not found" in capsys.readouterr().err
+
+
+def test_bad_spill_sweep_and_router_config_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "router.yaml"
+    bad.write_text("pools: []\n")
+    for extra in (["--spill-sweep", "max_waiting=abc"], ["--router-config", str(bad)]):
+        args = _parser().parse_args(["plan", "--trace", str(_cdf(tmp_path)), "--no-des", *extra])
+        assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert "not a number" in err and "pools" in err
