@@ -4,7 +4,9 @@ Phases, in the order Envoy sends them with envoy/envoy.yaml's processing mode:
 
 1. ``request_headers`` (SEND): remember ``:path``, ``:method`` and ``x-request-id``. Requests
    we do not budget (other paths or methods, or no body) are routed right here and the body is
-   skipped via ``mode_override``.
+   skipped via ``mode_override``. The calibration sample (``calibration.sample_rate``) is drawn
+   here: an unsampled request gets a ``mode_override`` that turns the response phases off, so
+   it costs Envoy and the router two messages instead of four (docs/performance.md).
 2. ``request_body`` (BUFFERED): parse, classify, estimate, choose the pool; answer with the
    routing header and ``clear_route_cache``. Unreadable bodies go to the largest pool.
 3. ``response_headers`` (SEND): on 2xx, ask for the body — BUFFERED for JSON, STREAMED for
@@ -76,6 +78,7 @@ class StreamProcessor:
         "request_id",
         "rng",
         "router",
+        "sampled",
         "status",
         "t_start",
     )
@@ -94,6 +97,7 @@ class StreamProcessor:
         self.status = 0
         self.prompt_tokens: int | None = None
         self.calibrated = False
+        self.sampled: bool | None = None
         self._sse: SSEUsageReader | None = None
         self._json_buf: bytearray | None = None
         self._decoder: StreamDecoder | None = None
@@ -163,7 +167,8 @@ class StreamProcessor:
             return self._route_fallback("unsupported_path", body=False)
         if msg.end_of_stream:
             return self._route_fallback("body_empty", body=False)
-        return R.CONTINUE_REQUEST_HEADERS
+        self.sampled = self._draw_sample()
+        return R.CONTINUE_REQUEST_HEADERS if self.sampled else R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
 
     def on_request_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
         """Budget the request and set the routing header (BUFFERED: the whole body at once)."""
@@ -199,13 +204,21 @@ class StreamProcessor:
 
     # -- response path ----------------------------------------------------------------------
 
-    def _wants_calibration(self) -> bool:
-        if self.budget is None or self.calibrated:
-            return False
+    def _draw_sample(self) -> bool:
+        """Whether this request's response is read for calibration (``calibration.sample_rate``)."""
         rate = self.router.config.calibration.sample_rate
         if rate >= 1.0:
             return True
+        if rate <= 0.0:
+            return False
         return (self.rng or random).random() < rate
+
+    def _wants_calibration(self) -> bool:
+        if self.budget is None or self.calibrated:
+            return False
+        if self.sampled is None:  # no request_headers seen (not Envoy's order): draw now
+            self.sampled = self._draw_sample()
+        return self.sampled
 
     def on_response_headers(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
         """On 2xx, ask Envoy for the body in the mode that suits its content type."""
