@@ -79,7 +79,12 @@ _OTHER_INDIC = (
     b"\xe0\xb7",
 )
 _LATIN_EXT = tuple(bytes([b]) for b in range(0xC3, 0xCA))  # U+00C0–U+024F accented Latin
+# Bytes below 0xC0 are deleted: what survives are the lead bytes of multi-byte characters.
+_BELOW_LEAD = bytes(range(0xC0))
 _CODE_MARKS = (b"{", b"}", b";", b"(", b")", b"=", b"[", b"]", b"<", b">")
+# Deleting every byte but the code marks counts all of them in one pass (10 ``bytes.count``
+# scans cost ~10x more on a 16 KiB sample).
+_NOT_CODE_MARK = bytes(b for b in range(256) if bytes([b]) not in _CODE_MARKS)
 
 
 def _is_code(sample: bytes, letters: int) -> bool:
@@ -87,7 +92,9 @@ def _is_code(sample: bytes, letters: int) -> bool:
         return True
     if letters == 0:
         return False
-    punct = _count_any(sample, _CODE_MARKS)
+    punct = len(sample.translate(None, _NOT_CODE_MARK))
+    if punct * 8 < letters:  # prose: skip the newline scans below (same answer)
+        return False
     newlines = sample.count(b"\n")
     indents = sample.count(b"\n    ") + sample.count(b"\n\t")
     # Prose has ~1 such mark per 100 letters; source code has 10–30.
@@ -108,6 +115,17 @@ def classify_text(sample: bytes) -> str:
     if stripped[:1] in (b"{", b"[") and stripped[-1:] in (b"}", b"]"):
         return "json"
     ascii_letters = len(sample.translate(None, _NOT_ASCII_ALPHA))
+    # Fast path (same result): every script counter below counts lead bytes (>= 0xC3), so none
+    # can reach 30 % of the letters when all lead bytes together are fewer than 30 % of the
+    # ASCII letters; the answer is then ``code`` or ``latin``. Saves ~85 scans of the sample
+    # for ASCII-dominated text (docs/performance.md).
+    if ascii_letters and len(sample.translate(None, _BELOW_LEAD)) * 10 < ascii_letters * 3:
+        return "code" if _is_code(sample, ascii_letters) else "latin"
+    return _classify_scripts(sample, ascii_letters)
+
+
+def _classify_scripts(sample: bytes, ascii_letters: int) -> str:
+    """The rules after ``json``, counting every script (the slow path of :func:`classify_text`)."""
     han = _count_any(sample, _HAN) + _count_any(sample, _HAN_EXT_A)
     kana = _count_any(sample, _KANA)
     hangul = _count_any(sample, _HANGUL)
