@@ -21,6 +21,7 @@ are never altered except for the documented ``content-length`` removal on SSE.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -40,6 +41,14 @@ __all__ = ["StreamProcessor", "header_value"]
 log = logging.getLogger(__name__)
 
 _MAX_JSON_RESPONSE_BYTES = 16 << 20
+
+
+@functools.lru_cache(maxsize=4096)
+def _child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, cached: prometheus_client's ``labels()`` takes a lock and
+    builds a tuple on every call (~5 µs), several times per request on the hot path. Label
+    values here are bounded sets (phases, pools, categories, reasons), so the cache is too."""
+    return metric.labels(*labels)
 
 
 def header_value(h: Any) -> str:
@@ -132,7 +141,7 @@ class StreamProcessor:
             self.router.metrics.errors.labels(phase or "unknown").inc()
             log.exception("error in phase %s (request_id=%s)", phase, self.request_id)
             resp = self._safe_answer(phase)
-        self.router.metrics.phase_seconds.labels(phase or "unknown").observe(time.perf_counter() - t0)
+        _child(self.router.metrics.phase_seconds, phase or "unknown").observe(time.perf_counter() - t0)
         return resp
 
     def _safe_answer(self, phase: str | None) -> pb.ProcessingResponse:
@@ -187,8 +196,8 @@ class StreamProcessor:
         self.pool = decision.pool.name
         self.reason = decision.reason
         self.category = budget.key[1]
-        r.metrics.decisions.labels(self.pool, self.category, self.reason).inc()
-        r.metrics.budget_tokens.labels(self.pool).observe(budget.total_tokens)
+        _child(r.metrics.decisions, self.pool, self.category, self.reason).inc()
+        _child(r.metrics.budget_tokens, self.pool).observe(budget.total_tokens)
         return r.body_responses[self.pool]
 
     def _route_fallback(self, reason: str, *, body: bool) -> pb.ProcessingResponse:
@@ -317,7 +326,7 @@ class StreamProcessor:
         if self._sse is not None and self._sse.prompt_tokens is not None:
             self.finish_response()
         r = self.router
-        r.metrics.streams.labels(end).inc()
+        _child(r.metrics.streams, end).inc()
         if r.decision_log is not None and self.pool:
             b = self.budget
             r.log_decision(
