@@ -111,7 +111,7 @@ def prompt_tokens(texts: list[str], enc: object | None = None) -> int:
 def _chat(texts: list[str]) -> bytes:
     roles = ("user", "assistant")
     msgs = [{"role": roles[i % 2], "content": t} for i, t in enumerate(texts)]
-    if len(msgs) % 2 == 0:
+    if msgs and len(msgs) % 2 == 0:
         msgs[-1]["role"] = "user"
     return json.dumps({"model": "bench-model", "messages": msgs, "max_tokens": 256}).encode()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,9 +105,16 @@ def _credentials(cfg: ServerConfig) -> grpc.ServerCredentials | None:
 
 
 async def start_grpc_server(
-    cfg: ServerConfig, get_router: Callable[[], Router], *, port: int | None = None
+    cfg: ServerConfig,
+    get_router: Callable[[], Router],
+    *,
+    port: int | None = None,
+    extra_options: Sequence[tuple[str, Any]] = (),
 ) -> GrpcServer:
     """Start the ext_proc gRPC server; ``port`` overrides ``cfg.grpc_port`` (0 = any free port).
+
+    ``extra_options`` are appended to the gRPC channel arguments (the benchmarks use it to
+    measure e.g. ``("grpc.optimization_target", "latency")``).
 
     The standard gRPC health service reports liveness on ``""`` and readiness on the ext_proc
     service name.
@@ -121,6 +128,7 @@ async def start_grpc_server(
         ("grpc.so_reuseport", 0),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        *extra_options,
     ]
     server = grpc.aio.server(options=options)
     servicer = ExtProcServicer(get_router)
