@@ -64,24 +64,63 @@ def _frame_name(frame: str) -> str:
     return f"{func} ({short})"
 
 
+_IDLE_LEAVES = (
+    "epoll_wait",
+    "epoll_pwait",
+    "poll (",
+    "select (",
+    "pthread_cond_wait",
+    "pthread_cond_timedwait",
+)
+_SYSCALLS = ("sendmsg", "recvmsg", "write (", "read (", "syscall (", "writev", "readv", "send (", "recv (")
+
+
+def _layer(frame: str) -> str:
+    if any(frame.startswith(s) for s in _SYSCALLS):
+        return "system calls (sendmsg/recvmsg/write/futex…)"
+    if "cygrpc" in frame or "libgrpc" in frame or "grpc/" in frame:
+        return "gRPC C-core / Cython"
+    if "/extproc/" in frame or "(extproc/" in frame or "benchmarks/router_proc" in frame:
+        return "router Python code"
+    if "prometheus_client" in frame:
+        return "prometheus_client"
+    if "asyncio" in frame or "_asynciomodule" in frame:
+        return "asyncio"
+    if "_message" in frame or "protobuf" in frame or "upb" in frame:
+        return "protobuf (upb)"
+    if "libc.so" in frame or "libpthread" in frame:
+        return "libc (other)"
+    return "other"
+
+
 def summarize(raw: Path, top: int = 12) -> dict[str, Any]:
-    """Self-time of the top leaf frames and inclusive shares of the groups above (fractions)."""
+    """Busy samples only (leaves waiting in epoll/poll/condvars are idle and dropped): self
+    time of the top leaf frames, self time by layer, and inclusive shares of the groups above
+    (all as fractions of busy samples)."""
     leaf: Counter[str] = Counter()
+    layers: Counter[str] = Counter()
     groups: Counter[str] = Counter()
-    total = 0
+    total = idle = 0
     for line in raw.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
         if not count.isdigit():
             continue
         n = int(count)
         frames = stack.split(";")
+        name = _frame_name(frames[-1])
+        if any(name.startswith(i) or i in name for i in _IDLE_LEAVES):
+            idle += n
+            continue
         total += n
-        leaf[_frame_name(frames[-1])] += n
-        for name, needle in _GROUPS:
+        leaf[name] += n
+        layers[_layer(name)] += n
+        for gname, needle in _GROUPS:
             if needle in stack:
-                groups[name] += n
+                groups[gname] += n
     return {
         "samples": total,
+        "idle_samples": idle,
         "top_self": [(name, n / total) for name, n in leaf.most_common(top)] if total else [],
+        "layers": [(name, n / total) for name, n in layers.most_common()] if total else [],
         "groups": [(name, groups[name] / total) for name, _ in _GROUPS] if total else [],
     }

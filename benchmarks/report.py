@@ -99,6 +99,7 @@ def _levers(res: dict[str, Any]) -> list[str]:
         ("uvloop event loop", "uvloop", False),
         ("`gc.freeze()` after start", "gc_freeze", False),
         ("gRPC `grpc.optimization_target=latency`", "opt_latency", False),
+        ("gRPC `grpc.http2.bdp_probe=0`", "no_bdp", False),
         ("2 router processes behind one cluster", "x2", False),
     ]
     out = [
@@ -181,8 +182,20 @@ def _profile(res: dict[str, Any]) -> list[str]:
         if "error" in prof:
             out += [f"- `{name}`: py-spy failed: {prof['error']}", ""]
             continue
-        out += [f"**`{name}`** ({prof['samples']:,} samples). Inclusive share by layer:", ""]
-        out += ["| layer | share of samples |", "|---|---|"]
+        out += [
+            f"**`{name}`** ({prof['samples']:,} busy samples at 250 Hz; {prof.get('idle_samples', 0):,} idle"
+            " samples in epoll/condvar waits dropped). Self time by layer:",
+            "",
+        ]
+        out += ["| layer (self) | share of busy samples |", "|---|---|"]
+        out += [f"| {g} | {share:.0%} |" for g, share in prof.get("layers", [])]
+        out += [
+            "",
+            "Inclusive (stacks passing through):",
+            "",
+            "| code | share of busy samples |",
+            "|---|---|",
+        ]
         out += [f"| {g} | {share:.0%} |" for g, share in prof["groups"]]
         out += ["", "Top self frames:", "", "| frame | self share |", "|---|---|"]
         out += [f"| `{f}` | {share:.1%} |" for f, share in prof["top_self"]]

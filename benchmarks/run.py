@@ -73,6 +73,11 @@ def variants() -> list[Variant]:
             "router as `route`, gRPC `grpc.optimization_target=latency`",
             flags=["--grpc-option", "grpc.optimization_target=latency"],
         ),
+        Variant(
+            "no_bdp",
+            "router as `route`, gRPC `grpc.http2.bdp_probe=0` (no BDP ping frames)",
+            flags=["--grpc-option", "grpc.http2.bdp_probe=0"],
+        ),
         Variant("x2", "router as `route`, 2 processes behind one ext_proc cluster", processes=2),
     ]
 
