@@ -84,7 +84,11 @@ async def replay(
                 {"name": "short", "max_model_len": 8192, "header_value": "short"},
                 {"name": "long", "max_model_len": 65536, "header_value": "long"},
             ],
-            "calibration": {"sample_rate": sample_rate, "warmup_samples": 10},
+            "calibration": {
+                "sample_rate": sample_rate,
+                "warmup_samples": 10,
+                "skip_unsampled_responses": True,
+            },
             "admin": {"enabled": False},
         }
     )

@@ -52,7 +52,12 @@ def variants() -> list[Variant]:
             kind="floor",
             sizes=ALL,
         ),
-        Variant("route", "router, routing only (`sample_rate: 0` → 2 msgs/req)", sample_rate=0.0, sizes=ALL),
+        Variant(
+            "route",
+            "router, routing only (`sample_rate: 0`, `skip_unsampled_responses: true` → 2 msgs/req)",
+            sample_rate=0.0,
+            sizes=ALL,
+        ),
         Variant(
             "calib_all",
             "router, routing + calibration of every response (4 msgs/req)",
@@ -62,9 +67,8 @@ def variants() -> list[Variant]:
         Variant("calib_10", "router, routing + calibration sampled at 10 % (≈2.2 msgs/req)", sample_rate=0.1),
         Variant(
             "route_3msg",
-            "router `sample_rate: 0`, filter `allow_mode_override: false` (3 msgs: without the lever)",
-            shares="route",
-            allow_mode_override=False,
+            "router `sample_rate: 0`, `skip_unsampled_responses: false` (the default: response headers kept, 3 msgs)",
+            skip_unsampled=False,
         ),
         Variant("uvloop", "router as `route`, event loop uvloop", flags=["--uvloop"]),
         Variant("gc_freeze", "router as `route`, `gc.freeze()` after start", flags=["--gc-freeze"]),

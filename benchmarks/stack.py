@@ -37,6 +37,7 @@ class Variant:
         allow_mode_override: the filter setting (envoy/envoy.yaml: true).
         shares: use the router processes of this other variant instead of starting new ones.
         sizes: body labels this variant is measured with.
+        skip_unsampled: router ``calibration.skip_unsampled_responses``.
     """
 
     name: str
@@ -48,16 +49,17 @@ class Variant:
     allow_mode_override: bool = True
     shares: str | None = None
     sizes: tuple[str, ...] = ("1KB",)
+    skip_unsampled: bool = True
 
 
-def router_config(sample_rate: float, port: int) -> dict[str, object]:
+def router_config(sample_rate: float, port: int, skip_unsampled: bool = True) -> dict[str, object]:
     """Router YAML for the benchmarks: two pools (8k / 64k), no admin server."""
     return {
         "pools": [
             {"name": "short", "max_model_len": 8192, "header_value": "short"},
             {"name": "long", "max_model_len": 65536, "header_value": "long"},
         ],
-        "calibration": {"sample_rate": sample_rate},
+        "calibration": {"sample_rate": sample_rate, "skip_unsampled_responses": skip_unsampled},
         "server": {"grpc_port": port},
         "admin": {"enabled": False},
     }
@@ -138,7 +140,7 @@ class Stack:
             for i in range(v.processes):
                 port = free_port()
                 cfg = self.workdir / f"router_{v.name}_{i}.yaml"
-                cfg.write_text(yaml.safe_dump(router_config(v.sample_rate, port)))
+                cfg.write_text(yaml.safe_dump(router_config(v.sample_rate, port, v.skip_unsampled)))
                 argv = [
                     sys.executable,
                     "-m",

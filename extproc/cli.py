@@ -15,6 +15,8 @@ from collections.abc import Sequence
 SUBCOMMAND_MODULES: list[str] = [
     "extproc.cmd_serve",
     "extproc.cmd_config",
+    "extproc.cmd_demo",
+    "mockpool.cmd",
 ]
 
 

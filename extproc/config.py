@@ -23,8 +23,10 @@ __all__ = [
     "ConfigError",
     "EstimatorConfig",
     "PoolConfig",
+    "RecoveryConfig",
     "RouterConfig",
     "ServerConfig",
+    "SpilloverConfig",
     "load_config",
     "parse_config",
 ]
@@ -53,7 +55,21 @@ class PoolConfig(_Strict):
     max_model_len: Annotated[int, Field(gt=0, le=16_777_216)]
     header_value: Annotated[str, Field(min_length=1, max_length=64)]
     metrics_url: str | None = None
-    """Optional vLLM ``/metrics`` URL scraped for load-aware routing."""
+    """Optional vLLM ``/metrics`` URL scraped for load-aware routing (``spillover``)."""
+    max_inflight: Annotated[int, Field(ge=1)] | None = None
+    """This pool's limit on the router's own in-flight count (requests routed here whose
+    ext_proc stream has not ended); overrides ``spillover.max_inflight_per_pool``."""
+    max_waiting: Annotated[float, Field(ge=0.0)] | None = None
+    """Overrides ``spillover.max_waiting`` for this pool (``vllm:num_requests_waiting``)."""
+    max_kv_cache_usage: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    """Overrides ``spillover.max_kv_cache_usage`` for this pool (``vllm:kv_cache_usage_perc``)."""
+
+    @field_validator("metrics_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^\s/]+(/\S*)?$", v):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
 
     @field_validator("header_value")
     @classmethod
@@ -106,7 +122,64 @@ class CalibrationConfig(_Strict):
     redis_url: str | None = None
     """Shared ratio store across replicas (e.g. ``redis://127.0.0.1:6379/0``); None = in-memory."""
     sample_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
-    """Fraction of requests whose responses are read for calibration."""
+    """Fraction of requests whose responses are read for calibration (drawn at request_headers)."""
+    skip_unsampled_responses: bool = False
+    """Turn the response phases off (``mode_override``) for requests not sampled: 2 ext_proc
+    messages per request instead of 3. Those requests then give up misroute detection
+    (``x-envoy-attempt-count``, docs/design/003-misroute-recovery.md) and the response status in
+    the decision log. Needs ``allow_mode_override: true`` on the filter (docs/performance.md)."""
+
+
+class SpilloverConfig(_Strict):
+    """Load-aware spillover (arXiv 2604.08075 "load-aware spillover + safety check"; design:
+    docs/design/002-spillover.md).
+
+    A request goes to the smallest pool whose ``max_model_len`` fits its budget (the preferred
+    pool). When spillover is enabled and that pool is *saturated*, it goes to the next larger
+    pool that is not saturated; never to a smaller one. When every larger pool is saturated too,
+    it stays on the preferred pool. A pool is saturated when any configured signal reaches its
+    threshold (``>=``):
+
+    * ``inflight``: the router's own count of requests routed to the pool whose ext_proc stream
+      has not ended, against ``pools[].max_inflight`` or ``max_inflight_per_pool``;
+    * ``waiting``: scraped ``vllm:num_requests_waiting`` (summed over the endpoint's engines);
+    * ``kv_cache``: scraped ``vllm:kv_cache_usage_perc`` (0..1; mean over engines; the older
+      ``vllm:gpu_cache_usage_perc`` is read when the new name is absent).
+
+    Scraped signals older than ``max_staleness_s`` (scrapes failing) are ignored and counted.
+    A threshold left at None disables that signal.
+    """
+
+    enabled: bool = False
+    max_inflight_per_pool: Annotated[int, Field(ge=1)] | None = None
+    """Default in-flight limit per pool (requests); None = no in-flight signal."""
+    max_waiting: Annotated[float, Field(ge=0.0)] | None = None
+    """Default threshold on ``vllm:num_requests_waiting`` (requests); None = not used."""
+    max_kv_cache_usage: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    """Default threshold on ``vllm:kv_cache_usage_perc`` (fraction 0..1); None = not used."""
+    scrape_interval_s: Annotated[float, Field(gt=0.0, le=3600.0)] = 1.0
+    """Period of the ``/metrics`` scrape of every pool with a ``metrics_url``."""
+    scrape_timeout_s: Annotated[float, Field(gt=0.0, le=60.0)] = 0.5
+    """Timeout of one scrape request."""
+    max_staleness_s: Annotated[float, Field(gt=0.0, le=3600.0)] = 5.0
+    """Scraped values older than this are ignored (the pool is judged on its other signals)."""
+
+
+class RecoveryConfig(_Strict):
+    """Misroute recovery (docs/design/003-misroute-recovery.md).
+
+    Envoy retries a request that a smaller pool rejected with HTTP 400 once on the next larger
+    pool (route ``retry_policy`` + priority-group cluster specifier in envoy/envoy-3pools.yaml).
+    The router sees the retry (``x-envoy-attempt-count`` > 1 on the response) and, when the
+    served ``usage.prompt_tokens`` proves the request did not fit the first pool, corrects the
+    key's ratio strongly (``calibrate``).
+    """
+
+    calibrate: bool = True
+    """Apply the strong ratio correction on a confirmed misroute."""
+    attempt_count_header: str = "x-envoy-attempt-count"
+    """Response header carrying Envoy's attempt count (virtual host
+    ``include_attempt_count_in_response: true``)."""
 
 
 class ServerConfig(_Strict):
@@ -151,6 +224,8 @@ class RouterConfig(_Strict):
     calibration: CalibrationConfig = CalibrationConfig()
     server: ServerConfig = ServerConfig()
     admin: AdminConfig = AdminConfig()
+    spillover: SpilloverConfig = SpilloverConfig()
+    recovery: RecoveryConfig = RecoveryConfig()
     decision_log_path: str | None = None
     """Optional JSON Lines log of routing decisions (no prompt text), readable by ``tbr plan``."""
 
@@ -173,6 +248,26 @@ class RouterConfig(_Strict):
         lens = [p.max_model_len for p in self.pools]
         if len(set(lens)) != len(lens):
             raise ValueError("pools: two pools have the same max_model_len; each pool needs its own limit")
+        return self
+
+    @model_validator(mode="after")
+    def _spillover_signals(self) -> RouterConfig:
+        sp = self.spillover
+        if not sp.enabled:
+            return self
+        inflight = sp.max_inflight_per_pool is not None or any(p.max_inflight for p in self.pools)
+        scraped = (
+            sp.max_waiting is not None
+            or sp.max_kv_cache_usage is not None
+            or any(p.max_waiting is not None or p.max_kv_cache_usage is not None for p in self.pools)
+        )
+        if not (inflight or scraped):
+            raise ValueError(
+                "spillover.enabled needs a threshold: max_inflight_per_pool, max_waiting or "
+                "max_kv_cache_usage (or the per-pool overrides)"
+            )
+        if scraped and not inflight and not any(p.metrics_url for p in self.pools):
+            raise ValueError("spillover: max_waiting/max_kv_cache_usage need pools[].metrics_url")
         return self
 
     @property

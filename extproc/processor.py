@@ -5,8 +5,9 @@ Phases, in the order Envoy sends them with envoy/envoy.yaml's processing mode:
 1. ``request_headers`` (SEND): remember ``:path``, ``:method`` and ``x-request-id``. Requests
    we do not budget (other paths or methods, or no body) are routed right here and the body is
    skipped via ``mode_override``. The calibration sample (``calibration.sample_rate``) is drawn
-   here: an unsampled request gets a ``mode_override`` that turns the response phases off, so
-   it costs Envoy and the router two messages instead of four (docs/performance.md).
+   here; with ``calibration.skip_unsampled_responses`` an unsampled request gets a
+   ``mode_override`` that turns the response phases off, so it costs Envoy and the router two
+   messages instead of three or four (docs/performance.md).
 2. ``request_body`` (BUFFERED): parse, classify, estimate, choose the pool; answer with the
    routing header and ``clear_route_cache``. Unreadable bodies go to the largest pool.
 3. ``response_headers`` (SEND): on 2xx, ask for the body — BUFFERED for JSON, STREAMED for
@@ -32,6 +33,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from extproc import responses as R
 from extproc.encoding import DecodeError, StreamDecoder, make_decoder
 from extproc.estimator import TokenBudget
+from extproc.recovery import parse_attempt_count
 from extproc.request_body import UnreadableRequest, endpoint_for_path, parse_request_body
 from extproc.router import Router
 from extproc.sse import SSEUsageReader, prompt_tokens_from_json
@@ -78,6 +80,7 @@ class StreamProcessor:
         "budget",
         "calibrated",
         "category",
+        "counted_pool",
         "endpoint",
         "method",
         "path",
@@ -85,6 +88,7 @@ class StreamProcessor:
         "prompt_tokens",
         "reason",
         "request_id",
+        "retried_to",
         "rng",
         "router",
         "sampled",
@@ -107,6 +111,8 @@ class StreamProcessor:
         self.prompt_tokens: int | None = None
         self.calibrated = False
         self.sampled: bool | None = None
+        self.counted_pool: str | None = None
+        self.retried_to: str | None = None
         self._sse: SSEUsageReader | None = None
         self._json_buf: bytearray | None = None
         self._decoder: StreamDecoder | None = None
@@ -177,7 +183,9 @@ class StreamProcessor:
         if msg.end_of_stream:
             return self._route_fallback("body_empty", body=False)
         self.sampled = self._draw_sample()
-        return R.CONTINUE_REQUEST_HEADERS if self.sampled else R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
+        if self.sampled or not self.router.config.calibration.skip_unsampled_responses:
+            return R.CONTINUE_REQUEST_HEADERS
+        return R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
 
     def on_request_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
         """Budget the request and set the routing header (BUFFERED: the whole body at once)."""
@@ -196,6 +204,7 @@ class StreamProcessor:
         self.pool = decision.pool.name
         self.reason = decision.reason
         self.category = budget.key[1]
+        self._count_inflight()
         _child(r.metrics.decisions, self.pool, self.category, self.reason).inc()
         _child(r.metrics.budget_tokens, self.pool).observe(budget.total_tokens)
         return r.body_responses[self.pool]
@@ -206,10 +215,17 @@ class StreamProcessor:
         self.pool = decision.pool.name
         self.reason = reason
         self.category = "unknown"
+        self._count_inflight()
         r.metrics.decisions.labels(self.pool, "unknown", reason).inc()
         if reason != "unsupported_path":
             r.metrics.unreadable.labels(reason).inc()
         return r.body_responses[self.pool] if body else r.header_responses[self.pool]
+
+    def _count_inflight(self) -> None:
+        """Count this request against its pool until :meth:`finish` (once per stream)."""
+        if self.counted_pool is None:
+            self.counted_pool = self.pool
+            self.router.load.acquire(self.pool)
 
     # -- response path ----------------------------------------------------------------------
 
@@ -225,6 +241,8 @@ class StreamProcessor:
     def _wants_calibration(self) -> bool:
         if self.budget is None or self.calibrated:
             return False
+        if self.retried_to is not None:
+            return True  # a misroute is always read (docs/design/003-misroute-recovery.md)
         if self.sampled is None:  # no request_headers seen (not Envoy's order): draw now
             self.sampled = self._draw_sample()
         return self.sampled
@@ -233,6 +251,8 @@ class StreamProcessor:
         """On 2xx, ask Envoy for the body in the mode that suits its content type."""
         content_type = ""
         encoding = ""
+        attempts = ""
+        attempt_header = self.router.config.recovery.attempt_count_header
         for h in msg.headers.headers:
             key = h.key.lower()
             if key == ":status":
@@ -244,6 +264,12 @@ class StreamProcessor:
                 content_type = header_value(h).lower()
             elif key == "content-encoding":
                 encoding = header_value(h)
+            elif key == attempt_header:
+                attempts = header_value(h)
+        if attempts and self.counted_pool is not None and self.retried_to is None:
+            self.retried_to = self.router.recovery.on_retried(
+                self.counted_pool, parse_attempt_count(attempts), self.status
+            )
         m = self.router.metrics
         if not 200 <= self.status < 300:
             if self.budget is not None:
@@ -309,12 +335,18 @@ class StreamProcessor:
         if self.prompt_tokens is None:
             r.metrics.calibration.labels("no_usage").inc()
             return
+        before = r.store.get(self.budget.key) if self.retried_to is not None else None
         obs = r.estimator.observe(self.budget, self.prompt_tokens)
         if obs is None:
             r.metrics.calibration.labels("not_text_dominated").inc()
             return
         r.metrics.calibration.labels("applied").inc()
         r.metrics.rel_error.labels(obs.key[1]).observe(obs.rel_error)
+        if self.retried_to is not None and self.counted_pool is not None:
+            dev_before = before.dev_bpt if before is not None else 0.0
+            r.recovery.on_usage(
+                self.budget, self.counted_pool, self.retried_to, self.prompt_tokens, dev_before
+            )
         r.publish_ratio(*obs.key)
 
     def finish(self, end: str) -> None:
@@ -326,6 +358,9 @@ class StreamProcessor:
         if self._sse is not None and self._sse.prompt_tokens is not None:
             self.finish_response()
         r = self.router
+        if self.counted_pool is not None:
+            counted, self.counted_pool = self.retried_to or self.counted_pool, None
+            r.load.release(counted)
         _child(r.metrics.streams, end).inc()
         if r.decision_log is not None and self.pool:
             b = self.budget
@@ -344,5 +379,6 @@ class StreamProcessor:
                     "status": self.status or None,
                     "prompt_tokens": self.prompt_tokens,
                     "end": end,
+                    "retried_to_pool": self.retried_to,
                 }
             )

@@ -20,13 +20,13 @@ from extproc.app import RouterApp
 from extproc.config import parse_config
 
 
-def _cfg(rate: float) -> dict[str, object]:
+def _cfg(rate: float, skip: bool = True) -> dict[str, object]:
     return {
         "pools": [
             {"name": "short", "max_model_len": 8192, "header_value": "short"},
             {"name": "long", "max_model_len": 65536, "header_value": "long"},
         ],
-        "calibration": {"sample_rate": rate, "warmup_samples": 2},
+        "calibration": {"sample_rate": rate, "warmup_samples": 2, "skip_unsampled_responses": skip},
         "admin": {"enabled": False},
     }
 
@@ -41,12 +41,13 @@ BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello
 
 
 @pytest.fixture
-async def apps() -> AsyncIterator[dict[float, RouterApp]]:
+async def apps() -> AsyncIterator[dict[str, RouterApp]]:
     async with (
         RouterApp(parse_config(_cfg(0.0)), grpc_port=0) as never,
+        RouterApp(parse_config(_cfg(0.0, skip=False)), grpc_port=0) as never_keep,
         RouterApp(parse_config(_cfg(1.0)), grpc_port=0) as always,
     ):
-        yield {0.0: never, 1.0: always}
+        yield {"never": never, "never_keep": never_keep, "always": always}
 
 
 async def _exchange(port: int, msgs: list[pb.ProcessingRequest]) -> list[pb.ProcessingResponse]:
@@ -69,10 +70,10 @@ def _pool(resp: pb.ProcessingResponse) -> str:
 
 
 async def test_unsampled_request_turns_response_phases_off_and_is_routed(
-    apps: dict[float, RouterApp],
+    apps: dict[str, RouterApp],
 ) -> None:
     hdr, body = await _exchange(
-        apps[0.0].grpc_port,
+        apps["never"].grpc_port,
         [
             pb.ProcessingRequest(request_headers=REQ),
             pb.ProcessingRequest(request_body=pb.HttpBody(body=BODY, end_of_stream=True)),
@@ -88,8 +89,8 @@ async def test_unsampled_request_turns_response_phases_off_and_is_routed(
     assert _pool(body) == "short"
 
 
-async def test_sampled_request_keeps_response_phases_and_calibrates(apps: dict[float, RouterApp]) -> None:
-    app = apps[1.0]
+async def test_sampled_request_keeps_response_phases_and_calibrates(apps: dict[str, RouterApp]) -> None:
+    app = apps["always"]
     out = await _exchange(
         app.grpc_port,
         [
@@ -111,10 +112,10 @@ async def test_sampled_request_keeps_response_phases_and_calibrates(apps: dict[f
 
 
 async def test_unsampled_request_ignores_response_headers_if_envoy_sends_them(
-    apps: dict[float, RouterApp],
+    apps: dict[str, RouterApp],
 ) -> None:
     """With allow_mode_override off Envoy still sends response headers: just continue them."""
-    app = apps[0.0]
+    app = apps["never"]
     out = await _exchange(
         app.grpc_port,
         [
@@ -146,3 +147,22 @@ async def test_calibration_converges_when_sampling_responses() -> None:
     true = sampled.true_bpt["latin"]
     assert abs(sampled.learned_bpt["latin"] - true) / true < 0.05
     assert abs(full.learned_bpt["latin"] - true) / true < 0.05
+
+
+async def test_unsampled_request_keeps_response_headers_by_default(apps: dict[str, RouterApp]) -> None:
+    """Without skip_unsampled_responses (the default) the response headers still come (misroute
+    detection needs them), but the body is not read."""
+    app = apps["never_keep"]
+    out = await _exchange(
+        app.grpc_port,
+        [
+            pb.ProcessingRequest(request_headers=REQ),
+            pb.ProcessingRequest(request_body=pb.HttpBody(body=BODY, end_of_stream=True)),
+            pb.ProcessingRequest(
+                response_headers=_headers({":status": "200", "content-type": "application/json"})
+            ),
+        ],
+    )
+    assert not out[0].HasField("mode_override")
+    assert _pool(out[1]) == "short"
+    assert out[2].HasField("response_headers") and not out[2].HasField("mode_override")
