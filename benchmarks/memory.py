@@ -40,12 +40,36 @@ async def _one(port: int, body: bytes) -> bool:
         writer.close()
 
 
-async def _load(port: int, body: bytes, concurrency: int, pid: int, samples: list[tuple[float, int]]) -> int:
+def _active_streams(admin: int) -> int:
+    """ext_proc streams Envoy holds open to the router right now (cluster gauge)."""
+    import httpx
+
+    text = httpx.get(
+        f"http://127.0.0.1:{admin}/stats?filter=ext_proc_mem.upstream_rq_active", timeout=2.0
+    ).text
+    for line in text.splitlines():
+        name, _, value = line.partition(": ")
+        if name.endswith("upstream_rq_active") and value.isdigit():
+            return int(value)
+    return 0
+
+
+async def _load(
+    port: int,
+    body: bytes,
+    concurrency: int,
+    pid: int,
+    samples: list[tuple[float, int]],
+    admin: int = 0,
+    active: list[int] | None = None,
+) -> int:
     stop = asyncio.Event()
 
     async def sample() -> None:
         while not stop.is_set():
             samples.append((time.monotonic(), rss_bytes(pid)))
+            if admin and active is not None:
+                active.append(await asyncio.to_thread(_active_streams, admin))
             await asyncio.sleep(0.25)
 
     sampler = asyncio.create_task(sample())
@@ -56,7 +80,14 @@ async def _load(port: int, body: bytes, concurrency: int, pid: int, samples: lis
 
 
 def run_memory(
-    workdir: Path, *, concurrency: int, hold_s: float, rounds: int = 2, log: Any = print
+    workdir: Path,
+    *,
+    concurrency: int,
+    hold_s: float,
+    rounds: int = 2,
+    sample_rate: float = 1.0,
+    skip_unsampled: bool = True,
+    log: Any = print,
 ) -> dict[str, Any]:
     """Run the memory benchmark (``rounds`` waves of ``concurrency`` streams); returns RSS
     figures (bytes) and the completed stream counts. Growth between waves = growth per request."""
@@ -76,7 +107,7 @@ def run_memory(
         )
         rport = free_port()
         cfg = workdir / "router_mem.yaml"
-        cfg.write_text(yaml.safe_dump(router_config(1.0, rport)))
+        cfg.write_text(yaml.safe_dump(router_config(sample_rate, rport, skip_unsampled)))
         router = procs.start(
             "router_mem",
             [sys.executable, "-m", "benchmarks.router_proc", "--config", str(cfg), "--port", str(rport)],
@@ -107,20 +138,29 @@ def run_memory(
         waves = []
         for _ in range(rounds):
             samples: list[tuple[float, int]] = []
+            active: list[int] = []
             t0 = time.monotonic()
-            ok = asyncio.run(_load(port, body, concurrency, router.pid, samples))
+            ok = asyncio.run(_load(port, body, concurrency, router.pid, samples, admin, active))
             elapsed = time.monotonic() - t0
             time.sleep(1.0)
             after = rss_bytes(router.pid)
             peak = max((r for _, r in samples), default=idle)
             waves.append(
-                {"completed_streams": ok, "elapsed_s": elapsed, "peak_rss": peak, "after_rss": after}
+                {
+                    "completed_streams": ok,
+                    "elapsed_s": elapsed,
+                    "peak_rss": peak,
+                    "after_rss": after,
+                    "peak_open_ext_proc_streams": max(active, default=0),
+                }
             )
             log(
                 f"  memory: idle {idle / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB with {concurrency} streams,"
-                f" after {after / 2**20:.1f} MiB, ok {ok}"
+                f" after {after / 2**20:.1f} MiB, ok {ok}, open ext_proc streams {max(active, default=0)}"
             )
         return {
+            "sample_rate": sample_rate,
+            "skip_unsampled": skip_unsampled,
             "concurrency": concurrency,
             "hold_s": hold_s,
             "idle_rss": idle,

@@ -93,7 +93,11 @@ def _levers(res: dict[str, Any]) -> list[str]:
     e2e = res["e2e"]
     base = summarize(e2e, "route", "1KB")
     rows = [
-        ("fewer messages: response phases off per request via `mode_override`", "route_3msg", True),
+        (
+            "fewer messages: response phases off for unsampled requests (`skip_unsampled_responses`)",
+            "route_3msg",
+            True,
+        ),
         ("calibration of every response (4 msgs)", "calib_all", False),
         ("calibration sampled at 10 % (decided at request_headers)", "calib_10", False),
         ("uvloop event loop", "uvloop", False),
@@ -268,7 +272,8 @@ def _memory(res: dict[str, Any]) -> list[str]:
     for i, w in enumerate(mem["waves"]):
         out.append(
             f"- wave {i + 1}: {mem['concurrency']:,} concurrent streaming requests held {mem['hold_s']:g} s each"
-            f" (router reads every SSE response): {w['completed_streams']:,} completed, peak RSS"
+            f" (router reads every SSE response): {w['completed_streams']:,} completed,"
+            f" {w.get('peak_open_ext_proc_streams', 0):,} ext_proc streams open at once, peak RSS"
             f" {w['peak_rss'] / mib:.1f} MiB, RSS after {w['after_rss'] / mib:.1f} MiB."
         )
     out += [
