@@ -14,6 +14,7 @@ drift hits all of them alike:
 
 from __future__ import annotations
 
+import random
 import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -88,9 +89,13 @@ def _pairs(stack: Stack) -> list[tuple[str, str]]:
 
 
 def run_suite(
-    stack: Stack, *, reps: int, wrk_s: float, hey_s: float, log: Any = print
+    stack: Stack, *, reps: int, wrk_s: float, hey_s: float, latency_reps: int, log: Any = print
 ) -> list[dict[str, Any]]:
-    """Run all phases; returns every measurement as a dict (see :class:`Measurement`)."""
+    """Run all phases; returns every measurement as a dict (see :class:`Measurement`).
+
+    The order of the (variant, body) pairs is shuffled in every repetition (seeded), so a
+    variant is not always measured at the same point of the box's load swings.
+    """
     scripts = {}
     for size, f in stack.body_files.items():
         scripts[size] = stack.workdir / f"wrk_{size}.lua"
@@ -113,7 +118,9 @@ def run_suite(
     for v, size in pairs:
         thr(v, size, -1, 1.0, "warmup")
     for rep in range(reps):
-        for v, size in pairs:
+        order = list(pairs)
+        random.Random(rep).shuffle(order)
+        for v, size in order:
             m = thr(v, size, rep, wrk_s)
             out.append(m)
             log(
@@ -123,8 +130,10 @@ def run_suite(
     caps: dict[tuple[str, str], float] = {}
     for v, size in pairs:
         caps[(v, size)] = statistics.median(m.rps for m in out if m.variant == v and m.size == size)
-    for rep in range(reps):
-        for v, size in pairs:
+    for rep in range(latency_reps):
+        order = list(pairs)
+        random.Random(100 + rep).shuffle(order)
+        for v, size in order:
             m = _measure(
                 stack,
                 "unloaded",
@@ -141,12 +150,15 @@ def run_suite(
                 ),
             )
             out.append(m)
-            log(f"  unloaded rep{rep} {v:18s} {size:5s} p50 {m.p50_ms:.2f} p99 {m.p99_ms:.2f} ms")
+            log(
+                f"  unloaded rep{rep} {v:18s} {size:5s} p50 {m.p50_ms:.2f} p99 {m.p99_ms:.2f} ms"
+                f"  router {m.router_cpu_ms_per_req:.3f} ms/req"
+            )
     for v, size in pairs:
         if stack.variants[v].kind == "bare":
             continue
         rate = 0.8 * caps[(v, size)]
-        for rep in range(max(1, reps - 1)):
+        for rep in range(1):
             for target in (v, "bare"):
                 m = _measure(
                     stack,

@@ -30,6 +30,7 @@ def summarize(e2e: list[dict[str, Any]], v: str, size: str) -> dict[str, float]:
         "ratio": _med([thr[r]["rps"] / bare[r]["rps"] for r in thr if r in bare and bare[r]["rps"]]),
         "vs_route": _med([thr[r]["rps"] / ref[r]["rps"] for r in thr if r in ref and ref[r]["rps"]]),
         "cpu_ms": _med([m["router_cpu_ms_per_req"] for m in thr.values()]),
+        "cpu_ms_200": _med([m["router_cpu_ms_per_req"] for m in unl.values()]),
         "envoy_cpu_ms": _med([m["envoy_cpu_ms_per_req"] for m in thr.values()]),
         "msgs": _med([m["msgs_per_req"] for m in thr.values()]),
         "short": _med([m["short_share"] for m in thr.values()]),
@@ -68,7 +69,7 @@ def _e2e_section(res: dict[str, Any]) -> list[str]:
         out += [
             f"### Body {size} ({b['bytes']:,} B, {b['prompt_tokens']:,} cl100k prompt tokens)",
             "",
-            "| variant | msgs/req | req/s | ÷ bare | router CPU ms/req | front-Envoy CPU ms/req | unloaded p50 / p99 ms | added p50 / p99 ms | 80 % load: req/s, p50 / p99 ms | added at 80 % p50 / p99 ms | routed short | fail-open / errors |",
+            "| variant | msgs/req | req/s | ÷ bare | router CPU ms/req at saturation / at 200 req/s | front-Envoy CPU ms/req | unloaded p50 / p99 ms | added p50 / p99 ms | 80 % load: req/s, p50 / p99 ms | added at 80 % p50 / p99 ms | routed short | fail-open / errors |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for v in names:
@@ -76,7 +77,9 @@ def _e2e_section(res: dict[str, Any]) -> list[str]:
             bare = v == "bare"
             out.append(
                 f"| `{v}` {labels[v]} | {_f(s['msgs'], 2) if not bare else '0'} | {_f(s['rps'], 0)} | "
-                f"{_f(s['ratio'])} | {_f(s['cpu_ms'], 3) if not bare else '–'} | {_f(s['envoy_cpu_ms'], 3)} | "
+                f"{_f(s['ratio'])} | "
+                + (f"{_f(s['cpu_ms'], 3)} / {_f(s['cpu_ms_200'], 3)}" if not bare else "–")
+                + f" | {_f(s['envoy_cpu_ms'], 3)} | "
                 f"{_f(s['p50'])} / {_f(s['p99'])} | "
                 + ("–" if bare else f"{_f(s['add_p50'], 2, True)} / {_f(s['add_p99'], 2, True)}")
                 + " | "
@@ -107,16 +110,16 @@ def _levers(res: dict[str, Any]) -> list[str]:
         ("2 router processes behind one cluster", "x2", False),
     ]
     out = [
-        "| lever (1 KB body) | compared | req/s ÷ `route` (same rep) | ÷ bare | router CPU ms/req | added unloaded p50 / p99 ms |",
+        "| lever (1 KB body) | compared | req/s ÷ `route` (same rep) | ÷ bare | router CPU ms/req (saturation / 200 req/s) | added unloaded p50 / p99 ms |",
         "|---|---|---|---|---|---|",
-        f"| baseline `route` (2 msgs) | – | 1.00 | {_f(base['ratio'])} | {_f(base['cpu_ms'], 3)} | {_f(base['add_p50'], 2, True)} / {_f(base['add_p99'], 2, True)} |",
+        f"| baseline `route` (2 msgs) | – | 1.00 | {_f(base['ratio'])} | {_f(base['cpu_ms'], 3)} / {_f(base['cpu_ms_200'], 3)} | {_f(base['add_p50'], 2, True)} / {_f(base['add_p99'], 2, True)} |",
     ]
     for title, v, inverse in rows:
         s = summarize(e2e, v, "1KB")
         rel = s["vs_route"]
         note = f"lever OFF (`{v}`, {_f(s['msgs'])} msgs)" if inverse else f"`{v}`"
         out.append(
-            f"| {title} | {note} | {_f(rel)} | {_f(s['ratio'])} | {_f(s['cpu_ms'], 3)} | "
+            f"| {title} | {note} | {_f(rel)} | {_f(s['ratio'])} | {_f(s['cpu_ms'], 3)} / {_f(s['cpu_ms_200'], 3)} | "
             f"{_f(s['add_p50'], 2, True)} / {_f(s['add_p99'], 2, True)} |"
         )
     return out
@@ -144,8 +147,10 @@ def render(res: dict[str, Any]) -> str:
         " each router variant in its own process(es); loopback only",
         f"- load: `wrk -t1 -c16 -d{p['wrk_s']:g}s --latency -s post.lua` (throughput, CPU), `hey -z {p['hey_s']:g}s -c 1 -q 200 -o csv`"
         f" (unloaded), `hey -c 8 -q <0.8×capacity/8>` (80 % load, back to back with bare at the same rate);"
-        f" {p['reps']} repetition(s), every variant in every repetition, medians shown",
-        "- CPU per request = Δ(utime+stime) of the process(es) from /proc/<pid>/stat ÷ completed requests (wrk run)",
+        f" {p['reps']} throughput and {p.get('latency_reps', p['reps'])} unloaded-latency repetition(s), 1 at 80 %;"
+        " every variant in every repetition, in a seeded shuffled order; medians shown",
+        "- CPU per request = Δ(utime+stime) of the process(es) from /proc/<pid>/stat ÷ completed requests, during the"
+        " wrk run (saturation) and during the 200 req/s hey run (no batching: each request wakes the process)",
         f"- bodies: {res['bodies'][0]['source']}",
         "",
         "## Targets (1 KB body, `route` = the router as deployed with calibration sampling off for this request)",

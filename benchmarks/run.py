@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-external", action="store_true", help="do not run other branches' modules")
     args = ap.parse_args(argv)
     quick = args.quick
-    reps, wrk_s, hey_s = (1, 2.0, 2.0) if quick else (3, 4.0, 3.0)
+    reps, wrk_s, hey_s, latency_reps = (1, 2.0, 2.0, 1) if quick else (5, 3.0, 3.0, 3)
     t_start = time.monotonic()
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     machine = _machine()
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine,
         "quick": quick,
-        "params": {"reps": reps, "wrk_s": wrk_s, "hey_s": hey_s},
+        "params": {"reps": reps, "wrk_s": wrk_s, "hey_s": hey_s, "latency_reps": latency_reps},
         "bodies": [
             {"label": b.label, "bytes": len(b.body), "prompt_tokens": b.prompt_tokens, "source": b.source}
             for b in bodies
@@ -170,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         log(f"starting stack in {work}")
         with Stack(work, variants(), bodies) as stack:
-            results["e2e"] = run_suite(stack, reps=reps, wrk_s=wrk_s, hey_s=hey_s, log=log)
+            results["e2e"] = run_suite(
+                stack, reps=reps, wrk_s=wrk_s, hey_s=hey_s, latency_reps=latency_reps, log=log
+            )
             results["x2_endpoint_requests"] = {str(k): v for k, v in stack.endpoint_requests("x2").items()}
             script = work / "wrk_prof.lua"
             write_wrk_script(script, stack.body_files["1KB"], stack.headers("1KB"))
