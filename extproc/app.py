@@ -28,7 +28,7 @@ from extproc.load import LoadMetrics, LoadTracker
 from extproc.metrics import RouterMetrics
 from extproc.router import Router
 from extproc.scrape import PoolScraper
-from extproc.server import GrpcServer, start_grpc_server
+from extproc.server import GrpcServer, freeze_startup_objects, start_grpc_server
 
 __all__ = ["RouterApp"]
 
@@ -109,6 +109,7 @@ class RouterApp:
         self.grpc_port = self.grpc.port
         if cfg.admin.enabled:
             await self._start_admin()
+        freeze_startup_objects()  # GC pauses over startup objects (docs/performance.md)
         self.ready = True
 
     def _start_scraper(self) -> None:

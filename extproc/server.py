@@ -10,6 +10,7 @@ message.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
@@ -24,7 +25,7 @@ from extproc.config import ServerConfig
 from extproc.processor import StreamProcessor
 from extproc.router import Router
 
-__all__ = ["EXT_PROC_SERVICE", "ExtProcServicer", "GrpcServer", "start_grpc_server"]
+__all__ = ["EXT_PROC_SERVICE", "ExtProcServicer", "GrpcServer", "freeze_startup_objects", "start_grpc_server"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,24 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
                 proc.finish(end)
             except Exception:
                 log.exception("finishing stream failed (request_id=%s)", proc.request_id)
+
+
+def freeze_startup_objects() -> int:
+    """Collect once, then move every object alive now out of the cyclic GC's reach (``gc.freeze``).
+
+    Call once the process has started. The startup objects (xds-protos descriptors, pydantic
+    models, prometheus metrics: ~51k tracked objects) live for the whole process, yet every full
+    (generation 2) collection walked them: 85–130 ms per collection on the shared 2-core box,
+    a pause taken on the event loop in the middle of request handling. Frozen, a full collection
+    costs ~0 ms; ``make bench`` measured 1.7× the req/s of the unfrozen router (docs/performance.md).
+    Objects created later are collected as usual.
+
+    Returns:
+        the number of frozen objects.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 class GrpcServer:
