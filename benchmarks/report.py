@@ -104,7 +104,7 @@ def _levers(res: dict[str, Any]) -> list[str]:
         ("calibration of every response (4 msgs)", "calib_all", False),
         ("calibration sampled at 10 % (decided at request_headers)", "calib_10", False),
         ("uvloop event loop", "uvloop", False),
-        ("`gc.freeze()` after start", "gc_freeze", False),
+        ("`gc.freeze()` after start (now the default)", "no_gc_freeze", True),
         ("gRPC `grpc.optimization_target=latency`", "opt_latency", False),
         ("gRPC `grpc.http2.bdp_probe=0`", "no_bdp", False),
         ("2 router processes behind one cluster", "x2", False),

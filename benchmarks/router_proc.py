@@ -1,10 +1,11 @@
 """One benchmark ext_proc process: the real router, or the do-nothing floor.
 
-``python -m benchmarks.router_proc --config CFG --port P [--floor] [--uvloop] [--gc-freeze]
+``python -m benchmarks.router_proc --config CFG --port P [--floor] [--uvloop] [--no-gc-freeze]
 [--grpc-option KEY=VALUE ...]`` serves until SIGTERM. It prints ``ready <port>`` once serving.
 
 * router: :class:`extproc.router.Router` + :func:`extproc.server.start_grpc_server` (the same
-  servicer, processor and gRPC options as ``tbr serve``; no admin HTTP server).
+  servicer, processor and gRPC options as ``tbr serve``, and ``gc.freeze()`` after start as
+  ``RouterApp`` does; no admin HTTP server).
 * ``--floor``: a grpc.aio ext_proc that does no work at all: every message is answered with a
   prebuilt response (``request_headers`` → continue with the response phases turned off,
   ``request_body`` → the ``x-tbr-pool: short`` route). It bounds from below what any Python
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import signal
 from collections.abc import AsyncIterator
 from typing import Any
@@ -27,7 +27,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from extproc import responses as R
 from extproc.config import load_config
 from extproc.router import Router
-from extproc.server import start_grpc_server
+from extproc.server import freeze_startup_objects, start_grpc_server
 
 
 class FloorServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
@@ -77,9 +77,8 @@ async def _serve(args: argparse.Namespace) -> None:
         g = await start_grpc_server(cfg.server, lambda: router, port=args.port, extra_options=options)
         port = g.port
         stopper = g.server.stop
-    if args.gc_freeze:
-        gc.collect()
-        gc.freeze()
+    if not args.no_gc_freeze:
+        freeze_startup_objects()  # as RouterApp.start does
     print(f"ready {port}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -96,7 +95,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--floor", action="store_true")
     ap.add_argument("--uvloop", action="store_true")
-    ap.add_argument("--gc-freeze", action="store_true")
+    ap.add_argument("--no-gc-freeze", action="store_true", help="skip gc.freeze() after start (lever off)")
     ap.add_argument("--grpc-option", action="append", default=[])
     args = ap.parse_args()
     if args.uvloop:

@@ -71,7 +71,11 @@ def variants() -> list[Variant]:
             skip_unsampled=False,
         ),
         Variant("uvloop", "router as `route`, event loop uvloop", flags=["--uvloop"]),
-        Variant("gc_freeze", "router as `route`, `gc.freeze()` after start", flags=["--gc-freeze"]),
+        Variant(
+            "no_gc_freeze",
+            "router as `route` but without `gc.freeze()` after start (before the lever)",
+            flags=["--no-gc-freeze"],
+        ),
         Variant(
             "opt_latency",
             "router as `route`, gRPC `grpc.optimization_target=latency`",
