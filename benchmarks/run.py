@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,7 +44,25 @@ ALL = tuple(SIZES)
 
 
 def variants() -> list[Variant]:
-    """Every configuration measured, side by side."""
+    """Every configuration measured, side by side.
+
+    A router variant measured on several body sizes gets its own process per size (named
+    ``<name>_<size>`` beyond 1 KB), so that no process's history (heap grown by 512 KB bodies,
+    learned ratios) biases another size or the 1 KB lever comparisons.
+    """
+    out = []
+    for v in _variants():
+        if v.kind == "bare" or len(v.sizes) == 1:
+            out.append(v)
+            continue
+        for size in v.sizes:
+            name = v.name if size == "1KB" else f"{v.name}_{size}"
+            label = v.label if size == "1KB" else f"as `{v.name}`, own process for {size} bodies"
+            out.append(replace(v, name=name, label=label, sizes=(size,)))
+    return out
+
+
+def _variants() -> list[Variant]:
     return [
         Variant("bare", "Envoy without ext_proc (the floor of Envoy itself)", kind="bare", sizes=ALL),
         Variant(
