@@ -17,6 +17,10 @@ SUBCOMMAND_MODULES: list[str] = [
     "extproc.cmd_config",
     "extproc.cmd_demo",
     "mockpool.cmd",
+    "extproc.cmd_eval",
+    "planner.cmd_plan",
+    "planner.cmd_simulate",
+    "planner.cmd_results",
 ]
 
 

@@ -34,11 +34,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--long-max-model-len", type=int, default=65536, help="long pool limit (tokens)")
     p.add_argument("--model", default="Qwen/Qwen3-8B", help="model name sent in requests")
     p.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this path")
+    p.add_argument(
+        "--envoy-config", type=Path, default=None, help="Envoy config to render (default envoy/envoy.yaml)"
+    )
     p.add_argument("--work-dir", type=Path, default=None, help="keep configs and logs here (default: temp)")
     p.set_defaults(func=run)
 
 
-def _read_decisions(path: Path | None, expected: int, timeout_s: float = 5.0) -> dict[str, dict[str, Any]]:
+def _read_decisions(path: Path | None, expected: int, timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
     """Decision-log records by request_id; waits briefly for streams that are still closing."""
     out: dict[str, dict[str, Any]] = {}
     if path is None:
@@ -93,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         short_max_model_len=args.short_max_model_len,
         long_max_model_len=args.long_max_model_len,
         decision_log=True,
+        **({"envoy_config": args.envoy_config} if args.envoy_config else {}),
     )
     with tempfile.TemporaryDirectory(prefix="tbr-demo-") as tmp:
         work_dir = args.work_dir or Path(tmp)
@@ -121,6 +125,11 @@ def run(args: argparse.Namespace) -> int:
                 ratios = httpx.get(f"{stack.router_admin_url}/ratios", timeout=5.0).json()["ratios"]
                 assert stack.envoy is not None
                 envoy_stats = stack.envoy.stats("ext_proc.tbr.")
+                envoy_stats.update(
+                    stack.envoy.stats(
+                        r"cluster\.(short|long)_pool\.upstream_(rq_5xx|rq_retry|cx_destroy_remote_with_active_rq|rq_pending_failure_eject|cx_connect_fail)$"
+                    )
+                )
         except StartupError as exc:
             print(f"tbr demo: could not start the stack:\n{exc}", file=sys.stderr)
             return 2
@@ -144,4 +153,11 @@ def run(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"summary written to {args.json}")
     ok = summary["harmful_misroutes"] == 0 and summary["failed_requests"] == 0
+    if ok:
+        print(f"OK: {summary['requests']} requests answered, zero harmful misroutes")
+    else:
+        print(
+            f"FAILED: {summary['harmful_misroutes']} harmful misroutes, "
+            f"{summary['failed_requests']} requests without a pool's answer"
+        )
     return 0 if ok else 1

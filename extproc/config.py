@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -22,6 +22,7 @@ __all__ = [
     "CalibrationConfig",
     "ConfigError",
     "EstimatorConfig",
+    "ModelProfile",
     "PoolConfig",
     "RecoveryConfig",
     "RouterConfig",
@@ -79,6 +80,70 @@ class PoolConfig(_Strict):
         return v
 
 
+class ModelProfile(_Strict):
+    """Chat-template framing and tokenizer family of the models whose name matches ``pattern``.
+
+    Framing is counted in tokens and added to the text estimate (it is not folded into the
+    bytes/token ratio). ``family`` selects the cold-start priors (``extproc.estimator.FAMILY_PRIORS_BPT``);
+    an unknown family uses the conservative global priors. Values measured per template in
+    docs/estimator.md §Framing.
+    """
+
+    pattern: Annotated[str, Field(min_length=1, max_length=256)]
+    """Python regular expression searched (``re.search``, case-insensitive) in the ``model`` field."""
+    family: Annotated[str, Field(min_length=1, max_length=32)]
+    message_framing_tokens: Annotated[int, Field(ge=0, le=64)]
+    request_framing_tokens: Annotated[int, Field(ge=0, le=4096)]
+    tool_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 0
+    """Template boilerplate added once when ``tools`` are present."""
+    per_tool_tokens: Annotated[int, Field(ge=0, le=256)] = 0
+    """Template tokens added per tool definition (separators), beyond the schema text."""
+    digit_tokens_per_digit: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Tokens per ASCII digit: 1.0 for tokenizers that split digits singly (Qwen), ≈0.6 for
+    ``\\p{N}{1,3}`` pre-tokenisers (Llama-3, cl100k: measured mean over the corpus 0.587)."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return v
+
+
+DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
+    # Meta's canonical Llama-3 format: <|start_header_id|>role<|end_header_id|>\n\n…<|eot_id|> = 5 per
+    # message; <|begin_of_text|> + the assistant header = 5. Tools are sent as JSON text (no boilerplate).
+    ModelProfile(
+        pattern=r"llama[-_ .]?3",
+        family="llama3",
+        message_framing_tokens=5,
+        request_framing_tokens=5,
+        digit_tokens_per_digit=0.6,
+    ),
+    # Qwen2/2.5/3 ChatML: <|im_start|>role\n…<|im_end|>\n = 5 per message; <|im_start|>assistant\n = 3;
+    # with tools a system block of fixed instructions plus one newline per tool.
+    ModelProfile(
+        pattern=r"qwen",
+        family="qwen",
+        message_framing_tokens=5,
+        request_framing_tokens=3,
+        tool_framing_tokens=96,
+        per_tool_tokens=1,
+    ),
+    # OpenAI cookbook count for cl100k chat models: 3 per message + 1 for the role, 3 per request.
+    ModelProfile(
+        pattern=r"^(openai/)?(gpt-4(?!o|\.1|\.5)|gpt-3\.5)",
+        family="cl100k",
+        message_framing_tokens=4,
+        request_framing_tokens=3,
+        digit_tokens_per_digit=0.6,
+    ),
+)
+"""Built-in profiles (first match wins); configure ``estimator.model_profiles`` to extend them."""
+
+
 class EstimatorConfig(_Strict):
     """Token-budget estimator parameters (method: arXiv 2604.09613 §3, see docs/estimator.md).
 
@@ -86,16 +151,29 @@ class EstimatorConfig(_Strict):
     """
 
     prior_bytes_per_token: Annotated[float, Field(gt=0.5, le=16.0)] = 4.0
+    """Cold-start ratio when ``family_priors`` is off or a category has no prior."""
+    family_priors: bool = True
+    """Use the per-(tokenizer family, category) conservative priors; False = ``prior_bytes_per_token``
+    for everything (the paper's cold start)."""
+    per_category: bool = True
+    count_digits: bool = True
+    """Budget ASCII digits at the model's ``digit_tokens_per_digit`` instead of the text ratio."""
+    """Learn one ratio per (model, content category); False = one ratio per model for all traffic."""
+    model_profiles: tuple[ModelProfile, ...] = DEFAULT_MODEL_PROFILES
+    """Per-model framing and tokenizer family, first match wins; unmatched models use the
+    ``*_framing_tokens`` fields below and the global priors."""
     default_output_reserve_tokens: Annotated[int, Field(ge=0)] = 1024
     """Output reserve when the request has neither ``max_completion_tokens`` nor ``max_tokens``."""
     message_framing_tokens: Annotated[int, Field(ge=0, le=64)] = 5
-    """Chat-template tokens added per message (role header, end-of-turn)."""
+    """Chat-template tokens added per message (role header, end-of-turn), unmatched models."""
     request_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 5
-    """Chat-template tokens added once per request (begin-of-text, generation prompt)."""
+    """Chat-template tokens added once per request (begin-of-text, generation prompt), unmatched models."""
     tool_schema_bytes_per_token: Annotated[float, Field(gt=0.5, le=16.0)] = 3.0
-    """Conservative fixed ratio for tool/function JSON schemas (not learned: see docs/estimator.md)."""
+    """Deprecated: tool schemas are now estimated with the learned ``tools`` category ratio."""
     tool_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 128
-    """Template boilerplate added once when ``tools`` are present."""
+    """Template boilerplate added once when ``tools`` are present, unmatched models."""
+    digit_tokens_per_digit: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Tokens per ASCII digit for unmatched models (1.0: the conservative single-digit split)."""
     image_tokens: Annotated[int, Field(ge=0)] = 4096
     """Budget per image part (image_url / input_image)."""
     audio_tokens: Annotated[int, Field(ge=0)] = 4096
@@ -109,18 +187,40 @@ class EstimatorConfig(_Strict):
 
 
 class CalibrationConfig(_Strict):
-    """Online calibration (EMA of observed bytes/token), arXiv 2604.09613 §3.3."""
+    """Online calibration (EMA of observed bytes/token), arXiv 2604.09613 §3.3; defaults chosen by
+    the sweep of ``tbr eval-estimator`` (docs/estimator.md)."""
 
-    ema_beta: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.9
+    learner: Literal["quantile", "ema_dev"] = "quantile"
+    """Routing ratio: ``quantile`` = tracked weighted lower quantile ``ĉ·exp(q)``;
+    ``ema_dev`` = the paper's ``ĉ − γσ̂``."""
+    ema_beta: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.99
     """β in ĉ ← βĉ + (1−β)c_obs."""
     gamma: Annotated[float, Field(ge=0.0, le=10.0)] = 2.0
-    """γ in c* = ĉ − γσ̂ (σ̂ = EMA of |c_obs − ĉ|)."""
+    """γ in c* = ĉ − γσ̂ (σ̂ = EMA of |c_obs − ĉ|), ``ema_dev`` learner only."""
+    quantile: Annotated[float, Field(gt=0.0, le=0.5)] = 0.1
+    """α: the lower quantile of c_obs/ĉ tracked by the ``quantile`` learner."""
+    quantile_step: Annotated[float, Field(gt=0.0, le=1.0)] = 0.02
+    """η: SGD step of the log-residual quantile per unit weight."""
+    initial_margin: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.15
+    """1 − c_low/ĉ after a key's first observation."""
+    weight_ref_tokens: Annotated[int, Field(ge=0)] = 1024
+    """Observation weight = min(1, ratio tokens / this); 0 = every observation weighs 1."""
     warmup_samples: Annotated[int, Field(ge=0)] = 10
     """Observations needed before the learned ratio replaces the category prior."""
     snapshot_path: str | None = None
     """File the learned ratios are written to on shutdown and read at start (when Redis is off)."""
     redis_url: str | None = None
-    """Shared ratio store across replicas (e.g. ``redis://127.0.0.1:6379/0``); None = in-memory."""
+    """Shared ratio store across replicas (e.g. ``redis://127.0.0.1:6379/0``); None = in-memory.
+    See docs/operations.md for the consistency model."""
+    redis_key_prefix: Annotated[str, Field(min_length=1, max_length=64)] = "tbr:"
+    """Prefix of the Redis keys (``{prefix}ratios`` hash, ``{prefix}ratios-version``, batch markers);
+    replicas sharing ratios use the same prefix, separate deployments different ones."""
+    redis_sync_interval_s: Annotated[float, Field(gt=0.0, le=3600.0)] = 1.0
+    """How often queued observations are pushed and all shared ratios pulled into the local cache."""
+    redis_timeout_s: Annotated[float, Field(gt=0.0, le=60.0)] = 1.0
+    """Connect and per-command timeout of Redis operations (they never run on the request path)."""
+    redis_queue_max: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
+    """Observations buffered while Redis is unreachable; beyond this the oldest are dropped (counted)."""
     sample_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     """Fraction of requests whose responses are read for calibration (drawn at request_headers)."""
     skip_unsampled_responses: bool = False
@@ -192,6 +292,9 @@ class ServerConfig(_Strict):
     (the request body arrives in one BUFFERED message). Default matches envoy/envoy.yaml (8 MiB)."""
     grace_period_s: Annotated[float, Field(ge=0.0, le=3600.0)] = 10.0
     """How long in-flight streams may run on after SIGTERM."""
+    shutdown_delay_s: Annotated[float, Field(ge=0.0, le=600.0)] = 0.0
+    """After SIGTERM, time spent reporting not-ready (gRPC health, /readyz) while still accepting
+    new streams, so load balancers stop sending before the listener closes (like a preStop sleep)."""
     tls_cert_path: str | None = None
     tls_key_path: str | None = None
     tls_client_ca_path: str | None = None

@@ -81,7 +81,8 @@ def strong_correction(
          (a stale mean of 40 B/token corrected to 4 would otherwise give σ̂ ≈ 3.6 and send every
          request of the key to the largest pool);
        * ``samples' = max(samples, warmup_samples)``: the key leaves warm-up, because its prior or
-         stale state has just been proven too high.
+         stale state has just been proven too high;
+       * ``low' = min(low, c_obs)`` when the quantile learner tracks a low ratio (it routes on it).
     Why a ratchet and not one more EMA step (β = 0.9 moves the mean
        only 10 % of the way): the costs are asymmetric. An underestimate costs a rejected attempt, a
        retry and, without recovery, a client-visible error; an overestimate costs a few requests on a
@@ -102,7 +103,9 @@ def strong_correction(
     if state is None or not isinstance(store, _WritableStore):
         return None
     dev = min(state.dev_bpt, max(dev_before_bpt, INITIAL_REL_DEV * c_obs))
-    new = RatioState(min(state.mean_bpt, c_obs), dev, max(state.samples, warmup_samples))
+    # The quantile learner routes on ``low_bpt``: ratchet it down too, so c* ≤ c_obs either way.
+    low = min(state.low_bpt, c_obs) if state.low_bpt > 0.0 else 0.0
+    new = RatioState(min(state.mean_bpt, c_obs), dev, max(state.samples, warmup_samples), low)
     store.put(budget.key, new)
     return new
 

@@ -49,7 +49,7 @@ class Router:
     ) -> None:
         self.config = config
         self.store: RatioStore = (
-            store if store is not None else InMemoryRatioStore(beta=config.calibration.ema_beta)
+            store if store is not None else InMemoryRatioStore.from_config(config.calibration)
         )
         self.metrics = metrics if metrics is not None else RouterMetrics()
         self.estimator = Estimator(

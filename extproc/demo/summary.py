@@ -83,6 +83,10 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
     statuses: Counter[str] = Counter()
     harmful: list[str] = []
     wasteful: list[str] = []
+    wasteful_detail: list[dict[str, Any]] = []
+    # routing vs truth for answered requests of known size: (fits short?, pool) -> count
+    matrix: Counter[tuple[bool, str]] = Counter()
+    near_boundary = 0
     over_all_pools: list[str] = []
     failed: list[str] = []
     unknown_size = 0
@@ -116,9 +120,23 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
             unknown_size += 1
             continue
         reserve = req.max_tokens if req.max_tokens is not None else inp.default_output_reserve_tokens
-        if o.pool == "long" and true_prompt + reserve <= inp.short_max_model_len:
-            wasteful.append(req.request_id)
+        true_budget = true_prompt + reserve
+        fits_short = true_budget <= inp.short_max_model_len
+        matrix[(fits_short, pool)] += 1
+        near_boundary += inp.short_max_model_len / 2 < true_budget <= 2 * inp.short_max_model_len
         est = rec.get("estimated_prompt_tokens") if rec else None
+        if o.pool == "long" and fits_short:
+            wasteful.append(req.request_id)
+            wasteful_detail.append(
+                {
+                    "request_id": req.request_id,
+                    "category": req.category,
+                    "router_category": rec.get("category") if rec else None,
+                    "prompt_tokens": true_prompt,
+                    "estimated_prompt_tokens": est,
+                    "output_reserve_tokens": reserve,
+                }
+            )
         if isinstance(est, int) and true_prompt > 0:
             err = 100.0 * (est - true_prompt) / true_prompt
             errors_pct.append(err)
@@ -146,7 +164,15 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
         "harmful_misroutes": len(harmful),
         "harmful_request_ids": harmful,
         "wasteful_misroutes": len(wasteful),
-        "wasteful_request_ids": wasteful,
+        "wasteful_detail": wasteful_detail,
+        "routing_vs_truth": {
+            "fits_short_sent_short": matrix[(True, "short")],
+            "fits_short_sent_long": matrix[(True, "long")],
+            "needs_long_sent_long": matrix[(False, "long")],
+            "needs_long_sent_short_accepted": matrix[(False, "short")],
+            "needs_long_sent_short_refused": len(harmful),
+        },
+        "near_boundary_requests": near_boundary,
         "over_every_pool_limit": len(over_all_pools),
         "failed_requests": len(failed),
         "failed_request_ids": failed,
@@ -164,6 +190,7 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
             "message_timeouts": stat(".message_timeouts"),
             "streams_failed": stat(".streams_failed"),
         },
+        "envoy_pool_clusters": {k: v for k, v in sorted(stats.items()) if k.startswith("cluster.")},
     }
 
 
@@ -197,6 +224,16 @@ def format_summary(s: dict[str, Any]) -> str:
         f"wasteful misroutes (sent long, true prompt + reserve <= {s['limits_tokens']['short']}): "
         f"{s['wasteful_misroutes']}"
     )
+    rv = s["routing_vs_truth"]
+    add(
+        f"routing vs true budget: fits short → short {rv['fits_short_sent_short']}, → long "
+        f"{rv['fits_short_sent_long']}; needs long → long {rv['needs_long_sent_long']}, → short "
+        f"{rv['needs_long_sent_short_accepted'] + rv['needs_long_sent_short_refused']}"
+    )
+    add(
+        f"requests with a true budget within ×2 of {s['limits_tokens']['short']} tokens: "
+        f"{s['near_boundary_requests']}"
+    )
     add(f"over every pool's limit (long pool 400): {s['over_every_pool_limit']}")
     add(f"failed requests (no pool answered): {s['failed_requests']}")
     if s["unknown_true_size"]:
@@ -224,6 +261,9 @@ def format_summary(s: dict[str, Any]) -> str:
         f"Envoy ext_proc: {e['streams_started']} streams, {e['failure_mode_allowed']} failed open, "
         f"{e['message_timeouts']} message timeouts"
     )
+    trouble = {k: v for k, v in s["envoy_pool_clusters"].items() if v}
+    if trouble:
+        add(f"Envoy pool clusters: {trouble}")
     add("=" * 78)
     return "\n".join(lines)
 

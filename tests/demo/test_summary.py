@@ -93,3 +93,22 @@ def test_estimate_error_joins_decision_log() -> None:
     assert s["envoy_ext_proc"]["failure_mode_allowed"] == 1
     text = format_summary(s)
     assert "harmful misroutes" in text and "latin" in text
+
+
+def test_routing_vs_truth_matrix() -> None:
+    outcomes = [
+        Outcome(_req("s-ok", 256), 200, "short", 5000, 16, 0.1),  # 5256 fits, short: right
+        Outcome(_req("l-waste", 256), 200, "long", 6000, 16, 0.1),  # 6256 fits, long: wasteful
+        Outcome(_req("l-ok", 4096), 200, "long", 6000, 16, 0.1),  # 10096 needs long: right
+        Outcome(_req("s-bad", 4096), 400, "short", None, None, 0.1, "BadRequestError"),  # harmful
+    ]
+    s = build_summary(_inputs(outcomes, {}))
+    assert s["routing_vs_truth"] == {
+        "fits_short_sent_short": 1,
+        "fits_short_sent_long": 1,
+        "needs_long_sent_long": 1,
+        "needs_long_sent_short_accepted": 0,
+        "needs_long_sent_short_refused": 1,
+    }
+    assert s["near_boundary_requests"] == 3  # 5256, 6256, 10096 are within ×2 of 8192
+    assert [d["request_id"] for d in s["wasteful_detail"]] == ["l-waste"]

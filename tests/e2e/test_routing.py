@@ -90,3 +90,18 @@ def test_envoy_did_not_fail_open(gateway: Gateway, router: Router) -> None:
     assert stats["http.llm_ingress.ext_proc.tbr.streams_started"] >= 1
     assert stats["http.llm_ingress.ext_proc.tbr.failure_mode_allowed"] == 0
     assert stats["http.llm_ingress.ext_proc.tbr.message_timeouts"] == 0
+
+
+def test_body_over_one_mebibyte_is_budgeted_not_rejected_by_envoy(gateway: Gateway, router: Router) -> None:
+    """Over Envoy's default 1 MiB buffer: the raised per-connection limit and the router's 8 MiB gRPC
+    message size let the router read it (no 413, no fail-open); it exceeds every pool, so it goes to
+    the long pool, whose own max_model_len check answers vLLM's 400."""
+    from extproc.demo.builtin_sample import generated_long_document
+
+    text = generated_long_document(1_100_000, seed=9)  # > 1 MiB
+    before = gateway.envoy.stats("ext_proc.tbr.failure_mode_allowed")
+    served = chat(gateway.base_url, text, headers={"x-request-id": "e2e-1mib"}, max_tokens=16)
+    assert (served.status, served.pool) == (400, "long")
+    rec = _decision(router, "e2e-1mib")
+    assert (rec["pool"], rec["reason"]) == ("long", "exceeds_all_pools")
+    assert gateway.envoy.stats("ext_proc.tbr.failure_mode_allowed") == before
