@@ -37,7 +37,7 @@ from extproc.redis_store import RedisRatioStore
 from extproc.reload import ConfigReloader
 from extproc.router import Router
 from extproc.scrape import PoolScraper
-from extproc.server import GrpcServer, start_grpc_server
+from extproc.server import GrpcServer, freeze_startup_objects, start_grpc_server
 
 __all__ = ["RouterApp"]
 
@@ -164,6 +164,7 @@ class RouterApp:
             )
             if self._watch_config:
                 self.reloader.start_watching()
+        freeze_startup_objects()  # GC pauses over startup objects (docs/performance.md)
         self.ready = True
         self.metrics.ready.set(1)
 

@@ -110,6 +110,9 @@ _OTHER_INDIC = (
 _LATIN_EXT = tuple(bytes([b]) for b in range(0xC3, 0xCA))  # U+00C0–U+024F accented Latin
 _SCRIPTS = ("cyrillic", "thai", "indic_bn", "indic_te", "indic", "arabic", "greek", "hebrew")
 _CODE_MARKS = (b"{", b"}", b";", b"(", b")", b"=", b"[", b"]", b"<", b">")
+# Deleting every byte but the code marks counts all of them in one pass (10 ``bytes.count``
+# scans cost ~10x more on a 16 KiB sample).
+_NOT_CODE_MARK = bytes(b for b in range(256) if bytes([b]) not in _CODE_MARKS)
 
 
 def _is_code(sample: bytes, letters: int) -> bool:
@@ -117,7 +120,9 @@ def _is_code(sample: bytes, letters: int) -> bool:
         return True
     if letters == 0:
         return False
-    punct = _count_any(sample, _CODE_MARKS)
+    punct = len(sample.translate(None, _NOT_CODE_MARK))
+    if punct * 8 < letters:  # prose: skip the newline scans below (same answer)
+        return False
     newlines = sample.count(b"\n")
     indents = sample.count(b"\n    ") + sample.count(b"\n\t")
     # Prose has ~1 such mark per 100 letters; source code has 10–30.

@@ -222,7 +222,12 @@ class CalibrationConfig(_Strict):
     redis_queue_max: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
     """Observations buffered while Redis is unreachable; beyond this the oldest are dropped (counted)."""
     sample_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
-    """Fraction of requests whose responses are read for calibration."""
+    """Fraction of requests whose responses are read for calibration (drawn at request_headers)."""
+    skip_unsampled_responses: bool = False
+    """Turn the response phases off (``mode_override``) for requests not sampled: 2 ext_proc
+    messages per request instead of 3. Those requests then give up misroute detection
+    (``x-envoy-attempt-count``, docs/design/003-misroute-recovery.md) and the response status in
+    the decision log. Needs ``allow_mode_override: true`` on the filter (docs/performance.md)."""
 
 
 class SpilloverConfig(_Strict):

@@ -4,7 +4,10 @@ Phases, in the order Envoy sends them with envoy/envoy.yaml's processing mode:
 
 1. ``request_headers`` (SEND): remember ``:path``, ``:method`` and ``x-request-id``. Requests
    we do not budget (other paths or methods, or no body) are routed right here and the body is
-   skipped via ``mode_override``.
+   skipped via ``mode_override``. The calibration sample (``calibration.sample_rate``) is drawn
+   here; with ``calibration.skip_unsampled_responses`` an unsampled request gets a
+   ``mode_override`` that turns the response phases off, so it costs Envoy and the router two
+   messages instead of three or four (docs/performance.md).
 2. ``request_body`` (BUFFERED): parse, classify, estimate, choose the pool; answer with the
    routing header and ``clear_route_cache``. Unreadable bodies go to the largest pool.
 3. ``response_headers`` (SEND): on 2xx, ask for the body — BUFFERED for JSON, STREAMED for
@@ -19,6 +22,7 @@ are never altered except for the documented ``content-length`` removal on SSE.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -39,6 +43,14 @@ __all__ = ["StreamProcessor", "header_value"]
 log = logging.getLogger(__name__)
 
 _MAX_JSON_RESPONSE_BYTES = 16 << 20
+
+
+@functools.lru_cache(maxsize=4096)
+def _child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, cached: prometheus_client's ``labels()`` takes a lock and
+    builds a tuple on every call (~5 µs), several times per request on the hot path. Label
+    values here are bounded sets (phases, pools, categories, reasons), so the cache is too."""
+    return metric.labels(*labels)
 
 
 def header_value(h: Any) -> str:
@@ -79,6 +91,7 @@ class StreamProcessor:
         "retried_to",
         "rng",
         "router",
+        "sampled",
         "status",
         "t_start",
     )
@@ -97,6 +110,7 @@ class StreamProcessor:
         self.status = 0
         self.prompt_tokens: int | None = None
         self.calibrated = False
+        self.sampled: bool | None = None
         self.counted_pool: str | None = None
         self.retried_to: str | None = None
         self._sse: SSEUsageReader | None = None
@@ -133,7 +147,7 @@ class StreamProcessor:
             self.router.metrics.errors.labels(phase or "unknown").inc()
             log.exception("error in phase %s (request_id=%s)", phase, self.request_id)
             resp = self._safe_answer(phase)
-        self.router.metrics.phase_seconds.labels(phase or "unknown").observe(time.perf_counter() - t0)
+        _child(self.router.metrics.phase_seconds, phase or "unknown").observe(time.perf_counter() - t0)
         return resp
 
     def _safe_answer(self, phase: str | None) -> pb.ProcessingResponse:
@@ -168,7 +182,10 @@ class StreamProcessor:
             return self._route_fallback("unsupported_path", body=False)
         if msg.end_of_stream:
             return self._route_fallback("body_empty", body=False)
-        return R.CONTINUE_REQUEST_HEADERS
+        self.sampled = self._draw_sample()
+        if self.sampled or not self.router.config.calibration.skip_unsampled_responses:
+            return R.CONTINUE_REQUEST_HEADERS
+        return R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
 
     def on_request_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
         """Budget the request and set the routing header (BUFFERED: the whole body at once)."""
@@ -188,8 +205,8 @@ class StreamProcessor:
         self.reason = decision.reason
         self.category = budget.key[1]
         self._count_inflight()
-        r.metrics.decisions.labels(self.pool, self.category, self.reason).inc()
-        r.metrics.budget_tokens.labels(self.pool).observe(budget.total_tokens)
+        _child(r.metrics.decisions, self.pool, self.category, self.reason).inc()
+        _child(r.metrics.budget_tokens, self.pool).observe(budget.total_tokens)
         return r.body_responses[self.pool]
 
     def _route_fallback(self, reason: str, *, body: bool) -> pb.ProcessingResponse:
@@ -212,15 +229,23 @@ class StreamProcessor:
 
     # -- response path ----------------------------------------------------------------------
 
+    def _draw_sample(self) -> bool:
+        """Whether this request's response is read for calibration (``calibration.sample_rate``)."""
+        rate = self.router.config.calibration.sample_rate
+        if rate >= 1.0:
+            return True
+        if rate <= 0.0:
+            return False
+        return (self.rng or random).random() < rate
+
     def _wants_calibration(self) -> bool:
         if self.budget is None or self.calibrated:
             return False
         if self.retried_to is not None:
             return True  # a misroute is always read (docs/design/003-misroute-recovery.md)
-        rate = self.router.config.calibration.sample_rate
-        if rate >= 1.0:
-            return True
-        return (self.rng or random).random() < rate
+        if self.sampled is None:  # no request_headers seen (not Envoy's order): draw now
+            self.sampled = self._draw_sample()
+        return self.sampled
 
     def on_response_headers(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
         """On 2xx, ask Envoy for the body in the mode that suits its content type."""
@@ -336,7 +361,7 @@ class StreamProcessor:
         if self.counted_pool is not None:
             counted, self.counted_pool = self.retried_to or self.counted_pool, None
             r.load.release(counted)
-        r.metrics.streams.labels(end).inc()
+        _child(r.metrics.streams, end).inc()
         if r.decision_log is not None and self.pool:
             b = self.budget
             r.log_decision(

@@ -16,6 +16,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 __all__ = [
     "CONTINUE_REQUEST_BODY",
     "CONTINUE_REQUEST_HEADERS",
+    "CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE",
     "CONTINUE_REQUEST_TRAILERS",
     "CONTINUE_RESPONSE_BODY",
     "CONTINUE_RESPONSE_HEADERS",
@@ -76,6 +77,21 @@ def route_request_headers(header: str, value: str) -> pb.ProcessingResponse:
 
 
 CONTINUE_REQUEST_HEADERS = pb.ProcessingResponse(request_headers=pb.HeadersResponse())
+CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE = pb.ProcessingResponse(
+    request_headers=pb.HeadersResponse(),
+    mode_override=pm.ProcessingMode(
+        request_body_mode=pm.ProcessingMode.BUFFERED,
+        response_header_mode=pm.ProcessingMode.SKIP,
+        response_body_mode=pm.ProcessingMode.NONE,
+    ),
+)
+"""Answer to ``request_headers`` of a request routed on its body but not sampled for calibration:
+keep the request body BUFFERED (body modes have no DEFAULT, so it is stated; envoy-notes §1
+gotcha 4) and turn the response phases off, so the stream ends after ``request_body``
+(2 messages instead of 4). Envoy honours it only with ``allow_mode_override: true`` and without
+``send_body_without_waiting_for_header_response``; otherwise the response headers still arrive
+and the router just continues them."""
+
 CONTINUE_REQUEST_BODY = pb.ProcessingResponse(request_body=pb.BodyResponse())
 CONTINUE_REQUEST_TRAILERS = pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
 CONTINUE_RESPONSE_HEADERS = pb.ProcessingResponse(response_headers=pb.HeadersResponse())

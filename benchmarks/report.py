@@ -1,0 +1,292 @@
+"""Render the benchmark results as BENCHMARKS.md (medians over repetitions; ratios and added
+latencies are computed per repetition against bare Envoy measured in the same repetition)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+__all__ = ["render"]
+
+TARGETS = {"ratio": 0.55, "cpu_ms": 0.30, "p50_ms": 0.8, "p99_ms": 1.5}
+
+
+def _med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def _rows(e2e: list[dict[str, Any]], phase: str, v: str, size: str) -> dict[int, dict[str, Any]]:
+    return {m["rep"]: m for m in e2e if m["phase"] == phase and m["variant"] == v and m["size"] == size}
+
+
+def summarize(e2e: list[dict[str, Any]], v: str, size: str) -> dict[str, float]:
+    """Medians for one (variant, body): throughput, ratio, CPU, latencies, added latencies."""
+    thr, bare = _rows(e2e, "throughput", v, size), _rows(e2e, "throughput", "bare", size)
+    unl, bare_u = _rows(e2e, "unloaded", v, size), _rows(e2e, "unloaded", "bare", size)
+    l80, bare80 = _rows(e2e, f"load80:{v}", v, size), _rows(e2e, f"load80:{v}", "bare", size)
+    ref = _rows(e2e, "throughput", "route", size)
+    s = {
+        "rps": _med([m["rps"] for m in thr.values()]),
+        "ratio": _med([thr[r]["rps"] / bare[r]["rps"] for r in thr if r in bare and bare[r]["rps"]]),
+        "vs_route": _med([thr[r]["rps"] / ref[r]["rps"] for r in thr if r in ref and ref[r]["rps"]]),
+        "cpu_ms": _med([m["router_cpu_ms_per_req"] for m in thr.values()]),
+        "cpu_ms_200": _med([m["router_cpu_ms_per_req"] for m in unl.values()]),
+        "envoy_cpu_ms": _med([m["envoy_cpu_ms_per_req"] for m in thr.values()]),
+        "msgs": _med([m["msgs_per_req"] for m in thr.values()]),
+        "short": _med([m["short_share"] for m in thr.values()]),
+        "fail_open": sum(m["fail_open"] for m in list(thr.values()) + list(unl.values())),
+        "errors": sum(m["errors"] for m in list(thr.values()) + list(unl.values())),
+        "p50": _med([m["p50_ms"] for m in unl.values()]),
+        "p99": _med([m["p99_ms"] for m in unl.values()]),
+        "add_p50": _med([unl[r]["p50_ms"] - bare_u[r]["p50_ms"] for r in unl if r in bare_u]),
+        "add_p99": _med([unl[r]["p99_ms"] - bare_u[r]["p99_ms"] for r in unl if r in bare_u]),
+        "l80_rps": _med([m["rps"] for m in l80.values()]),
+        "l80_p50": _med([m["p50_ms"] for m in l80.values()]),
+        "l80_p99": _med([m["p99_ms"] for m in l80.values()]),
+        "l80_add_p50": _med([l80[r]["p50_ms"] - bare80[r]["p50_ms"] for r in l80 if r in bare80]),
+        "l80_add_p99": _med([l80[r]["p99_ms"] - bare80[r]["p99_ms"] for r in l80 if r in bare80]),
+    }
+    return s
+
+
+def _f(x: float, nd: int = 2, sign: bool = False) -> str:
+    if x != x:
+        return "–"
+    return f"{x:+.{nd}f}" if sign else f"{x:.{nd}f}"
+
+
+def _ok(cond: bool) -> str:
+    return "**met**" if cond else "not met"
+
+
+def _e2e_section(res: dict[str, Any]) -> list[str]:
+    e2e = res["e2e"]
+    out = []
+    labels = {v["name"]: v["label"] for v in res["variants"]}
+    for b in res["bodies"]:
+        size = b["label"]
+        names = [v["name"] for v in res["variants"] if size in v["sizes"]]
+        out += [
+            f"### Body {size} ({b['bytes']:,} B, {b['prompt_tokens']:,} cl100k prompt tokens)",
+            "",
+            "| variant | msgs/req | req/s | ÷ bare | router CPU ms/req at saturation / at 200 req/s | front-Envoy CPU ms/req | unloaded p50 / p99 ms | added p50 / p99 ms | 80 % load: req/s, p50 / p99 ms | added at 80 % p50 / p99 ms | routed short | fail-open / errors |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for v in names:
+            s = summarize(e2e, v, size)
+            bare = v == "bare"
+            out.append(
+                f"| `{v}` {labels[v]} | {_f(s['msgs'], 2) if not bare else '0'} | {_f(s['rps'], 0)} | "
+                f"{_f(s['ratio'])} | "
+                + (f"{_f(s['cpu_ms'], 3)} / {_f(s['cpu_ms_200'], 3)}" if not bare else "–")
+                + f" | {_f(s['envoy_cpu_ms'], 3)} | "
+                f"{_f(s['p50'])} / {_f(s['p99'])} | "
+                + ("–" if bare else f"{_f(s['add_p50'], 2, True)} / {_f(s['add_p99'], 2, True)}")
+                + " | "
+                + ("–" if bare else f"{_f(s['l80_rps'], 0)}: {_f(s['l80_p50'])} / {_f(s['l80_p99'])}")
+                + " | "
+                + ("–" if bare else f"{_f(s['l80_add_p50'], 2, True)} / {_f(s['l80_add_p99'], 2, True)}")
+                + f" | {_f(s['short'])} | {s['fail_open']} / {s['errors']} |"
+            )
+        out.append("")
+    return out
+
+
+def _levers(res: dict[str, Any]) -> list[str]:
+    e2e = res["e2e"]
+    base = summarize(e2e, "route", "1KB")
+    rows = [
+        (
+            "fewer messages: response phases off for unsampled requests (`skip_unsampled_responses`)",
+            "route_3msg",
+            True,
+        ),
+        ("calibration of every response (4 msgs)", "calib_all", False),
+        ("calibration sampled at 10 % (decided at request_headers)", "calib_10", False),
+        ("uvloop event loop", "uvloop", False),
+        ("`gc.freeze()` after start (now the default)", "no_gc_freeze", True),
+        ("gRPC `grpc.optimization_target=latency`", "opt_latency", False),
+        ("gRPC `grpc.http2.bdp_probe=0`", "no_bdp", False),
+        ("2 router processes behind one cluster", "x2", False),
+    ]
+    out = [
+        "| lever (1 KB body) | compared | req/s ÷ `route` (same rep) | ÷ bare | router CPU ms/req (saturation / 200 req/s) | added unloaded p50 / p99 ms |",
+        "|---|---|---|---|---|---|",
+        f"| baseline `route` (2 msgs) | – | 1.00 | {_f(base['ratio'])} | {_f(base['cpu_ms'], 3)} / {_f(base['cpu_ms_200'], 3)} | {_f(base['add_p50'], 2, True)} / {_f(base['add_p99'], 2, True)} |",
+    ]
+    for title, v, inverse in rows:
+        s = summarize(e2e, v, "1KB")
+        rel = s["vs_route"]
+        note = f"lever OFF (`{v}`, {_f(s['msgs'])} msgs)" if inverse else f"`{v}`"
+        out.append(
+            f"| {title} | {note} | {_f(rel)} | {_f(s['ratio'])} | {_f(s['cpu_ms'], 3)} / {_f(s['cpu_ms_200'], 3)} | "
+            f"{_f(s['add_p50'], 2, True)} / {_f(s['add_p99'], 2, True)} |"
+        )
+    return out
+
+
+def render(res: dict[str, Any]) -> str:
+    """The whole BENCHMARKS.md."""
+    m = res["machine"]
+    e2e = res["e2e"]
+    route, floor = summarize(e2e, "route", "1KB"), summarize(e2e, "floor", "1KB")
+    p = res["params"]
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `make bench` (`{res['command']}`) on {res['date']}, {res['elapsed_s'] / 60:.1f} min"
+        + (" (**--quick**: 1 repetition, short runs)" if res["quick"] else "")
+        + ". Do not edit by hand; see docs/performance.md for how to read it.",
+        "",
+        f"- machine: `{m['host']}`, {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, Linux {m['kernel']};"
+        f" load average at start {' '.join(m['loadavg_start'])}, at end {' '.join(m.get('loadavg_end', []))}"
+        " (the box is shared: compare ratios measured side by side, not absolute figures)",
+        f"- software: Python {m['python']}, grpcio {m['grpcio']}, protobuf {m['protobuf']}, Envoy {m['envoy']}; commit `{m['commit']}`",
+        "- setup: front Envoy `--concurrency 1` with one listener per variant (same ext_proc settings as envoy/envoy.yaml),"
+        " upstream = a second Envoy `--concurrency 1` answering `direct_response` JSON with the body's true `usage`,"
+        " each router variant in its own process(es); loopback only",
+        f"- load: `wrk -t1 -c16 -d{p['wrk_s']:g}s --latency -s post.lua` (throughput, CPU), `hey -z {p['hey_s']:g}s -c 1 -q 200 -o csv`"
+        f" (unloaded), `hey -c 8 -q <0.8×capacity/8>` (80 % load, back to back with bare at the same rate);"
+        f" {p['reps']} throughput and {p.get('latency_reps', p['reps'])} unloaded-latency repetition(s), 1 at 80 %;"
+        " every variant in every repetition, in a seeded shuffled order; medians shown",
+        "- CPU per request = Δ(utime+stime) of the process(es) from /proc/<pid>/stat ÷ completed requests, during the"
+        " wrk run (saturation) and during the 200 req/s hey run (no batching: each request wakes the process)",
+        f"- bodies: {res['bodies'][0]['source']}",
+        "",
+        "## Targets (1 KB body, `route` = the router as deployed with calibration sampling off for this request)",
+        "",
+        "| target | measured `route` | do-nothing grpc.aio floor | verdict |",
+        "|---|---|---|---|",
+        f"| routed throughput ≥ {TARGETS['ratio']} × bare Envoy | {_f(route['ratio'])} | {_f(floor['ratio'])} | {_ok(route['ratio'] >= TARGETS['ratio'])} |",
+        f"| router CPU ≤ {TARGETS['cpu_ms']} ms per routed 1 KB request | {_f(route['cpu_ms'], 3)} | {_f(floor['cpu_ms'], 3)} | {_ok(route['cpu_ms'] <= TARGETS['cpu_ms'])} |",
+        f"| added latency unloaded ≤ +{TARGETS['p50_ms']} ms p50 | {_f(route['add_p50'], 2, True)} | {_f(floor['add_p50'], 2, True)} | {_ok(route['add_p50'] <= TARGETS['p50_ms'])} |",
+        f"| added latency unloaded ≤ +{TARGETS['p99_ms']} ms p99 | {_f(route['add_p99'], 2, True)} | {_f(floor['add_p99'], 2, True)} | {_ok(route['add_p99'] <= TARGETS['p99_ms'])} |",
+        "",
+        "## Side by side through Envoy",
+        "",
+    ]
+    lines += _e2e_section(res)
+    lines += ["## Levers (each measured on/off in the same run)", "", *_levers(res), ""]
+    spread = res.get("x2_endpoint_requests", {})
+    if spread:
+        tot = sum(spread.values()) or 1
+        lines += [
+            "### How Envoy spreads ext_proc streams over 2 router processes",
+            "",
+            "Requests Envoy's `ext_proc_x2` cluster sent to each endpoint over the whole run (`/clusters` rq_total):"
+            + ", ".join(f" port {k}: {v:,} ({v / tot:.0%})" for k, v in spread.items())
+            + ". Each ext_proc stream is one HTTP/2 request, and ROUND_ROBIN picks an endpoint per stream, so load"
+            " spreads per request even though Envoy multiplexes the streams on one HTTP/2 connection per endpoint.",
+            "",
+        ]
+    lines += _profile(res) + _micro(res) + _convergence(res) + _memory(res)
+    for _, text in res.get("external", []):
+        lines += [text.rstrip(), ""]
+    return "\n".join(lines) + "\n"
+
+
+def _profile(res: dict[str, Any]) -> list[str]:
+    out = ["## Where the time goes (py-spy, 1 KB body under wrk load, `--native`)", ""]
+    for name, prof in res.get("profile", {}).items():
+        if "error" in prof:
+            out += [f"- `{name}`: py-spy failed: {prof['error']}", ""]
+            continue
+        out += [
+            f"**`{name}`** ({prof['samples']:,} busy samples at 250 Hz; {prof.get('idle_samples', 0):,} idle"
+            " samples in epoll/condvar waits dropped). Self time by layer:",
+            "",
+        ]
+        out += ["| layer (self) | share of busy samples |", "|---|---|"]
+        out += [f"| {g} | {share:.0%} |" for g, share in prof.get("layers", [])]
+        out += [
+            "",
+            "Inclusive (stacks passing through):",
+            "",
+            "| code | share of busy samples |",
+            "|---|---|",
+        ]
+        out += [f"| {g} | {share:.0%} |" for g, share in prof["groups"]]
+        out += ["", "Top self frames:", "", "| frame | self share |", "|---|---|"]
+        out += [f"| `{f}` | {share:.1%} |" for f, share in prof["top_self"]]
+        out.append("")
+    return out
+
+
+def _micro(res: dict[str, Any]) -> list[str]:
+    mi = res["micro"]
+    out = [
+        "## In-process micro-benchmarks (best of 7, µs per call)",
+        "",
+        "| body | stdlib `json.loads` | `orjson.loads` | `parse_request_body` (orjson, only the fields the estimate needs) | estimate (classify + ratio) | processor, both messages incl. protobuf |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in mi["rows"]:
+        out.append(
+            f"| {r['size']} | {r['json_loads_us']:.1f} | {r['orjson_loads_us']:.1f} | {r['parse_request_body_us']:.1f} | {r['estimate_us']:.1f} | {r['processor_2msg_us']:.1f} |"
+        )
+    st = mi["stall"]
+    out += [
+        "",
+        f"- routing response built per request + serialised: {mi['response_built_us']:.1f} µs; precomputed"
+        f" (what the router does): {mi['response_prebuilt_us']:.2f} µs.",
+        f"- {st['size']} body, event-loop stall: parsed on the loop → longest loop gap {st['inline_max_gap_ms']:.1f} ms"
+        f" ({st['inline_wall_ms']:.1f} ms per parse); in `asyncio.to_thread` → longest gap {st['thread_max_gap_ms']:.1f} ms"
+        f" ({st['thread_wall_ms']:.1f} ms per parse). orjson holds the GIL, so a thread does not free the loop;"
+        " the parse stays on the loop.",
+        "",
+    ]
+    return out
+
+
+def _convergence(res: dict[str, Any]) -> list[str]:
+    c = res["convergence"]
+    out = [
+        "## Calibration still converges when only a sample of responses is read",
+        "",
+        f"Scripted ext_proc replay over real gRPC ({c['source']}, one request each; true `usage.prompt_tokens` ="
+        " cl100k count + chat framing). Unsampled requests end after `request_body`, as Envoy ends them after the"
+        " `mode_override`.",
+        "",
+        "| sample_rate | requests | sampled | ext_proc msgs/req | learned ĉ latin (true mean) | learned ĉ code (true mean) | mean abs error of estimate, first → last tenth | under-estimates, last tenth |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in c["runs"]:
+        lat = r["learned_bpt"].get("latin", float("nan"))
+        code = r["learned_bpt"].get("code", float("nan"))
+        out.append(
+            f"| {r['sample_rate']} | {r['requests']} | {r['sampled']} | {r['messages'] / max(r['requests'], 1):.2f} | "
+            f"{_f(lat)} ({_f(r['true_bpt'].get('latin', float('nan')))}) | {_f(code)} ({_f(r['true_bpt'].get('code', float('nan')))}) | "
+            f"{r['window_abs_err'][0]:.1%} → {r['window_abs_err'][-1]:.1%} | {r['window_under'][-1]:.0%} |"
+        )
+    out += [
+        "",
+        "Rare categories get proportionally fewer observations (warm-up lasts 1/sample_rate times longer).",
+        "",
+    ]
+    return out
+
+
+def _memory(res: dict[str, Any]) -> list[str]:
+    mem, g = res["memory"], res["growth"]
+    mib = 2**20
+    out = [
+        "## Memory",
+        "",
+        f"- idle router RSS: {mem['idle_rss'] / mib:.1f} MiB.",
+    ]
+    for i, w in enumerate(mem["waves"]):
+        out.append(
+            f"- wave {i + 1}: {mem['concurrency']:,} concurrent streaming requests held {mem['hold_s']:g} s each"
+            f" (router reads every SSE response): {w['completed_streams']:,} completed,"
+            f" {w.get('peak_open_ext_proc_streams', 0):,} ext_proc streams open at once, peak RSS"
+            f" {w['peak_rss'] / mib:.1f} MiB, RSS after {w['after_rss'] / mib:.1f} MiB."
+        )
+    out += [
+        f"- ≈ {mem['per_stream_bytes'] / 1024:.1f} KiB per open stream; growth from wave 1 to wave 2:"
+        f" {mem['growth_per_request_bytes']:.1f} B per request.",
+        "- RSS of the `calib_all` router over successive wrk rounds (requests so far → MiB): "
+        + ", ".join(f"{n:,} → {r / mib:.1f}" for n, r in g["points"])
+        + f"; slope after the first round {g['bytes_per_request_after_first_round']:.2f} B/request.",
+        "",
+    ]
+    return out

