@@ -15,6 +15,7 @@ from collections.abc import Sequence
 SUBCOMMAND_MODULES: list[str] = [
     "extproc.cmd_serve",
     "extproc.cmd_config",
+    "mockpool.cmd",
 ]
 
 

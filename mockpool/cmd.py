@@ -1,0 +1,101 @@
+"""``tbr mock-pool``: run one stand-in vLLM pool (for the demo, compose and manual tests).
+
+Example::
+
+    tbr mock-pool --name short --port 8101 --max-model-len 8192 --tokenizer qwen3
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from mockpool.server import bind_socket, make_server
+from mockpool.settings import PoolSettings
+from mockpool.tokencount import TokenizerUnavailableError
+
+log = logging.getLogger("mockpool")
+
+
+def add_parser(subparsers: Any) -> None:
+    """Register the ``mock-pool`` subcommand on ``subparsers`` (from ``argparse.add_subparsers``)."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "mock-pool",
+        help="run a stand-in vLLM pool (OpenAI-compatible, real tokenizer)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    d = PoolSettings()
+    p.add_argument("--name", required=True, help="pool name, sent back in the x-served-by-pool header")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port, 0 = any free port (default %(default)s)")
+    p.add_argument("--max-model-len", type=int, default=d.max_model_len, help="vLLM max_model_len in tokens")
+    p.add_argument("--tokenizer", choices=["qwen3", "llama3"], default=d.tokenizer, help="tokenizer family")
+    p.add_argument(
+        "--served-model-name", action="append", default=[], help="model name to serve (repeatable)"
+    )
+    p.add_argument("--strict-model", action="store_true", help="404 for models not served (vLLM behaviour)")
+    p.add_argument("--output-tokens", type=int, default=d.output_tokens, help="tokens generated per choice")
+    p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="vLLM max_num_seqs")
+    p.add_argument("--kv-cache-capacity-tokens", type=int, default=0, help="KV capacity, 0 = len × seqs")
+    p.add_argument("--time-to-first-token-s", type=float, default=0.0, help="delay before the first token")
+    p.add_argument("--prefill-s-per-token", type=float, default=0.0, help="extra first-token delay per token")
+    p.add_argument("--inter-token-latency-s", type=float, default=0.0, help="delay between tokens")
+    p.add_argument(
+        "--sse-split-bytes", type=int, default=0, help="split each SSE event into writes of N bytes"
+    )
+    p.add_argument("--gzip", action="store_true", help="gzip JSON responses when the client accepts it")
+    p.add_argument("--image-tokens", type=int, default=d.image_tokens, help="prompt tokens per image part")
+    p.add_argument("--hold", action="store_true", help="start held (release with POST /admin/release)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> PoolSettings:
+    """:class:`PoolSettings` from parsed ``tbr mock-pool`` arguments (raises ``ValueError`` if invalid)."""
+    return PoolSettings(
+        name=args.name,
+        max_model_len=args.max_model_len,
+        tokenizer=args.tokenizer,
+        served_model_names=tuple(args.served_model_name),
+        strict_model=args.strict_model,
+        output_tokens=args.output_tokens,
+        max_num_seqs=args.max_num_seqs,
+        kv_cache_capacity_tokens=args.kv_cache_capacity_tokens,
+        time_to_first_token_s=args.time_to_first_token_s,
+        prefill_s_per_token=args.prefill_s_per_token,
+        inter_token_latency_s=args.inter_token_latency_s,
+        sse_split_bytes=args.sse_split_bytes,
+        gzip=args.gzip,
+        image_tokens=args.image_tokens,
+        hold=args.hold,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM; return 0, or 2 on bad settings / missing tokenizer / busy port."""
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        settings = settings_from_args(args)
+        server = make_server(settings, log_level=args.log_level, access_log=args.log_level == "debug")
+        sock = bind_socket(args.host, args.port)
+    except (ValueError, TokenizerUnavailableError, OSError) as exc:
+        print(f"tbr mock-pool: {exc}", file=sys.stderr)
+        return 2
+    host, port = sock.getsockname()[:2]
+    log.info(
+        "pool %s serving %s (tokenizer %s, max_model_len %d) on http://%s:%d",
+        settings.name,
+        ",".join(settings.model_names),
+        settings.tokenizer,
+        settings.max_model_len,
+        host,
+        port,
+    )
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+    return 0

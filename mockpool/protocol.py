@@ -1,0 +1,191 @@
+"""OpenAI/vLLM wire shapes: error bodies, usage, chat/completions responses and stream chunks.
+
+Error shape and messages are vLLM's current ones (``vllm/entrypoints/openai/engine/protocol.py``:
+``ErrorResponse(error=ErrorInfo(message, type, param, code))``; ``engine/serving.py``:
+``create_error_response`` and ``_validate_input``; ``vllm/exceptions.py``: ``VLLMValidationError.__str__``
+appends ``" (parameter=…, value=…)"``), i.e.::
+
+    {"error": {"message": "...", "type": "BadRequestError", "param": "max_tokens", "code": 400}}
+
+(vLLM before ~0.10 answered the older flat ``{"object": "error", "message": …, "type": …, "param": null,
+"code": 400}``; current vLLM and OpenAI both nest under ``"error"``, which the ``openai`` client parses.)
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+
+def error_body(message: str, err_type: str, code: int, param: str | None = None) -> dict[str, Any]:
+    """vLLM/OpenAI error JSON ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
+
+
+def error_response(
+    message: str, code: int = 400, err_type: str = "BadRequestError", param: str | None = None
+) -> JSONResponse:
+    """HTTP error response with :func:`error_body` (status = ``code``)."""
+    return JSONResponse(error_body(message, err_type, code, param), status_code=code)
+
+
+def validation_message(message: str, parameter: str | None = None, value: Any = None) -> str:
+    """``str(VLLMValidationError(message, parameter=…, value=…))`` as vLLM formats it."""
+    extras = []
+    if parameter is not None:
+        extras.append(f"parameter={parameter}")
+    if value is not None:
+        extras.append(f"value={value}")
+    return f"{message} ({', '.join(extras)})" if extras else message
+
+
+def context_length_error(
+    prompt_tokens: int, max_tokens: int | None, max_model_len: int
+) -> JSONResponse | None:
+    """vLLM's ``_validate_input`` length check, or ``None`` if the request fits.
+
+    Rules (vLLM ``engine/serving.py``): ``prompt_tokens >= max_model_len`` → error on ``input_tokens``;
+    otherwise, if ``max_tokens`` was given and ``prompt_tokens + max_tokens > max_model_len`` → error on
+    ``max_tokens``. A missing ``max_tokens`` defaults to ``max_model_len - prompt_tokens`` and always fits.
+    """
+    if prompt_tokens >= max_model_len:
+        msg = (
+            f"This model's maximum context length is {max_model_len} tokens. However, your request has "
+            f"{prompt_tokens} input tokens. Please reduce the length of the input messages."
+        )
+        return error_response(validation_message(msg, "input_tokens", prompt_tokens), param="input_tokens")
+    if max_tokens is not None and prompt_tokens + max_tokens > max_model_len:
+        msg = (
+            f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum context "
+            f"length is {max_model_len} tokens and your request has {prompt_tokens} input tokens "
+            f"({max_tokens} > {max_model_len} - {prompt_tokens})."
+        )
+        return error_response(validation_message(msg, "max_tokens", max_tokens), param="max_tokens")
+    return None
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """OpenAI ``usage`` object (vLLM's ``UsageInfo``)."""
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": None,
+    }
+
+
+def new_id(prefix: str) -> str:
+    """A fresh response id such as ``chatcmpl-<32 hex>`` or ``cmpl-<32 hex>``."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def now_s() -> int:
+    """``created`` timestamp (Unix seconds)."""
+    return int(time.time())
+
+
+def chat_response(
+    rid: str,
+    model: str,
+    texts: list[str],
+    finish_reasons: list[str],
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> dict[str, Any]:
+    """Non-streaming ``chat.completion`` body (one choice per text)."""
+    choices = [
+        {
+            "index": i,
+            "message": {"role": "assistant", "content": text, "tool_calls": []},
+            "logprobs": None,
+            "finish_reason": reason,
+            "stop_reason": None,
+        }
+        for i, (text, reason) in enumerate(zip(texts, finish_reasons, strict=True))
+    ]
+    return {
+        "id": rid,
+        "object": "chat.completion",
+        "created": now_s(),
+        "model": model,
+        "choices": choices,
+        "usage": usage(prompt_tokens, completion_tokens),
+    }
+
+
+def completion_response(
+    rid: str,
+    model: str,
+    texts: list[str],
+    finish_reasons: list[str],
+    prompt_tokens: int,
+    completion_tokens: int,
+) -> dict[str, Any]:
+    """Non-streaming ``text_completion`` body (one choice per text)."""
+    choices = [
+        {"index": i, "text": text, "logprobs": None, "finish_reason": reason, "stop_reason": None}
+        for i, (text, reason) in enumerate(zip(texts, finish_reasons, strict=True))
+    ]
+    return {
+        "id": rid,
+        "object": "text_completion",
+        "created": now_s(),
+        "model": model,
+        "choices": choices,
+        "usage": usage(prompt_tokens, completion_tokens),
+    }
+
+
+def chat_chunk(
+    rid: str,
+    created: int,
+    model: str,
+    index: int,
+    delta: dict[str, Any],
+    finish_reason: str | None,
+    include_usage: bool,
+) -> dict[str, Any]:
+    """One ``chat.completion.chunk``; ``usage: null`` is present iff ``include_usage`` (OpenAI rule)."""
+    chunk: dict[str, Any] = {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+    }
+    if include_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def completion_chunk(
+    rid: str, created: int, model: str, index: int, text: str, finish_reason: str | None, include_usage: bool
+) -> dict[str, Any]:
+    """One streamed ``text_completion`` chunk; ``usage: null`` present iff ``include_usage``."""
+    chunk: dict[str, Any] = {
+        "id": rid,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}],
+    }
+    if include_usage:
+        chunk["usage"] = None
+    return chunk
+
+
+def usage_chunk(
+    rid: str, created: int, model: str, obj: str, prompt_tokens: int, completion_tokens: int
+) -> dict[str, Any]:
+    """The final ``include_usage`` chunk: ``choices: []`` and the request's ``usage``."""
+    return {
+        "id": rid,
+        "object": obj,
+        "created": created,
+        "model": model,
+        "choices": [],
+        "usage": usage(prompt_tokens, completion_tokens),
+    }
