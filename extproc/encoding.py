@@ -39,12 +39,16 @@ def _zlib_step(mode: int) -> Callable[[bytes], bytes]:
 def _deflate_step() -> Callable[[bytes], bytes]:
     """zlib-wrapped deflate, falling back to raw deflate on the first chunk (RFC 9110 §8.4.1.2)."""
     state: dict[str, Callable[[bytes], bytes]] = {}
+    head = bytearray()
 
     def step(data: bytes) -> bytes:
         if "d" not in state:
-            if not data:
+            # The zlib header is 2 bytes; a chunk may hold only one of them.
+            head.extend(data)
+            if len(head) < 2:
                 return b""
-            zlib_wrapped = len(data) >= 2 and (data[0] & 0x0F) == 8 and ((data[0] << 8) | data[1]) % 31 == 0
+            data = bytes(head)
+            zlib_wrapped = (data[0] & 0x0F) == 8 and ((data[0] << 8) | data[1]) % 31 == 0
             state["d"] = _zlib_step(zlib.MAX_WBITS if zlib_wrapped else -zlib.MAX_WBITS)
         return state["d"](data)
 
