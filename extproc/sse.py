@@ -69,7 +69,7 @@ class SSEUsageReader:
     )
 
     def __init__(self, *, max_event_bytes: int = 1 << 20) -> None:
-        self._buf = b""
+        self._buf = bytearray()
         self._skipping = False
         self._started = False
         self.max_event_bytes = max_event_bytes
@@ -80,49 +80,49 @@ class SSEUsageReader:
     def feed(self, chunk: bytes) -> None:
         """Consume the next bytes of the stream.
 
-        Work is linear in the bytes fed: only the new bytes (plus the 3 bytes before them, where
-        a split event terminator may start) are searched for an event end.
+        Work is linear in the bytes fed: the buffer grows in place, and only the new bytes
+        (plus the 3 bytes before them, where a split event terminator may start) are searched
+        for an event end.
         """
         if not chunk:
             return
+        buf = self._buf
+        old = len(buf)
+        buf += chunk
         if not self._started:
-            if len(self._buf) + len(chunk) < 3 and _BOM.startswith(self._buf + chunk):
-                self._buf += chunk  # too short to know whether it is a byte-order mark
-                return
-            chunk = self._buf + chunk
-            self._buf = b""
+            if len(buf) < 3 and _BOM.startswith(buf):
+                return  # too short to know whether it is a byte-order mark
             self._started = True
-            if chunk.startswith(_BOM):  # EventSource ignores one leading BOM
-                chunk = chunk[len(_BOM) :]
-        old = len(self._buf)
-        buf = self._buf + chunk if old else chunk
+            if buf.startswith(_BOM):  # EventSource ignores one leading BOM
+                del buf[: len(_BOM)]
+                old = 0
         start = 0
         for m in _EVENT_END.finditer(buf, max(0, old - 3)):
             if self._skipping:
                 self._skipping = False  # the end of the oversized event: resume after it
             else:
-                self._event(buf[start : m.start()])
+                self._event(bytes(buf[start : m.start()]))
             start = m.end()
-        rest = buf[start:]
-        if len(rest) > self.max_event_bytes:
+        if start:
+            del buf[:start]
+        if len(buf) > self.max_event_bytes:
             if not self._skipping:
                 self.dropped_events += 1
                 self._skipping = True
-            rest = rest[-3:]  # keep a possible partial terminator
-        self._buf = rest
+            del buf[:-3]  # keep a possible partial terminator
 
     def close(self) -> None:
         """End of stream: a final event without its blank line still counts."""
         if self._buf.strip() and not self._skipping:
-            self._event(self._buf)
-        self._buf = b""
+            self._event(bytes(self._buf))
+        self._buf = bytearray()
         self._skipping = False
 
     def _event(self, raw: bytes) -> None:
         if not raw:
             return
         self.events += 1
-        if b"usage" not in raw:
+        if b"prompt_tokens" not in raw:  # most chunks carry no usage, or "usage": null
             return
         data: list[bytes] = []
         for line in _LINE_SPLIT.split(raw):
