@@ -18,13 +18,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+import httpx
 import uvicorn
 
 from extproc.admin import build_admin_app
 from extproc.calibration import InMemoryRatioStore
 from extproc.config import RouterConfig
+from extproc.load import LoadMetrics, LoadTracker
 from extproc.metrics import RouterMetrics
 from extproc.router import Router
+from extproc.scrape import PoolScraper
 from extproc.server import GrpcServer, start_grpc_server
 
 __all__ = ["RouterApp"]
@@ -48,16 +51,27 @@ class RouterApp:
         config: validated configuration.
         grpc_port: override of ``config.server.grpc_port`` (0 = any free port).
         admin_port: override of ``config.admin.port`` (0 = any free port).
+        http_client: client for scraping pool ``/metrics`` (spillover); one is built (and
+            closed on stop) when None and a scrape is configured.
     """
 
     def __init__(
-        self, config: RouterConfig, *, grpc_port: int | None = None, admin_port: int | None = None
+        self,
+        config: RouterConfig,
+        *,
+        grpc_port: int | None = None,
+        admin_port: int | None = None,
+        http_client: httpx.AsyncClient | None = None,
     ) -> None:
         self.config = config
         self._grpc_port_req = grpc_port
         self._admin_port_req = admin_port
         self.metrics = RouterMetrics()
-        self.store = InMemoryRatioStore(beta=config.calibration.ema_beta)
+        self.store = InMemoryRatioStore.from_config(config.calibration)
+        self.load = LoadTracker(LoadMetrics(self.metrics.registry))
+        self._http_client = http_client
+        self._own_http_client = False
+        self.scraper: PoolScraper | None = None
         self._decision_log: IO[bytes] | None = None
         self.router: Router | None = None
         self.grpc: GrpcServer | None = None
@@ -85,7 +99,10 @@ class RouterApp:
                 log.error("ignoring ratio snapshot: %s", exc)
         if cfg.decision_log_path:
             self._decision_log = open(cfg.decision_log_path, "ab")  # noqa: SIM115, ASYNC230 (closed in stop(); once at start)
-        self.router = Router(cfg, store=self.store, metrics=self.metrics, decision_log=self._decision_log)
+        self.router = Router(
+            cfg, store=self.store, metrics=self.metrics, decision_log=self._decision_log, load=self.load
+        )
+        self._start_scraper()
         for key, _ in self.store.items():
             self.router.publish_ratio(*key)
         self.grpc = await start_grpc_server(cfg.server, self.current_router, port=self._grpc_port_req)
@@ -93,6 +110,17 @@ class RouterApp:
         if cfg.admin.enabled:
             await self._start_admin()
         self.ready = True
+
+    def _start_scraper(self) -> None:
+        """Scrape pool /metrics when spillover is on and some pool has a ``metrics_url``."""
+        cfg = self.config
+        if not cfg.spillover.enabled or not any(p.metrics_url for p in cfg.pools):
+            return
+        if self._http_client is None:
+            self._http_client = httpx.AsyncClient(timeout=cfg.spillover.scrape_timeout_s)
+            self._own_http_client = True
+        self.scraper = PoolScraper(cfg.pools, cfg.spillover, self.load, self._http_client)
+        self.scraper.start()
 
     async def _start_admin(self) -> None:
         cfg = self.config.admin
@@ -121,6 +149,10 @@ class RouterApp:
             await self._admin_task
         if self._admin_sock is not None:
             self._admin_sock.close()
+        if self.scraper is not None:
+            await self.scraper.stop()
+        if self._own_http_client and self._http_client is not None:
+            await self._http_client.aclose()
         snap = self.config.calibration.snapshot_path
         if snap:
             try:

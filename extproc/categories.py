@@ -14,15 +14,21 @@ Rules (first match wins), mirroring data-stats.md §2.3 so the measured ratios a
    ``hebrew``; Indic is split into ``indic_bn`` (Bengali) and ``indic_te`` (Telugu) and
    ``indic`` (others) because their ratios differ 1.4× (2.2 vs 1.6 B/token).
 4. ``code``: a Markdown code fence, or a high density of code punctuation.
-5. ``latin``: everything else with letters; ``no_letters`` when there are none.
+5. ``latin``: Latin-script text with English function words (" the ", " and ", " to ", " of ",
+   " is ", " you " make ≥ 3 % of the words); ``latin_other`` for other Latin-script languages
+   (German, French, Spanish, Swahili…: 3.3 B/token with Llama-3 against 4.6 for English, so
+   mixing them would widen the English margin); ``no_letters`` when there are no letters.
+
+Digits are not a category: the estimator budgets them separately (:func:`count_digits`).
 """
 
 from __future__ import annotations
 
-__all__ = ["CATEGORIES", "classify_text"]
+__all__ = ["CATEGORIES", "classify_text", "count_digits"]
 
 CATEGORIES: tuple[str, ...] = (
     "latin",
+    "latin_other",
     "code",
     "json",
     "cjk_zh",
@@ -42,10 +48,33 @@ CATEGORIES: tuple[str, ...] = (
 
 # ASCII letters survive this translate(); everything else is deleted.
 _NOT_ASCII_ALPHA = bytes(b for b in range(256) if not (65 <= b <= 90 or 97 <= b <= 122))
+_NOT_DIGIT = bytes(b for b in range(256) if not 48 <= b <= 57)
+_ENGLISH_WORDS = (b" the ", b" and ", b" to ", b" of ", b" is ", b" you ")
 
 
-def _count_any(sample: bytes, needles: tuple[bytes, ...]) -> int:
-    return sum(sample.count(n) for n in needles)
+def count_digits(sample: bytes) -> int:
+    """Number of ASCII digits in ``sample`` (C-speed ``bytes.translate``)."""
+    return len(sample.translate(None, _NOT_DIGIT))
+
+
+def _count_any(sample: bytes, needles: tuple[bytes, ...], leads: dict[int, int] | None = None) -> int:
+    """Occurrences of any needle; with ``leads`` (lead byte → count), needles whose lead byte does
+    not occur are skipped without scanning (multi-byte ``bytes.count`` is ~10× slower than
+    single-byte)."""
+    total = 0
+    for n in needles:
+        if leads is not None:
+            lead = n[0]
+            c = leads.get(lead)
+            if c is None:
+                c = leads[lead] = sample.count(n[:1])
+            if c == 0:
+                continue
+            if len(n) == 1:
+                total += c
+                continue
+        total += sample.count(n)
+    return total
 
 
 _HAN = tuple(bytes([b]) for b in range(0xE4, 0xEA))  # U+4000–U+9FFF
@@ -79,6 +108,7 @@ _OTHER_INDIC = (
     b"\xe0\xb7",
 )
 _LATIN_EXT = tuple(bytes([b]) for b in range(0xC3, 0xCA))  # U+00C0–U+024F accented Latin
+_SCRIPTS = ("cyrillic", "thai", "indic_bn", "indic_te", "indic", "arabic", "greek", "hebrew")
 _CODE_MARKS = (b"{", b"}", b";", b"(", b")", b"=", b"[", b"]", b"<", b">")
 
 
@@ -108,20 +138,26 @@ def classify_text(sample: bytes) -> str:
     if stripped[:1] in (b"{", b"[") and stripped[-1:] in (b"}", b"]"):
         return "json"
     ascii_letters = len(sample.translate(None, _NOT_ASCII_ALPHA))
-    han = _count_any(sample, _HAN) + _count_any(sample, _HAN_EXT_A)
-    kana = _count_any(sample, _KANA)
-    hangul = _count_any(sample, _HANGUL)
-    scripts = {
-        "cyrillic": _count_any(sample, _CYRILLIC),
-        "thai": _count_any(sample, _THAI),
-        "indic_bn": _count_any(sample, _BENGALI),
-        "indic_te": _count_any(sample, _TELUGU),
-        "indic": _count_any(sample, _OTHER_INDIC),
-        "arabic": _count_any(sample, _ARABIC),
-        "greek": _count_any(sample, _GREEK),
-        "hebrew": _count_any(sample, _HEBREW),
-    }
-    latin = ascii_letters + _count_any(sample, _LATIN_EXT)
+    if sample.isascii():
+        han = kana = hangul = 0
+        scripts = dict.fromkeys(_SCRIPTS, 0)
+        latin = ascii_letters
+    else:
+        leads: dict[int, int] = {}
+        han = _count_any(sample, _HAN, leads) + _count_any(sample, _HAN_EXT_A, leads)
+        kana = _count_any(sample, _KANA, leads)
+        hangul = _count_any(sample, _HANGUL, leads)
+        scripts = {
+            "cyrillic": _count_any(sample, _CYRILLIC, leads),
+            "thai": _count_any(sample, _THAI, leads),
+            "indic_bn": _count_any(sample, _BENGALI, leads),
+            "indic_te": _count_any(sample, _TELUGU, leads),
+            "indic": _count_any(sample, _OTHER_INDIC, leads),
+            "arabic": _count_any(sample, _ARABIC, leads),
+            "greek": _count_any(sample, _GREEK, leads),
+            "hebrew": _count_any(sample, _HEBREW, leads),
+        }
+        latin = ascii_letters + _count_any(sample, _LATIN_EXT, leads)
     cjk = han + kana + hangul
     letters = latin + cjk + sum(scripts.values())
     if letters == 0:
@@ -137,4 +173,7 @@ def classify_text(sample: bytes) -> str:
         return script
     if _is_code(sample, ascii_letters):
         return "code"
-    return "latin"
+    words = sample.count(b" ") + 1
+    if _count_any(sample, _ENGLISH_WORDS) * 100 >= words * 3 or words < 8:
+        return "latin"
+    return "latin_other"

@@ -15,7 +15,12 @@ from collections.abc import Sequence
 SUBCOMMAND_MODULES: list[str] = [
     "extproc.cmd_serve",
     "extproc.cmd_config",
+    "extproc.cmd_demo",
     "mockpool.cmd",
+    "extproc.cmd_eval",
+    "planner.cmd_plan",
+    "planner.cmd_simulate",
+    "planner.cmd_results",
 ]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -22,9 +22,12 @@ __all__ = [
     "CalibrationConfig",
     "ConfigError",
     "EstimatorConfig",
+    "ModelProfile",
     "PoolConfig",
+    "RecoveryConfig",
     "RouterConfig",
     "ServerConfig",
+    "SpilloverConfig",
     "load_config",
     "parse_config",
 ]
@@ -53,7 +56,21 @@ class PoolConfig(_Strict):
     max_model_len: Annotated[int, Field(gt=0, le=16_777_216)]
     header_value: Annotated[str, Field(min_length=1, max_length=64)]
     metrics_url: str | None = None
-    """Optional vLLM ``/metrics`` URL scraped for load-aware routing."""
+    """Optional vLLM ``/metrics`` URL scraped for load-aware routing (``spillover``)."""
+    max_inflight: Annotated[int, Field(ge=1)] | None = None
+    """This pool's limit on the router's own in-flight count (requests routed here whose
+    ext_proc stream has not ended); overrides ``spillover.max_inflight_per_pool``."""
+    max_waiting: Annotated[float, Field(ge=0.0)] | None = None
+    """Overrides ``spillover.max_waiting`` for this pool (``vllm:num_requests_waiting``)."""
+    max_kv_cache_usage: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    """Overrides ``spillover.max_kv_cache_usage`` for this pool (``vllm:kv_cache_usage_perc``)."""
+
+    @field_validator("metrics_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^\s/]+(/\S*)?$", v):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
 
     @field_validator("header_value")
     @classmethod
@@ -63,6 +80,70 @@ class PoolConfig(_Strict):
         return v
 
 
+class ModelProfile(_Strict):
+    """Chat-template framing and tokenizer family of the models whose name matches ``pattern``.
+
+    Framing is counted in tokens and added to the text estimate (it is not folded into the
+    bytes/token ratio). ``family`` selects the cold-start priors (``extproc.estimator.FAMILY_PRIORS_BPT``);
+    an unknown family uses the conservative global priors. Values measured per template in
+    docs/estimator.md §Framing.
+    """
+
+    pattern: Annotated[str, Field(min_length=1, max_length=256)]
+    """Python regular expression searched (``re.search``, case-insensitive) in the ``model`` field."""
+    family: Annotated[str, Field(min_length=1, max_length=32)]
+    message_framing_tokens: Annotated[int, Field(ge=0, le=64)]
+    request_framing_tokens: Annotated[int, Field(ge=0, le=4096)]
+    tool_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 0
+    """Template boilerplate added once when ``tools`` are present."""
+    per_tool_tokens: Annotated[int, Field(ge=0, le=256)] = 0
+    """Template tokens added per tool definition (separators), beyond the schema text."""
+    digit_tokens_per_digit: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Tokens per ASCII digit: 1.0 for tokenizers that split digits singly (Qwen), ≈0.6 for
+    ``\\p{N}{1,3}`` pre-tokenisers (Llama-3, cl100k: measured mean over the corpus 0.587)."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return v
+
+
+DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
+    # Meta's canonical Llama-3 format: <|start_header_id|>role<|end_header_id|>\n\n…<|eot_id|> = 5 per
+    # message; <|begin_of_text|> + the assistant header = 5. Tools are sent as JSON text (no boilerplate).
+    ModelProfile(
+        pattern=r"llama[-_ .]?3",
+        family="llama3",
+        message_framing_tokens=5,
+        request_framing_tokens=5,
+        digit_tokens_per_digit=0.6,
+    ),
+    # Qwen2/2.5/3 ChatML: <|im_start|>role\n…<|im_end|>\n = 5 per message; <|im_start|>assistant\n = 3;
+    # with tools a system block of fixed instructions plus one newline per tool.
+    ModelProfile(
+        pattern=r"qwen",
+        family="qwen",
+        message_framing_tokens=5,
+        request_framing_tokens=3,
+        tool_framing_tokens=96,
+        per_tool_tokens=1,
+    ),
+    # OpenAI cookbook count for cl100k chat models: 3 per message + 1 for the role, 3 per request.
+    ModelProfile(
+        pattern=r"^(openai/)?(gpt-4(?!o|\.1|\.5)|gpt-3\.5)",
+        family="cl100k",
+        message_framing_tokens=4,
+        request_framing_tokens=3,
+        digit_tokens_per_digit=0.6,
+    ),
+)
+"""Built-in profiles (first match wins); configure ``estimator.model_profiles`` to extend them."""
+
+
 class EstimatorConfig(_Strict):
     """Token-budget estimator parameters (method: arXiv 2604.09613 §3, see docs/estimator.md).
 
@@ -70,16 +151,29 @@ class EstimatorConfig(_Strict):
     """
 
     prior_bytes_per_token: Annotated[float, Field(gt=0.5, le=16.0)] = 4.0
+    """Cold-start ratio when ``family_priors`` is off or a category has no prior."""
+    family_priors: bool = True
+    """Use the per-(tokenizer family, category) conservative priors; False = ``prior_bytes_per_token``
+    for everything (the paper's cold start)."""
+    per_category: bool = True
+    count_digits: bool = True
+    """Budget ASCII digits at the model's ``digit_tokens_per_digit`` instead of the text ratio."""
+    """Learn one ratio per (model, content category); False = one ratio per model for all traffic."""
+    model_profiles: tuple[ModelProfile, ...] = DEFAULT_MODEL_PROFILES
+    """Per-model framing and tokenizer family, first match wins; unmatched models use the
+    ``*_framing_tokens`` fields below and the global priors."""
     default_output_reserve_tokens: Annotated[int, Field(ge=0)] = 1024
     """Output reserve when the request has neither ``max_completion_tokens`` nor ``max_tokens``."""
     message_framing_tokens: Annotated[int, Field(ge=0, le=64)] = 5
-    """Chat-template tokens added per message (role header, end-of-turn)."""
+    """Chat-template tokens added per message (role header, end-of-turn), unmatched models."""
     request_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 5
-    """Chat-template tokens added once per request (begin-of-text, generation prompt)."""
+    """Chat-template tokens added once per request (begin-of-text, generation prompt), unmatched models."""
     tool_schema_bytes_per_token: Annotated[float, Field(gt=0.5, le=16.0)] = 3.0
-    """Conservative fixed ratio for tool/function JSON schemas (not learned: see docs/estimator.md)."""
+    """Deprecated: tool schemas are now estimated with the learned ``tools`` category ratio."""
     tool_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 128
-    """Template boilerplate added once when ``tools`` are present."""
+    """Template boilerplate added once when ``tools`` are present, unmatched models."""
+    digit_tokens_per_digit: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Tokens per ASCII digit for unmatched models (1.0: the conservative single-digit split)."""
     image_tokens: Annotated[int, Field(ge=0)] = 4096
     """Budget per image part (image_url / input_image)."""
     audio_tokens: Annotated[int, Field(ge=0)] = 4096
@@ -93,12 +187,24 @@ class EstimatorConfig(_Strict):
 
 
 class CalibrationConfig(_Strict):
-    """Online calibration (EMA of observed bytes/token), arXiv 2604.09613 §3.3."""
+    """Online calibration (EMA of observed bytes/token), arXiv 2604.09613 §3.3; defaults chosen by
+    the sweep of ``tbr eval-estimator`` (docs/estimator.md)."""
 
-    ema_beta: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.9
+    learner: Literal["quantile", "ema_dev"] = "quantile"
+    """Routing ratio: ``quantile`` = tracked weighted lower quantile ``ĉ·exp(q)``;
+    ``ema_dev`` = the paper's ``ĉ − γσ̂``."""
+    ema_beta: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.99
     """β in ĉ ← βĉ + (1−β)c_obs."""
     gamma: Annotated[float, Field(ge=0.0, le=10.0)] = 2.0
-    """γ in c* = ĉ − γσ̂ (σ̂ = EMA of |c_obs − ĉ|)."""
+    """γ in c* = ĉ − γσ̂ (σ̂ = EMA of |c_obs − ĉ|), ``ema_dev`` learner only."""
+    quantile: Annotated[float, Field(gt=0.0, le=0.5)] = 0.1
+    """α: the lower quantile of c_obs/ĉ tracked by the ``quantile`` learner."""
+    quantile_step: Annotated[float, Field(gt=0.0, le=1.0)] = 0.02
+    """η: SGD step of the log-residual quantile per unit weight."""
+    initial_margin: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.15
+    """1 − c_low/ĉ after a key's first observation."""
+    weight_ref_tokens: Annotated[int, Field(ge=0)] = 1024
+    """Observation weight = min(1, ratio tokens / this); 0 = every observation weighs 1."""
     warmup_samples: Annotated[int, Field(ge=0)] = 10
     """Observations needed before the learned ratio replaces the category prior."""
     snapshot_path: str | None = None
@@ -107,6 +213,58 @@ class CalibrationConfig(_Strict):
     """Shared ratio store across replicas (e.g. ``redis://127.0.0.1:6379/0``); None = in-memory."""
     sample_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     """Fraction of requests whose responses are read for calibration."""
+
+
+class SpilloverConfig(_Strict):
+    """Load-aware spillover (arXiv 2604.08075 "load-aware spillover + safety check"; design:
+    docs/design/002-spillover.md).
+
+    A request goes to the smallest pool whose ``max_model_len`` fits its budget (the preferred
+    pool). When spillover is enabled and that pool is *saturated*, it goes to the next larger
+    pool that is not saturated; never to a smaller one. When every larger pool is saturated too,
+    it stays on the preferred pool. A pool is saturated when any configured signal reaches its
+    threshold (``>=``):
+
+    * ``inflight``: the router's own count of requests routed to the pool whose ext_proc stream
+      has not ended, against ``pools[].max_inflight`` or ``max_inflight_per_pool``;
+    * ``waiting``: scraped ``vllm:num_requests_waiting`` (summed over the endpoint's engines);
+    * ``kv_cache``: scraped ``vllm:kv_cache_usage_perc`` (0..1; mean over engines; the older
+      ``vllm:gpu_cache_usage_perc`` is read when the new name is absent).
+
+    Scraped signals older than ``max_staleness_s`` (scrapes failing) are ignored and counted.
+    A threshold left at None disables that signal.
+    """
+
+    enabled: bool = False
+    max_inflight_per_pool: Annotated[int, Field(ge=1)] | None = None
+    """Default in-flight limit per pool (requests); None = no in-flight signal."""
+    max_waiting: Annotated[float, Field(ge=0.0)] | None = None
+    """Default threshold on ``vllm:num_requests_waiting`` (requests); None = not used."""
+    max_kv_cache_usage: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    """Default threshold on ``vllm:kv_cache_usage_perc`` (fraction 0..1); None = not used."""
+    scrape_interval_s: Annotated[float, Field(gt=0.0, le=3600.0)] = 1.0
+    """Period of the ``/metrics`` scrape of every pool with a ``metrics_url``."""
+    scrape_timeout_s: Annotated[float, Field(gt=0.0, le=60.0)] = 0.5
+    """Timeout of one scrape request."""
+    max_staleness_s: Annotated[float, Field(gt=0.0, le=3600.0)] = 5.0
+    """Scraped values older than this are ignored (the pool is judged on its other signals)."""
+
+
+class RecoveryConfig(_Strict):
+    """Misroute recovery (docs/design/003-misroute-recovery.md).
+
+    Envoy retries a request that a smaller pool rejected with HTTP 400 once on the next larger
+    pool (route ``retry_policy`` + priority-group cluster specifier in envoy/envoy-3pools.yaml).
+    The router sees the retry (``x-envoy-attempt-count`` > 1 on the response) and, when the
+    served ``usage.prompt_tokens`` proves the request did not fit the first pool, corrects the
+    key's ratio strongly (``calibrate``).
+    """
+
+    calibrate: bool = True
+    """Apply the strong ratio correction on a confirmed misroute."""
+    attempt_count_header: str = "x-envoy-attempt-count"
+    """Response header carrying Envoy's attempt count (virtual host
+    ``include_attempt_count_in_response: true``)."""
 
 
 class ServerConfig(_Strict):
@@ -151,6 +309,8 @@ class RouterConfig(_Strict):
     calibration: CalibrationConfig = CalibrationConfig()
     server: ServerConfig = ServerConfig()
     admin: AdminConfig = AdminConfig()
+    spillover: SpilloverConfig = SpilloverConfig()
+    recovery: RecoveryConfig = RecoveryConfig()
     decision_log_path: str | None = None
     """Optional JSON Lines log of routing decisions (no prompt text), readable by ``tbr plan``."""
 
@@ -173,6 +333,26 @@ class RouterConfig(_Strict):
         lens = [p.max_model_len for p in self.pools]
         if len(set(lens)) != len(lens):
             raise ValueError("pools: two pools have the same max_model_len; each pool needs its own limit")
+        return self
+
+    @model_validator(mode="after")
+    def _spillover_signals(self) -> RouterConfig:
+        sp = self.spillover
+        if not sp.enabled:
+            return self
+        inflight = sp.max_inflight_per_pool is not None or any(p.max_inflight for p in self.pools)
+        scraped = (
+            sp.max_waiting is not None
+            or sp.max_kv_cache_usage is not None
+            or any(p.max_waiting is not None or p.max_kv_cache_usage is not None for p in self.pools)
+        )
+        if not (inflight or scraped):
+            raise ValueError(
+                "spillover.enabled needs a threshold: max_inflight_per_pool, max_waiting or "
+                "max_kv_cache_usage (or the per-pool overrides)"
+            )
+        if scraped and not inflight and not any(p.metrics_url for p in self.pools):
+            raise ValueError("spillover: max_waiting/max_kv_cache_usage need pools[].metrics_url")
         return self
 
     @property

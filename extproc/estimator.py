@@ -2,56 +2,64 @@
 
 ``L_total = prompt_tokens_est + n_sequences · output_reserve`` where
 
-``prompt_tokens_est = ceil(text_bytes / c*_k) + framing + ceil(tool_schema_bytes / c_tool)
-+ tool_framing + images · image_tokens + audio · audio_tokens + exact_token_ids``
+``prompt_tokens_est = ceil(ratio_bytes / c*_k) + framing + images · image_tokens
++ audio · audio_tokens + exact_token_ids``
 
+* ``ratio_bytes`` = UTF-8 bytes of the decoded prompt text plus the compact JSON of the tool
+  schemas; a request with tools is in the ``tools`` category (its ratio is learned per model:
+  the Qwen3 template re-serialises schemas with spaces, Llama-3 does not).
 * ``c*_k`` is the conservative learned ratio of the request's (model, category) key, or the
-  category's conservative prior during warm-up (:mod:`extproc.calibration`).
-* Chat-template framing (``message_framing_tokens`` per message + ``request_framing_tokens``)
-  is modelled separately so it does not pollute the text ratio.
+  category's conservative prior for the model's tokenizer family during warm-up
+  (:mod:`extproc.calibration`, docs/estimator.md).
+* ``framing`` = chat-template tokens from the model's :class:`~extproc.config.ModelProfile`
+  (per message, per request, per tool, tool boilerplate), modelled so it does not pollute the ratio.
 * ``n_sequences · output_reserve`` is the KV footprint of the generated tokens: vLLM keeps one
   KV sequence per choice (``n`` / ``best_of``).
 
 Calibration subtracts the modelled non-text parts from ``usage.prompt_tokens`` and learns
-``c_obs = text_bytes / text_tokens`` only when the text part dominates (so tool schemas and
-images do not poison text ratios).
+``c_obs = ratio_bytes / ratio_tokens`` only when the ratio part dominates (so images and token-id
+prompts do not poison text ratios), weighting each observation by ``min(1, ratio_tokens /
+weight_ref_tokens)``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from extproc.calibration import RatioKey, RatioState, RatioStore
-from extproc.categories import classify_text
+from extproc.categories import classify_text, count_digits
 from extproc.config import CalibrationConfig, EstimatorConfig
+from extproc.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
 from extproc.request_body import RequestFeatures
 
-__all__ = ["CATEGORY_PRIORS_BPT", "Estimator", "Observation", "TokenBudget"]
-
-CATEGORY_PRIORS_BPT: dict[str, float] = {
-    "latin": 3.2,
-    "code": 3.0,
-    "json": 3.4,
-    "cjk_zh": 1.9,
-    "cjk_ja": 2.3,
-    "cjk_ko": 2.0,
-    "cyrillic": 3.2,
-    "thai": 2.8,
-    "indic_bn": 2.0,
-    "indic_te": 1.5,
-    "indic": 1.5,
-    "arabic": 2.0,
-    "greek": 2.0,
-    "hebrew": 2.0,
-    "no_letters": 1.5,
-}
-"""Cold-start ratios (bytes/token) per category: roughly the 5th percentile of per-message
-ratios over Llama-3, Qwen3 and cl100k (data-stats.md §3), so a new category errs towards the
-long pool. See docs/estimator.md."""
+__all__ = [
+    "CATEGORY_PRIORS_BPT",
+    "FAMILY_PRIORS_BPT",
+    "Estimator",
+    "Framing",
+    "Observation",
+    "TokenBudget",
+]
 
 _MIN_TEXT_SHARE = 0.5
 """Calibrate only when text is at least this share of the modelled prompt tokens."""
+
+TOOLS_CATEGORY = "tools"
+ALL_CATEGORY = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """Chat-template framing of one model (tokens) and its tokenizer family ('' = unknown)."""
+
+    family: str
+    message_tokens: int
+    request_tokens: int
+    tool_tokens: int
+    per_tool_tokens: int
+    digit_tokens: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +70,16 @@ class TokenBudget:
         key: (model key, category) whose ratio was used.
         ratio_bpt: the bytes/token ratio applied to the text.
         text_bytes: UTF-8 bytes of prompt text.
-        fixed_prompt_tokens: non-text prompt tokens (framing, tools, media, token ids).
+        fixed_prompt_tokens: prompt tokens not estimated with the ratio (framing, digits, media,
+            token ids).
         prompt_tokens: estimated prompt tokens (text + fixed).
         output_reserve_tokens: per-sequence output reserve.
         n_sequences: sequences generated.
         total_tokens: ``prompt_tokens + n_sequences · output_reserve_tokens``.
         warm: the learned ratio (not the prior) was used.
+        ratio_bytes: bytes the ratio applies to (text + tool schemas − digits).
+        central_prompt_tokens: the prompt estimate with the central ratio ĉ (not the
+            conservative one): the learner's accuracy, reported by the evaluation.
     """
 
     key: RatioKey
@@ -79,6 +91,8 @@ class TokenBudget:
     n_sequences: int
     total_tokens: int
     warm: bool
+    ratio_bytes: int = 0
+    central_prompt_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +122,8 @@ class Estimator:
         self.cal = calibration
         self.store = store
         self._models: dict[str, str] = {}
+        self._framing: dict[str, Framing] = {}
+        self._profiles = [(re.compile(p.pattern, re.IGNORECASE), p) for p in estimator.model_profiles]
 
     def model_key(self, model: str) -> str:
         """Bounded model key: the first ``max_models`` distinct names, then ``_other``."""
@@ -116,34 +132,107 @@ class Estimator:
             key = model if len(self._models) < self.cfg.max_models else "_other"
             if len(model) > 128:
                 key = "_other"
-            self._models[model] = key
+            if len(self._models) < 4 * self.cfg.max_models:
+                self._models[model] = key
         return key
 
-    def routing_ratio(self, key: RatioKey) -> tuple[float, bool]:
-        """Return ``(c*, warm)``: ``ĉ − γσ̂`` after warm-up, else the category prior (bytes/token)."""
-        prior = CATEGORY_PRIORS_BPT.get(key[1], self.cfg.prior_bytes_per_token)
+    def framing(self, model_key: str) -> Framing:
+        """The :class:`Framing` of a model key: first matching profile, else the config defaults."""
+        fr = self._framing.get(model_key)
+        if fr is None:
+            c = self.cfg
+            fr = Framing(
+                "",
+                c.message_framing_tokens,
+                c.request_framing_tokens,
+                c.tool_framing_tokens,
+                0,
+                c.digit_tokens_per_digit,
+            )
+            if model_key != "_other":
+                for rx, p in self._profiles:
+                    if rx.search(model_key):
+                        fr = Framing(
+                            p.family,
+                            p.message_framing_tokens,
+                            p.request_framing_tokens,
+                            p.tool_framing_tokens,
+                            p.per_tool_tokens,
+                            p.digit_tokens_per_digit,
+                        )
+                        break
+            self._framing[model_key] = fr
+        return fr
+
+    def prior(self, key: RatioKey) -> float:
+        """Cold-start ratio of a key: the family prior, else the global conservative prior."""
+        if not self.cfg.family_priors:
+            return self.cfg.prior_bytes_per_token
+        family = self.framing(key[0]).family
+        table = FAMILY_PRIORS_BPT.get(family, CATEGORY_PRIORS_BPT)
+        value = table.get(key[1])
+        if value is None:
+            value = CATEGORY_PRIORS_BPT.get(key[1], self.cfg.prior_bytes_per_token)
+        return value
+
+    def _routing(self, key: RatioKey) -> tuple[float, float, bool]:
+        """``(conservative ratio, central ratio, warm)`` of a key."""
+        floor = self.cfg.min_bytes_per_token
         state = self.store.get(key)
         if state is None or state.samples < max(1, self.cal.warmup_samples):
-            return max(prior, self.cfg.min_bytes_per_token), False
-        ratio = state.mean_bpt - self.cal.gamma * state.dev_bpt
-        return max(ratio, self.cfg.min_bytes_per_token), True
+            prior = max(self.prior(key), floor)
+            central = state.mean_bpt if state is not None else prior
+            return prior, max(central, floor), False
+        if self.cal.learner == "quantile" and state.low_bpt > 0.0:
+            ratio = state.low_bpt
+        else:
+            ratio = state.mean_bpt - self.cal.gamma * state.dev_bpt
+        return max(ratio, floor), max(state.mean_bpt, floor), True
+
+    def routing_ratio(self, key: RatioKey) -> tuple[float, bool]:
+        """Return ``(c*, warm)``: the learned conservative ratio after warm-up, else the prior."""
+        ratio, _, warm = self._routing(key)
+        return ratio, warm
 
     def fixed_tokens(self, f: RequestFeatures) -> int:
-        """Modelled non-text prompt tokens: framing, tool schemas, media, token ids."""
+        """Modelled non-ratio prompt tokens: template framing, media, token ids."""
         c = self.cfg
         fixed = f.exact_prompt_tokens + f.n_images * c.image_tokens + f.n_audio * c.audio_tokens
         if f.endpoint == "chat":
-            fixed += c.request_framing_tokens + c.message_framing_tokens * f.n_messages
-        if f.tool_schema_bytes:
-            fixed += math.ceil(f.tool_schema_bytes / c.tool_schema_bytes_per_token) + c.tool_framing_tokens
+            fr = self.framing(self.model_key(f.model))
+            fixed += fr.request_tokens + fr.message_tokens * f.n_messages
+            if f.n_tools:
+                fixed += fr.tool_tokens + fr.per_tool_tokens * f.n_tools
         return fixed
+
+    def category(self, f: RequestFeatures) -> str:
+        """Content category of a request: ``tools`` when it defines tools, else the text class."""
+        if not self.cfg.per_category:
+            return ALL_CATEGORY
+        if f.n_tools:
+            return TOOLS_CATEGORY
+        return classify_text(f.sample)
+
+    def digits(self, f: RequestFeatures) -> tuple[int, int]:
+        """``(digit bytes, digit tokens)``: ASCII digits of the text (counted in the classifier
+        sample, scaled to the whole text) and their tokens at the model's tokens per digit."""
+        if not f.sample or not f.text_bytes:
+            return 0, 0
+        in_sample = count_digits(f.sample)
+        if not in_sample:
+            return 0, 0
+        n = min(f.text_bytes, round(in_sample * max(1.0, f.text_bytes / len(f.sample))))
+        per = self.framing(self.model_key(f.model)).digit_tokens
+        return n, math.ceil(n * per)
 
     def estimate(self, f: RequestFeatures) -> TokenBudget:
         """Compute the :class:`TokenBudget` of a parsed request."""
-        key = (self.model_key(f.model), classify_text(f.sample))
-        ratio, warm = self.routing_ratio(key)
-        fixed = self.fixed_tokens(f)
-        prompt = math.ceil(f.text_bytes / ratio) + fixed
+        key = (self.model_key(f.model), self.category(f))
+        ratio, central, warm = self._routing(key)
+        digit_bytes, digit_tokens = self.digits(f) if self.cfg.count_digits else (0, 0)
+        fixed = self.fixed_tokens(f) + digit_tokens
+        ratio_bytes = f.text_bytes + f.tool_schema_bytes - digit_bytes
+        prompt = math.ceil(ratio_bytes / ratio) + fixed
         reserve = (
             self.cfg.default_output_reserve_tokens if f.max_output_tokens is None else f.max_output_tokens
         )
@@ -158,6 +247,8 @@ class Estimator:
             n_sequences=f.n_sequences,
             total_tokens=total,
             warm=warm,
+            ratio_bytes=ratio_bytes,
+            central_prompt_tokens=math.ceil(ratio_bytes / central) + fixed,
         )
 
     def observe(self, budget: TokenBudget, prompt_tokens: int) -> Observation | None:
@@ -166,12 +257,15 @@ class Estimator:
         Returns None (and learns nothing) when the observation carries no usable text signal:
         no text, non-positive usage, or a prompt dominated by non-text parts.
         """
-        if prompt_tokens <= 0 or budget.text_bytes <= 0:
+        nbytes = budget.ratio_bytes or budget.text_bytes
+        if prompt_tokens <= 0 or nbytes <= 0:
             return None
-        text_tokens = prompt_tokens - budget.fixed_prompt_tokens
-        if text_tokens <= 0 or text_tokens < _MIN_TEXT_SHARE * prompt_tokens:
+        ratio_tokens = prompt_tokens - budget.fixed_prompt_tokens
+        if ratio_tokens <= 0 or ratio_tokens < _MIN_TEXT_SHARE * prompt_tokens:
             return None
-        c_obs = budget.text_bytes / text_tokens
-        state = self.store.observe(budget.key, c_obs)
+        c_obs = nbytes / ratio_tokens
+        ref = self.cal.weight_ref_tokens
+        weight = min(1.0, ratio_tokens / ref) if ref > 0 else 1.0
+        state = self.store.observe(budget.key, c_obs, weight)
         rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
         return Observation(key=budget.key, c_obs_bpt=c_obs, rel_error=rel, state=state)

@@ -29,6 +29,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from extproc import responses as R
 from extproc.encoding import DecodeError, StreamDecoder, make_decoder
 from extproc.estimator import TokenBudget
+from extproc.recovery import parse_attempt_count
 from extproc.request_body import UnreadableRequest, endpoint_for_path, parse_request_body
 from extproc.router import Router
 from extproc.sse import SSEUsageReader, prompt_tokens_from_json
@@ -67,6 +68,7 @@ class StreamProcessor:
         "budget",
         "calibrated",
         "category",
+        "counted_pool",
         "endpoint",
         "method",
         "path",
@@ -74,6 +76,7 @@ class StreamProcessor:
         "prompt_tokens",
         "reason",
         "request_id",
+        "retried_to",
         "rng",
         "router",
         "status",
@@ -94,6 +97,8 @@ class StreamProcessor:
         self.status = 0
         self.prompt_tokens: int | None = None
         self.calibrated = False
+        self.counted_pool: str | None = None
+        self.retried_to: str | None = None
         self._sse: SSEUsageReader | None = None
         self._json_buf: bytearray | None = None
         self._decoder: StreamDecoder | None = None
@@ -187,6 +192,7 @@ class StreamProcessor:
         self.pool = decision.pool.name
         self.reason = decision.reason
         self.category = budget.key[1]
+        self._count_inflight()
         r.metrics.decisions.labels(self.pool, self.category, self.reason).inc()
         r.metrics.budget_tokens.labels(self.pool).observe(budget.total_tokens)
         return r.body_responses[self.pool]
@@ -197,16 +203,25 @@ class StreamProcessor:
         self.pool = decision.pool.name
         self.reason = reason
         self.category = "unknown"
+        self._count_inflight()
         r.metrics.decisions.labels(self.pool, "unknown", reason).inc()
         if reason != "unsupported_path":
             r.metrics.unreadable.labels(reason).inc()
         return r.body_responses[self.pool] if body else r.header_responses[self.pool]
+
+    def _count_inflight(self) -> None:
+        """Count this request against its pool until :meth:`finish` (once per stream)."""
+        if self.counted_pool is None:
+            self.counted_pool = self.pool
+            self.router.load.acquire(self.pool)
 
     # -- response path ----------------------------------------------------------------------
 
     def _wants_calibration(self) -> bool:
         if self.budget is None or self.calibrated:
             return False
+        if self.retried_to is not None:
+            return True  # a misroute is always read (docs/design/003-misroute-recovery.md)
         rate = self.router.config.calibration.sample_rate
         if rate >= 1.0:
             return True
@@ -216,6 +231,8 @@ class StreamProcessor:
         """On 2xx, ask Envoy for the body in the mode that suits its content type."""
         content_type = ""
         encoding = ""
+        attempts = ""
+        attempt_header = self.router.config.recovery.attempt_count_header
         for h in msg.headers.headers:
             key = h.key.lower()
             if key == ":status":
@@ -229,6 +246,12 @@ class StreamProcessor:
                 # Several content-encoding fields form one list, in order (RFC 9110 §5.3).
                 value = header_value(h)
                 encoding = f"{encoding}, {value}" if encoding else value
+            elif key == attempt_header:
+                attempts = header_value(h)
+        if attempts and self.counted_pool is not None and self.retried_to is None:
+            self.retried_to = self.router.recovery.on_retried(
+                self.counted_pool, parse_attempt_count(attempts), self.status
+            )
         m = self.router.metrics
         if not 200 <= self.status < 300:
             if self.budget is not None:
@@ -294,12 +317,18 @@ class StreamProcessor:
         if self.prompt_tokens is None:
             r.metrics.calibration.labels("no_usage").inc()
             return
+        before = r.store.get(self.budget.key) if self.retried_to is not None else None
         obs = r.estimator.observe(self.budget, self.prompt_tokens)
         if obs is None:
             r.metrics.calibration.labels("not_text_dominated").inc()
             return
         r.metrics.calibration.labels("applied").inc()
         r.metrics.rel_error.labels(obs.key[1]).observe(obs.rel_error)
+        if self.retried_to is not None and self.counted_pool is not None:
+            dev_before = before.dev_bpt if before is not None else 0.0
+            r.recovery.on_usage(
+                self.budget, self.counted_pool, self.retried_to, self.prompt_tokens, dev_before
+            )
         r.publish_ratio(*obs.key)
 
     def finish(self, end: str) -> None:
@@ -311,6 +340,9 @@ class StreamProcessor:
         if self._sse is not None and self._sse.prompt_tokens is not None:
             self.finish_response()
         r = self.router
+        if self.counted_pool is not None:
+            counted, self.counted_pool = self.retried_to or self.counted_pool, None
+            r.load.release(counted)
         r.metrics.streams.labels(end).inc()
         if r.decision_log is not None and self.pool:
             b = self.budget
@@ -329,5 +361,6 @@ class StreamProcessor:
                     "status": self.status or None,
                     "prompt_tokens": self.prompt_tokens,
                     "end": end,
+                    "retried_to_pool": self.retried_to,
                 }
             )

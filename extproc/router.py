@@ -16,8 +16,10 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from extproc.calibration import InMemoryRatioStore, RatioStore
 from extproc.config import RouterConfig
 from extproc.estimator import Estimator
+from extproc.load import LoadMetrics, LoadTracker
 from extproc.metrics import RouterMetrics
 from extproc.policy import Policy
+from extproc.recovery import MisrouteRecovery
 from extproc.responses import route_request_body, route_request_headers
 
 __all__ = ["Router"]
@@ -33,6 +35,7 @@ class Router:
         store: the ratio store (kept across reloads); a new in-memory store when None.
         metrics: the metrics (kept across reloads); new ones when None.
         estimator: an existing estimator whose model keys are kept across reloads.
+        load: the process-wide pool load tracker (kept across reloads); a new one when None.
     """
 
     def __init__(
@@ -42,16 +45,21 @@ class Router:
         store: RatioStore | None = None,
         metrics: RouterMetrics | None = None,
         decision_log: IO[bytes] | None = None,
+        load: LoadTracker | None = None,
     ) -> None:
         self.config = config
         self.store: RatioStore = (
-            store if store is not None else InMemoryRatioStore(beta=config.calibration.ema_beta)
+            store if store is not None else InMemoryRatioStore.from_config(config.calibration)
         )
         self.metrics = metrics if metrics is not None else RouterMetrics()
         self.estimator = Estimator(
             estimator=config.estimator, calibration=config.calibration, store=self.store
         )
-        self.policy = Policy(config.pools)
+        self.load = load if load is not None else LoadTracker(LoadMetrics(self.metrics.registry))
+        self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
+        self.recovery = MisrouteRecovery(
+            config.recovery, self.policy, self.load, self.store, config.calibration.warmup_samples
+        )
         self.routing_header = config.routing_header
         self.decision_log = decision_log
         self.body_responses: dict[str, pb.ProcessingResponse] = {

@@ -18,7 +18,7 @@ JSON error, so an end-to-end test fails loudly when the router sends a request t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -50,6 +50,8 @@ from mockpool.validation import (
 SERVED_BY_HEADER = "x-served-by-pool"
 EXPECTED_POOL_HEADER = "x-expected-pool"
 SSE_HEADERS = {"cache-control": "no-cache"}
+#: Status recorded in /admin/stats for requests whose client went away (nginx's 499; never reaches a client).
+CLIENT_CLOSED_STATUS = 499
 
 
 class PoolIdentityMiddleware:
@@ -127,7 +129,9 @@ class PoolApp:
         rid = protocol.new_id("chatcmpl")
         if common.stream:
             return self._stream(rid, common, prompt_tokens, plans, chat=True)
-        texts = await self._collect(prompt_tokens, plans)
+        texts = await self._collect(request, prompt_tokens, plans)
+        if texts is None:
+            return Response(status_code=CLIENT_CLOSED_STATUS)
         completion_tokens = sum(p.tokens for p in plans)
         reasons = [p.finish_reason for p in plans]
         self.state.record_finished(prompt_tokens, completion_tokens, reasons)
@@ -156,7 +160,9 @@ class PoolApp:
         rid = protocol.new_id("cmpl")
         if common.stream:
             return self._stream(rid, common, prompt_tokens, plans, chat=False)
-        texts = await self._collect(prompt_tokens, plans)
+        texts = await self._collect(request, prompt_tokens, plans)
+        if texts is None:
+            return Response(status_code=CLIENT_CLOSED_STATUS)
         completion_tokens = sum(p.tokens for p in plans)
         reasons = [p.finish_reason for p in plans]
         self.state.record_finished(prompt_tokens, completion_tokens, reasons)
@@ -171,13 +177,39 @@ class PoolApp:
             for p in prompts
         ]
 
-    async def _collect(self, prompt_tokens: int, plans: list[ChoicePlan]) -> list[str]:
-        """Run generation to the end; return the text of every choice."""
+    async def _collect(
+        self, request: Request, prompt_tokens: int, plans: list[ChoicePlan]
+    ) -> list[str] | None:
+        """Run generation to the end and return the text of every choice, or ``None`` if the client left.
+
+        Like vLLM's ``with_cancellation``, a client disconnect aborts the request: it leaves the waiting queue
+        or frees its running slot at once (``finished_reason="abort"``).
+        """
         texts = [""] * len(plans)
-        async with aclosing(generate(self.state, self.settings, prompt_tokens, plans)) as events:
-            async for event in events:
-                if isinstance(event, Token):
-                    texts[event.choice] += event.text
+
+        async def run() -> None:
+            async with aclosing(generate(self.state, self.settings, prompt_tokens, plans)) as events:
+                async for event in events:
+                    if isinstance(event, Token):
+                        texts[event.choice] += event.text
+
+        async def disconnected() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+
+        work = asyncio.create_task(run())
+        watcher = asyncio.create_task(disconnected())
+        try:
+            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work, watcher):
+                if not task.done():
+                    task.cancel()
+            await asyncio.gather(work, watcher, return_exceptions=True)
+        if work.cancelled():
+            self.state.finished["abort"] += 1
+            return None
+        work.result()
         return texts
 
     def _stream(
@@ -207,6 +239,36 @@ class PoolApp:
                 rid, created, common.model, index, text or "", finish, usage_flag
             )
 
+        try:
+            async with aclosing(self._sse_token_events(chunk, prompt_tokens, plans, split, chat)) as parts:
+                async for part in parts:
+                    yield part
+        except (asyncio.CancelledError, GeneratorExit):
+            self.state.finished["abort"] += 1
+            raise
+        for index, plan in enumerate(plans):
+            last = chunk(index, None if chat else "", plan.finish_reason)
+            async for part in sse.write_pieces(sse.encode_event(last), split):
+                yield part
+        completion_tokens = sum(p.tokens for p in plans)
+        self.state.record_finished(prompt_tokens, completion_tokens, [p.finish_reason for p in plans])
+        if usage_flag:
+            obj = "chat.completion.chunk" if chat else "text_completion"
+            final = protocol.usage_chunk(rid, created, common.model, obj, prompt_tokens, completion_tokens)
+            async for part in sse.write_pieces(sse.encode_event(final), split):
+                yield part
+        async for part in sse.write_pieces(sse.DONE_EVENT, split):
+            yield part
+
+    async def _sse_token_events(
+        self,
+        chunk: Callable[..., dict[str, Any]],
+        prompt_tokens: int,
+        plans: list[ChoicePlan],
+        split: int,
+        chat: bool,
+    ) -> AsyncGenerator[bytes, None]:
+        """SSE bytes of the role chunks (chat) and one chunk per generated token."""
         async with aclosing(generate(self.state, self.settings, prompt_tokens, plans)) as events:
             async for event in events:
                 if isinstance(event, Started):
@@ -221,19 +283,6 @@ class PoolApp:
                     sse.encode_event(chunk(event.choice, event.text, None)), split
                 ):
                     yield part
-        for index, plan in enumerate(plans):
-            last = chunk(index, None if chat else "", plan.finish_reason)
-            async for part in sse.write_pieces(sse.encode_event(last), split):
-                yield part
-        completion_tokens = sum(p.tokens for p in plans)
-        self.state.record_finished(prompt_tokens, completion_tokens, [p.finish_reason for p in plans])
-        if usage_flag:
-            obj = "chat.completion.chunk" if chat else "text_completion"
-            final = protocol.usage_chunk(rid, created, common.model, obj, prompt_tokens, completion_tokens)
-            async for part in sse.write_pieces(sse.encode_event(final), split):
-                yield part
-        async for part in sse.write_pieces(sse.DONE_EVENT, split):
-            yield part
 
     async def models(self, request: Request) -> Response:
         """``GET /v1/models`` (vLLM ``ModelList``/``ModelCard`` shape, with ``max_model_len``)."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
+from types import FrameType
 from typing import Any
 
 from mockpool.server import bind_socket, make_server
@@ -94,8 +96,23 @@ def run(args: argparse.Namespace) -> int:
         host,
         port,
     )
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal to the previous handler;
+    # turn that into a clean exit code 0 (compose's `docker stop` and Ctrl-C are normal stops).
+    previous = signal.signal(signal.SIGTERM, _raise_stop)
     try:
         server.run(sockets=[sock])
+    except (KeyboardInterrupt, _Stop):
+        pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         sock.close()
+    log.info("pool %s stopped", settings.name)
     return 0
+
+
+class _Stop(Exception):
+    """Raised by the SIGTERM handler once uvicorn has finished its graceful shutdown."""
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop(signum)

@@ -86,7 +86,7 @@ class ManagedProcess:
         *,
         log_path: Path,
         ready: Callable[[], bool],
-        ready_timeout_s: float = 30.0,
+        ready_timeout_s: float = 120.0,
         env: dict[str, str] | None = None,
     ) -> None:
         self.name = name

@@ -92,7 +92,8 @@ def render_router_config(
 
 
 def router_process(config_path: Path, grpc_port: int, admin_port: int, *, log_dir: Path) -> ManagedProcess:
-    """``tbr serve`` on a rendered config; ready when its gRPC and admin ports accept connections."""
+    """``tbr serve`` on a rendered config; ready when its gRPC port accepts connections and admin
+    ``GET /readyz`` answers 200."""
     argv = [
         *_TBR,
         "serve",
@@ -107,7 +108,7 @@ def router_process(config_path: Path, grpc_port: int, admin_port: int, *, log_di
         "router",
         argv,
         log_path=log_dir / "router.log",
-        ready=lambda: tcp_open(grpc_port) and tcp_open(admin_port),
+        ready=lambda: tcp_open(grpc_port) and http_ok(f"http://{LOOPBACK}:{admin_port}/readyz"),
     )
 
 

@@ -20,7 +20,7 @@ def _estimator(**cal: object) -> Estimator:
     return Estimator(
         estimator=EstimatorConfig(),
         calibration=calibration,
-        store=InMemoryRatioStore(beta=calibration.ema_beta),
+        store=InMemoryRatioStore.from_config(calibration),
     )
 
 
@@ -53,8 +53,8 @@ def test_classifier_scripts(text: str, category: str) -> None:
 
 
 def test_budget_uses_prior_then_learned_conservative_ratio() -> None:
-    est = _estimator(warmup_samples=3, gamma=2.0, ema_beta=0.5)
-    text = "word " * 800  # 4000 bytes of Latin prose
+    est = _estimator(warmup_samples=3, gamma=2.0, ema_beta=0.5, learner="ema_dev")
+    text = "the word " * 444 + "the "  # 4000 bytes of English-like Latin prose
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": text}], "max_tokens": 100})
     f = parse_request_body(body.encode(), "chat")
     b = est.estimate(f)

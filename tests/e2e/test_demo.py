@@ -1,0 +1,85 @@
+"""The demo's replay and summary against the real stack, and `tbr demo` on the built-in sample."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from extproc.demo.replay import replay
+from extproc.demo.summary import SummaryInputs, build_summary
+from extproc.demo.workload import build_workload
+from tests.e2e.client import MODEL
+from tests.e2e.conftest import REPO, Gateway, Router
+
+pytestmark = pytest.mark.envoy
+
+
+def test_builtin_replay_through_envoy(gateway: Gateway, router: Router, tmp_path: Path) -> None:
+    w = build_workload(tmp_path / "no-data", n_requests=24, seed=11)
+    outcomes = asyncio.run(replay(gateway.base_url, w.requests, model=MODEL, concurrency=4))
+    assert all(o.status == 200 for o in outcomes), [
+        (o.request.request_id, o.status, o.error) for o in outcomes
+    ]
+    pools = {o.request.category: o.pool for o in outcomes}
+    assert pools["long_doc"] == "long"  # ~120 KB generated document
+    assert pools["prose"] == "short"
+    decisions = {}
+    for line in router.decision_log.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        decisions[rec["request_id"]] = rec
+    summary = build_summary(
+        SummaryInputs(
+            outcomes=outcomes,
+            decisions=decisions,
+            ratios=[],
+            envoy_stats=gateway.envoy.stats("ext_proc.tbr."),
+            short_max_model_len=8192,
+            long_max_model_len=65536,
+            default_output_reserve_tokens=1024,
+            data_source="builtin",
+            builtin=True,
+            elapsed_s=1.0,
+            concurrency=4,
+        )
+    )
+    assert summary["harmful_misroutes"] == 0
+    assert summary["decisions_logged"] == 24
+    # Every request whose true size is known joined its estimate.
+    assert summary["estimate_error_samples"] == 24 - summary["unknown_true_size"]
+    assert summary["envoy_ext_proc"]["failure_mode_allowed"] == 0
+
+
+def test_tbr_demo_cli_on_builtin_sample(tmp_path: Path) -> None:
+    """`tbr demo` without ../shared/data: says so, runs the built-in sample, writes the JSON summary."""
+    out = tmp_path / "summary.json"
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "extproc",
+            "demo",
+            "--data",
+            str(tmp_path / "absent"),
+            "--requests",
+            "20",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "built-in sample" in res.stderr and "built-in sample" in res.stdout
+    s = json.loads(out.read_text(encoding="utf-8"))
+    assert s["builtin_sample"] is True
+    assert s["requests"] == 20
+    assert s["harmful_misroutes"] == 0 and s["failed_requests"] == 0
+    assert sum(s["requests_per_pool"].values()) == 20

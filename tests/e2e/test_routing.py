@@ -1,0 +1,107 @@
+"""Router up: real prompts through Envoy land on the right pool; spoofing is ignored; streaming calibrates."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from extproc.demo.workload import long_prompt, short_prompt
+from tests.e2e.client import MODEL, chat
+from tests.e2e.conftest import Gateway, Router, data_dir
+
+pytestmark = pytest.mark.envoy
+
+
+def _decision(router: Router, request_id: str, timeout_s: float = 5.0) -> dict[str, object]:
+    """The router's decision-log record for ``request_id`` (written when the ext_proc stream ends)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if router.decision_log.is_file():
+            for line in router.decision_log.read_text(encoding="utf-8").splitlines():
+                rec = json.loads(line)
+                if rec["request_id"] == request_id:
+                    return rec  # type: ignore[no-any-return]
+        time.sleep(0.05)
+    raise AssertionError(f"no decision logged for {request_id}")
+
+
+def _samples(router: Router) -> dict[tuple[str, str], int]:
+    rows = httpx.get(f"{router.admin_url}/ratios", timeout=5.0).json()["ratios"]
+    return {(r["model"], r["category"]): int(r["samples"]) for r in rows}
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected_pool"),
+    [
+        pytest.param("short", "short", id="short-real-prompt-to-short-pool"),
+        pytest.param("long", "long", id="long-document-to-long-pool"),
+    ],
+)
+def test_prompt_reaches_the_pool_that_fits(
+    gateway: Gateway, router: Router, kind: str, expected_pool: str
+) -> None:
+    _, text = (short_prompt if kind == "short" else long_prompt)(data_dir())
+    rid = f"e2e-route-{kind}"
+    # x-expected-pool makes the wrong pool answer 421 (mockpool), so a misroute cannot pass.
+    served = chat(
+        gateway.base_url, text, headers={"x-request-id": rid, "x-expected-pool": expected_pool}, max_tokens=64
+    )
+    assert (served.status, served.pool) == (200, expected_pool)
+    rec = _decision(router, rid)
+    assert rec["pool"] == expected_pool
+    assert rec["prompt_tokens"] == served.prompt_tokens
+    if kind == "long":
+        assert served.prompt_tokens is not None and served.prompt_tokens > 8192
+
+
+def test_spoofed_short_header_on_long_prompt_is_ignored(gateway: Gateway, router: Router) -> None:
+    _, text = long_prompt(data_dir())
+    served = chat(
+        gateway.base_url, text, headers={"x-tbr-pool": "short", "x-request-id": "e2e-spoof"}, max_tokens=16
+    )
+    assert (served.status, served.pool) == (200, "long")
+    assert _decision(router, "e2e-spoof")["pool"] == "long"
+
+
+def test_streaming_with_include_usage_calibrates(gateway: Gateway, router: Router) -> None:
+    """The router reads usage from the SSE stream: the decision log carries the served prompt_tokens
+    and the learned-ratio table gains one sample for the request's (model, category)."""
+    _, text = short_prompt(data_dir())
+    rid = "e2e-stream-usage"
+    before = _samples(router)
+    served = chat(
+        gateway.base_url, text, stream=True, include_usage=True, max_tokens=8, headers={"x-request-id": rid}
+    )
+    assert (served.status, served.pool, served.completion_tokens) == (200, "short", 8)
+    rec = _decision(router, rid)
+    assert rec["prompt_tokens"] == served.prompt_tokens
+    after = _samples(router)
+    key = (MODEL, str(rec["category"]))
+    assert after.get(key, 0) == before.get(key, 0) + 1
+
+
+def test_envoy_did_not_fail_open(gateway: Gateway, router: Router) -> None:
+    """With the router up, no request took the fail-open path."""
+    chat(gateway.base_url, short_prompt(data_dir())[1], max_tokens=4)
+    stats = gateway.envoy.stats("ext_proc.tbr.")
+    assert stats["http.llm_ingress.ext_proc.tbr.streams_started"] >= 1
+    assert stats["http.llm_ingress.ext_proc.tbr.failure_mode_allowed"] == 0
+    assert stats["http.llm_ingress.ext_proc.tbr.message_timeouts"] == 0
+
+
+def test_body_over_one_mebibyte_is_budgeted_not_rejected_by_envoy(gateway: Gateway, router: Router) -> None:
+    """Over Envoy's default 1 MiB buffer: the raised per-connection limit and the router's 8 MiB gRPC
+    message size let the router read it (no 413, no fail-open); it exceeds every pool, so it goes to
+    the long pool, whose own max_model_len check answers vLLM's 400."""
+    from extproc.demo.builtin_sample import generated_long_document
+
+    text = generated_long_document(1_100_000, seed=9)  # > 1 MiB
+    before = gateway.envoy.stats("ext_proc.tbr.failure_mode_allowed")
+    served = chat(gateway.base_url, text, headers={"x-request-id": "e2e-1mib"}, max_tokens=16)
+    assert (served.status, served.pool) == (400, "long")
+    rec = _decision(router, "e2e-1mib")
+    assert (rec["pool"], rec["reason"]) == ("long", "exceeds_all_pools")
+    assert gateway.envoy.stats("ext_proc.tbr.failure_mode_allowed") == before
