@@ -17,14 +17,18 @@ BOMB_DECODED_BYTES = 512 << 20
 ZEROS = b"\0" * (1 << 20)
 
 
-def _gzip_bomb() -> bytes:
-    """512 MiB of zeros as gzip, built cheaply: after a full flush each 1 MiB block compresses
+def gzip_bomb(decoded_mib: int) -> bytes:
+    """``decoded_mib`` MiB of zeros as gzip, built cheaply: after a full flush each 1 MiB block compresses
     to the same bytes, so one block is repeated (the trailer's CRC is then wrong, but decoding
     stops at the bound long before it)."""
     c = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     first = c.compress(ZEROS) + c.flush(zlib.Z_FULL_FLUSH)
     block = c.compress(ZEROS) + c.flush(zlib.Z_FULL_FLUSH)
-    return first + block * ((BOMB_DECODED_BYTES >> 20) - 1) + c.flush()
+    return first + block * (decoded_mib - 1) + c.flush()
+
+
+def _gzip_bomb() -> bytes:
+    return gzip_bomb(BOMB_DECODED_BYTES >> 20)
 
 
 def _br_bomb() -> bytes:

@@ -164,7 +164,9 @@ async def test_corrupt_compressed_body_is_counted_and_passes(shared_app: RouterA
 
 async def test_compression_bomb_is_bounded(shared_app: RouterApp) -> None:
     """100 MiB of zeros gzipped to ~100 KB: decoding stops at the 64 MiB bound (decode_error)."""
-    bomb = gzip.compress(b"\0" * (100 << 20), compresslevel=9, mtime=0)
+    from tests.hardening.test_encoding_bombs import gzip_bomb
+
+    bomb = gzip_bomb(100)
     c = Counts(shared_app)
     out = await run_stream(
         shared_app.grpc_port, _exchange("application/json", [bomb], extra=[("content-encoding", "gzip")])
