@@ -74,10 +74,23 @@ def upstream_config(admin_port: int, short_port: int, long_port: int) -> dict[st
                                             "routes": [
                                                 {
                                                     "match": {"prefix": "/"},
-                                                    "direct_response": {"status": 200, "body": {"inline_string": USAGE_BODY}},
+                                                    "direct_response": {
+                                                        "status": 200,
+                                                        "body": {"inline_string": USAGE_BODY},
+                                                    },
                                                     "response_headers_to_add": [
-                                                        {"header": {"key": "content-type", "value": "application/json"}},
-                                                        {"header": {"key": "x-served-by-pool", "value": name}},
+                                                        {
+                                                            "header": {
+                                                                "key": "content-type",
+                                                                "value": "application/json",
+                                                            }
+                                                        },
+                                                        {
+                                                            "header": {
+                                                                "key": "x-served-by-pool",
+                                                                "value": name,
+                                                            }
+                                                        },
                                                     ],
                                                 }
                                             ],
@@ -87,7 +100,9 @@ def upstream_config(admin_port: int, short_port: int, long_port: int) -> dict[st
                                 "http_filters": [
                                     {
                                         "name": "envoy.filters.http.router",
-                                        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+                                        "typed_config": {
+                                            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+                                        },
                                     }
                                 ],
                             },
@@ -125,17 +140,34 @@ def metric_sum(metrics: dict[str, float], name: str) -> float:
     return sum(v for k, v in metrics.items() if k.startswith(name + "{"))
 
 
-def run_hey(url: str, body_path: Path, *, duration_s: float, concurrency: int, qps_per_worker: float | None) -> dict[str, Any]:
+def run_hey(
+    url: str, body_path: Path, *, duration_s: float, concurrency: int, qps_per_worker: float | None
+) -> dict[str, Any]:
     """Run ``hey`` and parse its summary: requests/s, latencies, status codes, errors."""
-    argv = ["hey", "-z", f"{int(duration_s)}s", "-c", str(concurrency), "-m", "POST", "-T", "application/json",
-            "-D", str(body_path), "-t", "30"]
+    argv = [
+        "hey",
+        "-z",
+        f"{int(duration_s)}s",
+        "-c",
+        str(concurrency),
+        "-m",
+        "POST",
+        "-T",
+        "application/json",
+        "-D",
+        str(body_path),
+        "-t",
+        "30",
+    ]
     if qps_per_worker is not None:
         argv += ["-q", f"{qps_per_worker:.2f}"]
     proc = subprocess.run([*argv, url], capture_output=True, text=True, timeout=duration_s + 120, check=False)
     text = proc.stdout
+
     def num(pattern: str) -> float:
         m = re.search(pattern, text)
         return float(m.group(1)) if m else float("nan")
+
     codes = {int(c): int(n) for c, n in re.findall(r"\[(\d{3})\]\s+(\d+) responses", text)}
     errors_block = text.split("Error distribution:")[1] if "Error distribution:" in text else ""
     errors = sum(int(n) for n in re.findall(r"\[(\d+)\]\s", errors_block))
@@ -158,26 +190,45 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=16, help="hey workers")
     p.add_argument("--sample-s", type=float, default=5.0, help="RSS sampling period")
     p.add_argument("--rss-tolerance", type=float, default=0.10, help="allowed RSS growth after warm-up")
-    p.add_argument("--work-dir", type=Path, default=None, help="logs and rendered configs (default: a temp dir)")
+    p.add_argument(
+        "--work-dir", type=Path, default=None, help="logs and rendered configs (default: a temp dir)"
+    )
     args = p.parse_args(argv)
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="tbr-soak-"))
     work.mkdir(parents=True, exist_ok=True)
-    ports = EnvoyPorts(listener=free_port(), admin=free_port(), router_grpc=free_port(), short_pool=free_port(), long_pool=free_port())
+    ports = EnvoyPorts(
+        listener=free_port(),
+        admin=free_port(),
+        router_grpc=free_port(),
+        short_pool=free_port(),
+        long_pool=free_port(),
+    )
     router_admin_port = free_port()
     up_admin = free_port()
     up_cfg = work / "upstream.yaml"
-    up_cfg.write_text(yaml.safe_dump(upstream_config(up_admin, ports.short_pool, ports.long_pool), sort_keys=False))
+    up_cfg.write_text(
+        yaml.safe_dump(upstream_config(up_admin, ports.short_pool, ports.long_pool), sort_keys=False)
+    )
     upstream = EnvoyProcess(up_cfg, admin_port=up_admin, log_path=work / "upstream.log")
     upstream.name = "upstream"
-    cfg = render_router_config(grpc_port=ports.router_grpc, admin_port=router_admin_port, short_max_model_len=8192, long_max_model_len=65536)
+    cfg = render_router_config(
+        grpc_port=ports.router_grpc,
+        admin_port=router_admin_port,
+        short_max_model_len=8192,
+        long_max_model_len=65536,
+    )
     router_cfg = work / "router.yaml"
     router_cfg.write_text(yaml.safe_dump(cfg, sort_keys=False))
     router = router_process(router_cfg, ports.router_grpc, router_admin_port, log_dir=work)
     router.argv += ["--log-level", "WARNING"]
     front = envoy_process(ports, log_dir=work)
     body_path = work / "body.json"
-    body_path.write_text(json.dumps({"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 64}))
+    body_path.write_text(
+        json.dumps(
+            {"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 64}
+        )
+    )
     url = f"http://{LOOPBACK}:{ports.listener}/v1/chat/completions"
     admin_url = f"http://{LOOPBACK}:{router_admin_port}"
     print(f"soak: work dir {work}; envoy {envoy_binary()}", file=sys.stderr)
@@ -187,13 +238,20 @@ def main(argv: list[str] | None = None) -> int:
         router.start()
         front.start()
         assert router.pid is not None
-        r = httpx.post(url, content=body_path.read_bytes(), headers={"content-type": "application/json"}, timeout=10)
+        r = httpx.post(
+            url, content=body_path.read_bytes(), headers={"content-type": "application/json"}, timeout=10
+        )
         if r.status_code != 200 or r.headers.get("x-served-by-pool") != "short":
             raise RuntimeError(f"smoke request failed: {r.status_code} {r.headers}")
         print(f"soak: probing max throughput for {args.probe_s:.0f} s", file=sys.stderr)
-        probe = run_hey(url, body_path, duration_s=args.probe_s, concurrency=args.concurrency, qps_per_worker=None)
+        probe = run_hey(
+            url, body_path, duration_s=args.probe_s, concurrency=args.concurrency, qps_per_worker=None
+        )
         target_rps = probe["rps"] * args.load_fraction
-        print(f"soak: max {probe['rps']:.0f} req/s → soak at {target_rps:.0f} req/s for {args.duration_s:.0f} s", file=sys.stderr)
+        print(
+            f"soak: max {probe['rps']:.0f} req/s → soak at {target_rps:.0f} req/s for {args.duration_s:.0f} s",
+            file=sys.stderr,
+        )
         m0 = router_metrics(admin_url)
         samples: list[tuple[float, int]] = []
         stop = threading.Event()
@@ -206,8 +264,13 @@ def main(argv: list[str] | None = None) -> int:
 
         th = threading.Thread(target=sampler, daemon=True)
         th.start()
-        soak = run_hey(url, body_path, duration_s=args.duration_s, concurrency=args.concurrency,
-                       qps_per_worker=target_rps / args.concurrency)
+        soak = run_hey(
+            url,
+            body_path,
+            duration_s=args.duration_s,
+            concurrency=args.concurrency,
+            qps_per_worker=target_rps / args.concurrency,
+        )
         stop.set()
         th.join()
         time.sleep(1.0)
@@ -225,7 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     growth = (rss_max - rss_start) / rss_start
     total_requests = sum(soak["codes"].values())
     non_2xx = sum(n for c, n in soak["codes"].items() if not 200 <= c < 300)
-    failed_stats = {k: v for k, v in stats.items() if k.endswith(("streams_failed", "failure_mode_allowed", "message_timeouts")) and v}
+    failed_stats = {
+        k: v
+        for k, v in stats.items()
+        if k.endswith(("streams_failed", "failure_mode_allowed", "message_timeouts")) and v
+    }
     checks = {
         "no client errors (non-2xx, transport)": non_2xx == 0 and soak["errors"] == 0 and total_requests > 0,
         "router tbr_processing_errors_total = 0": metric_sum(m1, "tbr_processing_errors_total") == 0,
@@ -244,23 +311,31 @@ messages/request). Load: `hey -c {args.concurrency}` POST of a {body_path.stat()
 
 | measure | value |
 |---|---|
-| max throughput (probe, {args.probe_s:.0f} s, no rate limit) | {probe['rps']:.0f} req/s (p50 {probe['p50_ms']:.1f} ms, p99 {probe['p99_ms']:.1f} ms) |
-| soak target / achieved | {target_rps:.0f} / {soak['rps']:.0f} req/s |
-| soak latency p50 / p99 | {soak['p50_ms']:.1f} / {soak['p99_ms']:.1f} ms |
-| requests in soak | {total_requests} (status codes {soak['codes']}, transport errors {soak['errors']}) |
-| router decisions / streams ended (delta) | {delta('tbr_routing_decisions_total'):.0f} / {delta('tbr_streams_total'):.0f} |
-| calibration applied (delta) | {metric_sum(m1, 'tbr_calibration_events_total') - metric_sum(m0, 'tbr_calibration_events_total'):.0f} |
-| router processing errors | {metric_sum(m1, 'tbr_processing_errors_total'):.0f} |
-| router in-flight streams at end | {metric_sum(m1, 'tbr_inflight_streams'):.0f} |
+| max throughput (probe, {args.probe_s:.0f} s, no rate limit) | {probe["rps"]:.0f} req/s (p50 {probe["p50_ms"]:.1f} ms, p99 {probe["p99_ms"]:.1f} ms) |
+| soak target / achieved | {target_rps:.0f} / {soak["rps"]:.0f} req/s |
+| soak latency p50 / p99 | {soak["p50_ms"]:.1f} / {soak["p99_ms"]:.1f} ms |
+| requests in soak | {total_requests} (status codes {soak["codes"]}, transport errors {soak["errors"]}) |
+| router decisions / streams ended (delta) | {delta("tbr_routing_decisions_total"):.0f} / {delta("tbr_streams_total"):.0f} |
+| calibration applied (delta) | {metric_sum(m1, "tbr_calibration_events_total") - metric_sum(m0, "tbr_calibration_events_total"):.0f} |
+| router processing errors | {metric_sum(m1, "tbr_processing_errors_total"):.0f} |
+| router in-flight streams at end | {metric_sum(m1, "tbr_inflight_streams"):.0f} |
 | Envoy ext_proc failures (streams_failed, failure_mode_allowed, message_timeouts) | {failed_stats or 0} |
 | router RSS after warm-up: first / last / max | {rss_start / 1024:.1f} / {rss_end / 1024:.1f} / {rss_max / 1024:.1f} MiB ({growth:+.1%}) |
 | RSS samples | {len(samples)} every {args.sample_s:.0f} s |
 
 Checks: {"; ".join(f"{'PASS' if v else 'FAIL'} {k}" for k, v in checks.items())}
 """)
-    (work / "soak.json").write_text(json.dumps({"probe": {k: v for k, v in probe.items() if k != "raw"},
-                                                  "soak": {k: v for k, v in soak.items() if k != "raw"},
-                                                  "rss_samples_kib": samples, "checks": checks}, indent=1))
+    (work / "soak.json").write_text(
+        json.dumps(
+            {
+                "probe": {k: v for k, v in probe.items() if k != "raw"},
+                "soak": {k: v for k, v in soak.items() if k != "raw"},
+                "rss_samples_kib": samples,
+                "checks": checks,
+            },
+            indent=1,
+        )
+    )
     return 0 if ok else 1
 
 
