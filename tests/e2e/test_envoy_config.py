@@ -116,7 +116,10 @@ def test_contract_with_router_config() -> None:
     routes = hcm["route_config"]["virtual_hosts"][0]["routes"]
     short_value = next(p["header_value"] for p in router["pools"] if p["name"] == "short")
     assert routes[0]["match"]["headers"] == [{"name": header, "string_match": {"exact": short_value}}]
-    assert routes[0]["route"]["cluster"] == "short_pool"
+    groups = routes[0]["route"]["inline_cluster_specifier_plugin"]["extension"]["typed_config"][
+        "priority_groups"
+    ]
+    assert [[c["cluster_name"] for c in g["clusters"]] for g in groups] == [["short_pool"], ["long_pool"]]
     assert routes[-1]["match"] == {"prefix": "/"} and routes[-1]["route"]["cluster"] == "long_pool"
     assert all(r["route"]["timeout"] == "0s" for r in routes)  # long LLM streams
     # The whole BUFFERED body fits one gRPC message of the router.
@@ -167,8 +170,17 @@ def test_pool_connections_close_before_the_pool_does(cluster: str) -> None:
     assert idle.endswith("s") and float(idle[:-1]) < 5.0
 
 
-def test_pool_routes_retry_only_when_nothing_was_sent() -> None:
-    routes = _hcm(_cfg())["route_config"]["virtual_hosts"][0]["routes"]
-    for r in routes:
-        policy = r["route"]["retry_policy"]
-        assert set(policy["retry_on"].split(",")) == {"connect-failure", "reset-before-request"}
+def test_pool_routes_retry_only_when_safe() -> None:
+    """The long pool is retried only when nothing reached it (no duplicate generation); the short
+    pool's route also retries vLLM's 400 once, on the next larger pool (misroute recovery)."""
+    vhost = _hcm(_cfg())["route_config"]["virtual_hosts"][0]
+    assert vhost["include_attempt_count_in_response"] is True
+    short, long = vhost["routes"][0]["route"]["retry_policy"], vhost["routes"][-1]["route"]["retry_policy"]
+    assert set(long["retry_on"].split(",")) == {"connect-failure", "reset-before-request"}
+    assert set(short["retry_on"].split(",")) == {
+        "retriable-status-codes",
+        "connect-failure",
+        "reset-before-request",
+    }
+    assert short["retriable_status_codes"] == [400]
+    assert short["num_retries"] == 1 and short["refresh_cluster_on_retry"] is True

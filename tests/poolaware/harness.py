@@ -97,16 +97,22 @@ async def three_pool_stack(
     router_overrides: dict[str, Any],
     pool_overrides: dict[str, dict[str, Any]] | None = None,
     scrape: bool = False,
+    pool_limits: dict[str, int] | None = None,
+    envoy_source: Path = ENVOY_3POOLS,
 ) -> AsyncIterator[Stack]:
-    """Start pools (short 4096, medium 16384, long 65536 tokens), the router, then Envoy.
+    """Start pools (short 4096, medium 16384, long 65536 tokens by default), the router, then Envoy.
+
+    ``pool_limits`` / ``envoy_source`` select another pool set and Envoy config (e.g. the two-pool
+    ``envoy/envoy.yaml`` with short 8192 and long 65536).
 
     ``router_overrides`` are merged into the router config (top-level keys); with ``scrape`` each
     pool gets its ``metrics_url``. ``pool_overrides[name]`` are extra :class:`PoolSettings` fields.
     """
     pool_overrides = pool_overrides or {}
+    limits = POOL_LIMITS if pool_limits is None else pool_limits
     async with contextlib.AsyncExitStack() as stack:
         urls: dict[str, str] = {}
-        for name, limit in POOL_LIMITS.items():
+        for name, limit in limits.items():
             settings = PoolSettings(name=name, max_model_len=limit, **pool_overrides.get(name, {}))
             urls[name] = await stack.enter_async_context(serve_pool(settings))
         pools_cfg = [
@@ -116,7 +122,7 @@ async def three_pool_stack(
                 "header_value": name,
                 **({"metrics_url": f"{urls[name]}/metrics"} if scrape else {}),
             }
-            for name, limit in POOL_LIMITS.items()
+            for name, limit in limits.items()
         ]
         raw: dict[str, Any] = {"pools": pools_cfg, "admin": {"enabled": False}}
         for key, value in router_overrides.items():
@@ -130,8 +136,8 @@ async def three_pool_stack(
         clusters = {"ext_proc": app.grpc_port}
         for name, url in urls.items():
             clusters[POOL_CLUSTERS[name]] = int(url.rsplit(":", 1)[1])
-        cfg = render_envoy(ENVOY_3POOLS, listener=listener, admin=admin, clusters=clusters)
-        cfg_path = work_dir / "envoy-3pools.yaml"
+        cfg = render_envoy(envoy_source, listener=listener, admin=admin, clusters=clusters)
+        cfg_path = work_dir / envoy_source.name
         cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
         envoy = EnvoyProcess(cfg_path, admin_port=admin, log_path=work_dir / "envoy.log")
         await asyncio.to_thread(envoy.start)
