@@ -3,14 +3,15 @@
 * ``GET /metrics``: Prometheus text exposition of the router's registry.
 * ``GET /healthz``: liveness (the process and its event loop answer).
 * ``GET /readyz``: readiness (gRPC listener up, config loaded, not shutting down); 503 otherwise.
-* ``GET /ratios``: learned bytes-per-token ratios as JSON (model, category, ĉ, σ̂, c*, samples).
+* ``GET /ratios``: learned bytes-per-token ratios as JSON (model, category, ĉ, σ̂, c*, samples),
+  plus the store's state (``memory`` or ``redis``, Redis reachability, queue length).
 
 Binds to loopback by default (``admin.host``); it exposes no prompt text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -42,8 +43,13 @@ def ratios_view(router: Router) -> list[dict[str, object]]:
     return rows
 
 
-def build_admin_app(get_router: Callable[[], Router], is_ready: Callable[[], bool]) -> Starlette:
-    """The admin application; ``get_router`` returns the current runtime (swapped on reload)."""
+def build_admin_app(
+    get_router: Callable[[], Router],
+    is_ready: Callable[[], bool],
+    status: Callable[[], Mapping[str, object]] | None = None,
+) -> Starlette:
+    """The admin application; ``get_router`` returns the current runtime (swapped on reload),
+    ``status`` the operational state shown with the ratios."""
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(get_router().metrics.registry), media_type=CONTENT_TYPE_LATEST)
@@ -57,7 +63,10 @@ def build_admin_app(get_router: Callable[[], Router], is_ready: Callable[[], boo
         return PlainTextResponse("not ready\n", status_code=503)
 
     async def ratios(_: Request) -> Response:
-        return JSONResponse({"ratios": ratios_view(get_router())})
+        body: dict[str, object] = {"ratios": ratios_view(get_router())}
+        if status is not None:
+            body["status"] = dict(status())
+        return JSONResponse(body)
 
     return Starlette(
         routes=[

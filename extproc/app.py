@@ -3,8 +3,14 @@
 :class:`RouterApp` owns the gRPC server, the admin HTTP server, the ratio store and the
 decision log. ``async with RouterApp(cfg) as app`` starts everything (ports of 0 are replaced
 by the bound ones: ``app.grpc_port``, ``app.admin_port``); leaving the block shuts down
-gracefully: readiness off, in-flight streams get ``server.grace_period_s``, ratios are
-persisted to ``calibration.snapshot_path``.
+gracefully: readiness off (gRPC health of the ext_proc service, ``/readyz``; liveness stays
+on) for ``server.shutdown_delay_s``, then the listener closes and in-flight streams get
+``server.grace_period_s``; ratios are pushed to Redis, or persisted to
+``calibration.snapshot_path`` when Redis is not used.
+
+The ratio store is the in-memory one, or :class:`~extproc.redis_store.RedisRatioStore` when
+``calibration.redis_url`` is set. With ``config_path``, :meth:`RouterApp.request_reload` and
+(with ``watch_config``) file changes reload the configuration (:mod:`extproc.reload`).
 """
 
 from __future__ import annotations
@@ -23,9 +29,12 @@ import uvicorn
 
 from extproc.admin import build_admin_app
 from extproc.calibration import InMemoryRatioStore
+from extproc.categories import CATEGORIES
 from extproc.config import RouterConfig
 from extproc.load import LoadMetrics, LoadTracker
 from extproc.metrics import RouterMetrics
+from extproc.redis_store import RedisRatioStore
+from extproc.reload import ConfigReloader
 from extproc.router import Router
 from extproc.scrape import PoolScraper
 from extproc.server import GrpcServer, start_grpc_server
@@ -51,8 +60,12 @@ class RouterApp:
         config: validated configuration.
         grpc_port: override of ``config.server.grpc_port`` (0 = any free port).
         admin_port: override of ``config.admin.port`` (0 = any free port).
+        config_path: the file ``config`` came from; enables reloads.
+        watch_config: reload when ``config_path`` changes (needs ``config_path``).
         http_client: client for scraping pool ``/metrics`` (spillover); one is built (and
             closed on stop) when None and a scrape is configured.
+
+    Building it does no I/O.
     """
 
     def __init__(
@@ -61,13 +74,38 @@ class RouterApp:
         *,
         grpc_port: int | None = None,
         admin_port: int | None = None,
+        config_path: str | Path | None = None,
+        watch_config: bool = False,
         http_client: httpx.AsyncClient | None = None,
     ) -> None:
         self.config = config
         self._grpc_port_req = grpc_port
         self._admin_port_req = admin_port
+        self._config_path = config_path
+        self._watch_config = watch_config
         self.metrics = RouterMetrics()
-        self.store = InMemoryRatioStore.from_config(config.calibration)
+        cal = config.calibration
+        self.store: InMemoryRatioStore | RedisRatioStore
+        self.config_generation = 0
+        self.redis: RedisRatioStore | None = None
+        self.memory: InMemoryRatioStore | None = None
+        if cal.redis_url:
+            self.redis = RedisRatioStore(
+                url=cal.redis_url,
+                params=InMemoryRatioStore.from_config(cal).params,
+                metrics=self.metrics,
+                key_prefix=cal.redis_key_prefix,
+                sync_interval_s=cal.redis_sync_interval_s,
+                timeout_s=cal.redis_timeout_s,
+                queue_max=cal.redis_queue_max,
+                max_keys=config.estimator.max_models * (len(CATEGORIES) + 2),
+            )
+            self.store = self.redis
+        else:
+            self.memory = InMemoryRatioStore.from_config(cal)
+            self.store = self.memory
+            self.metrics.store_up.set(1)  # nothing shared that could be down
+        self.reloader: ConfigReloader | None = None
         self.load = LoadTracker(LoadMetrics(self.metrics.registry))
         self._http_client = http_client
         self._own_http_client = False
@@ -87,29 +125,88 @@ class RouterApp:
         assert self.router is not None, "RouterApp not started"
         return self.router
 
+    def _publish(self, key: tuple[str, str]) -> None:
+        if self.router is not None:
+            self.router.publish_ratio(*key)
+
     async def start(self) -> None:
-        """Restore ratios, open the decision log, start gRPC then admin HTTP."""
+        """Restore ratios (snapshot, or first Redis pull), open the decision log, start gRPC then
+        admin HTTP, then the config watcher."""
         cfg = self.config
         snap = cfg.calibration.snapshot_path
-        if snap:
+        if snap and self.memory is not None:
             try:
-                n = self.store.load_snapshot(snap)
+                n = self.memory.load_snapshot(snap)
                 log.info("restored %d learned ratios from %s", n, snap)
             except ValueError as exc:
-                log.error("ignoring ratio snapshot: %s", exc)
+                # Keep the bad file for inspection instead of overwriting it at shutdown.
+                aside = Path(f"{snap}.invalid")
+                with contextlib.suppress(OSError):
+                    Path(snap).replace(aside)  # noqa: ASYNC240 (once, at start)
+                log.error("ignoring ratio snapshot (moved to %s): %s", aside, exc)
+        if self.redis is not None:
+            self.redis.on_update = self._publish
+            await self.redis.start()
         if cfg.decision_log_path:
             self._decision_log = open(cfg.decision_log_path, "ab")  # noqa: SIM115, ASYNC230 (closed in stop(); once at start)
-        self.router = Router(
-            cfg, store=self.store, metrics=self.metrics, decision_log=self._decision_log, load=self.load
-        )
+        self._install(cfg)
         self._start_scraper()
-        for key, _ in self.store.items():
-            self.router.publish_ratio(*key)
         self.grpc = await start_grpc_server(cfg.server, self.current_router, port=self._grpc_port_req)
         self.grpc_port = self.grpc.port
         if cfg.admin.enabled:
             await self._start_admin()
+        if self._config_path is not None:
+            self.reloader = ConfigReloader(
+                self._config_path,
+                current=lambda: self.current_router().config,
+                apply=self._install,
+                on_outcome=lambda outcome: self.metrics.config_reloads.labels(outcome).inc(),
+            )
+            if self._watch_config:
+                self.reloader.start_watching()
         self.ready = True
+        self.metrics.ready.set(1)
+
+    def _install(self, cfg: RouterConfig) -> None:
+        """Build a Router for ``cfg`` on the shared store and metrics and make it current."""
+        params = InMemoryRatioStore.from_config(cfg.calibration).params
+        self.store.beta = params.beta
+        self.store.params = params
+        router = Router(
+            cfg, store=self.store, metrics=self.metrics, decision_log=self._decision_log, load=self.load
+        )
+        # Models already learned keep their keys across reloads/restarts (most observed first),
+        # so the bounded model set (estimator.max_models) does not grow with each reload.
+        samples: dict[str, int] = {}
+        for (model, _), state in self.store.items():
+            samples[model] = samples.get(model, 0) + state.samples
+        for model in sorted(samples, key=lambda m: -samples[m]):
+            if model != "_other":
+                router.estimator.model_key(model)
+        for key, _ in self.store.items():
+            router.publish_ratio(*key)
+        self.router = router
+        self.config_generation += 1
+        self.metrics.config_generation.set(self.config_generation)
+
+    def request_reload(self) -> str:
+        """Reload the config file now (SIGHUP); returns ``applied``, ``invalid``, ``unchanged`` or
+        ``disabled`` (no config file)."""
+        if self.reloader is None:
+            return "disabled"
+        return self.reloader.reload(force=True)
+
+    def status(self) -> dict[str, object]:
+        """Operational state for the admin view: store kind and health, config generation."""
+        out: dict[str, object] = {
+            "ready": self.ready,
+            "store": "redis" if self.redis is not None else "memory",
+            "config_generation": self.config_generation,
+        }
+        if self.redis is not None:
+            out["redis_up"] = self.redis.up
+            out["redis_queue_length"] = self.redis.queue_length
+        return out
 
     def _start_scraper(self) -> None:
         """Scrape pool /metrics when spillover is on and some pool has a ``metrics_url``."""
@@ -130,7 +227,7 @@ class RouterApp:
         sock.bind((cfg.host, port))
         self._admin_sock = sock
         self.admin_port = sock.getsockname()[1]
-        app = build_admin_app(self.current_router, lambda: self.ready)
+        app = build_admin_app(self.current_router, lambda: self.ready, self.status)
         server = _AdminServer(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
         self._admin = server
         self._admin_task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -140,31 +237,46 @@ class RouterApp:
             await asyncio.sleep(0.01)
 
     async def stop(self) -> None:
-        """Graceful shutdown: not ready, drain streams (grace period), persist ratios."""
+        """Graceful shutdown: not ready (shutdown delay), stop accepting, drain streams (grace
+        period), push or persist ratios."""
         self.ready = False
+        self.metrics.ready.set(0)
+        if self.reloader is not None:
+            await self.reloader.stop()
         if self.grpc is not None:
+            await self.grpc.set_serving(False)
+            if self.config.server.shutdown_delay_s > 0:
+                log.info("not ready; closing the listener in %.1f s", self.config.server.shutdown_delay_s)
+                await asyncio.sleep(self.config.server.shutdown_delay_s)
+            log.info("draining %d in-flight streams", self.grpc.servicer.active_streams)
             await self.grpc.stop(self.config.server.grace_period_s)
         if self._admin is not None and self._admin_task is not None:
             self._admin.should_exit = True
             await self._admin_task
         if self._admin_sock is not None:
             self._admin_sock.close()
+        if self.redis is not None:
+            await self.redis.close()
         if self.scraper is not None:
             await self.scraper.stop()
         if self._own_http_client and self._http_client is not None:
             await self._http_client.aclose()
         snap = self.config.calibration.snapshot_path
-        if snap:
+        if snap and self.memory is not None:
             try:
-                self.store.save_snapshot(Path(snap))
-                log.info("saved %d learned ratios to %s", len(self.store.items()), snap)
+                self.memory.save_snapshot(Path(snap))
+                log.info("saved %d learned ratios to %s", len(self.memory.items()), snap)
             except OSError as exc:
                 log.error("cannot save ratio snapshot %s: %s", snap, exc)
         if self._decision_log is not None:
             self._decision_log.close()
 
     async def __aenter__(self) -> RouterApp:
-        await self.start()
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()  # release whatever started (listeners, Redis task, files)
+            raise
         return self
 
     async def __aexit__(

@@ -41,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.set_defaults(func=run)
 
 
-def _read_decisions(path: Path | None, expected: int, timeout_s: float = 5.0) -> dict[str, dict[str, Any]]:
+def _read_decisions(path: Path | None, expected: int, timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
     """Decision-log records by request_id; waits briefly for streams that are still closing."""
     out: dict[str, dict[str, Any]] = {}
     if path is None:

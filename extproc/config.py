@@ -210,7 +210,17 @@ class CalibrationConfig(_Strict):
     snapshot_path: str | None = None
     """File the learned ratios are written to on shutdown and read at start (when Redis is off)."""
     redis_url: str | None = None
-    """Shared ratio store across replicas (e.g. ``redis://127.0.0.1:6379/0``); None = in-memory."""
+    """Shared ratio store across replicas (e.g. ``redis://127.0.0.1:6379/0``); None = in-memory.
+    See docs/operations.md for the consistency model."""
+    redis_key_prefix: Annotated[str, Field(min_length=1, max_length=64)] = "tbr:"
+    """Prefix of the Redis keys (``{prefix}ratios`` hash, ``{prefix}ratios-version``, batch markers);
+    replicas sharing ratios use the same prefix, separate deployments different ones."""
+    redis_sync_interval_s: Annotated[float, Field(gt=0.0, le=3600.0)] = 1.0
+    """How often queued observations are pushed and all shared ratios pulled into the local cache."""
+    redis_timeout_s: Annotated[float, Field(gt=0.0, le=60.0)] = 1.0
+    """Connect and per-command timeout of Redis operations (they never run on the request path)."""
+    redis_queue_max: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
+    """Observations buffered while Redis is unreachable; beyond this the oldest are dropped (counted)."""
     sample_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     """Fraction of requests whose responses are read for calibration."""
 
@@ -277,6 +287,9 @@ class ServerConfig(_Strict):
     (the request body arrives in one BUFFERED message). Default matches envoy/envoy.yaml (8 MiB)."""
     grace_period_s: Annotated[float, Field(ge=0.0, le=3600.0)] = 10.0
     """How long in-flight streams may run on after SIGTERM."""
+    shutdown_delay_s: Annotated[float, Field(ge=0.0, le=600.0)] = 0.0
+    """After SIGTERM, time spent reporting not-ready (gRPC health, /readyz) while still accepting
+    new streams, so load balancers stop sending before the listener closes (like a preStop sleep)."""
     tls_cert_path: str | None = None
     tls_key_path: str | None = None
     tls_client_ca_path: str | None = None

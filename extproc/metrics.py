@@ -95,3 +95,51 @@ class RouterMetrics:
             ["phase"],
             registry=r,
         )
+        self.config_reloads = Counter(
+            "tbr_config_reloads",
+            "Configuration reload attempts by outcome (applied, invalid, unchanged).",
+            ["outcome"],
+            registry=r,
+        )
+        self.config_generation = Gauge(
+            "tbr_config_generation",
+            "Number of configurations applied since start (1 = the initial one).",
+            registry=r,
+        )
+        self.ready = Gauge(
+            "tbr_ready",
+            "1 while the router accepts new streams (readiness), 0 while starting or draining.",
+            registry=r,
+        )
+        self.store_up = Gauge(
+            "tbr_ratio_store_up",
+            "1 when the shared (Redis) ratio store answered its last operation, else 0.",
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "tbr_ratio_store_errors",
+            "Failed shared-store operations (push of observations, pull of ratios).",
+            ["operation"],
+            registry=r,
+        )
+        self.store_pushed = Counter(
+            "tbr_ratio_store_pushed_observations",
+            "Observations applied to the shared store by its server-side learner script.",
+            registry=r,
+        )
+        self.store_dropped = Counter(
+            "tbr_ratio_store_dropped_observations",
+            "Observations dropped (oldest first) because the push queue was full while the store was down.",
+            registry=r,
+        )
+        self.store_queue = Gauge(
+            "tbr_ratio_store_queue_length",
+            "Observations waiting to be pushed to the shared store.",
+            registry=r,
+        )
+        self.store_sync_seconds = Histogram(
+            "tbr_ratio_store_sync_seconds",
+            "Wall time of one pull of every shared ratio into the local cache.",
+            buckets=(1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0),
+            registry=r,
+        )

@@ -21,6 +21,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from extproc.config import ServerConfig
+from extproc.logs import request_id_var
 from extproc.processor import StreamProcessor
 from extproc.router import Router
 
@@ -56,6 +57,8 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         try:
             async for req in request_iterator:
                 yield proc.handle(req)
+                if proc.request_id and not request_id_var.get():
+                    request_id_var.set(proc.request_id)  # for every log line of this stream
         except asyncio.CancelledError:
             end = "cancelled"
             raise
@@ -71,6 +74,16 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
                 proc.finish(end)
             except Exception:
                 log.exception("finishing stream failed (request_id=%s)", proc.request_id)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "stream ended",
+                    extra={
+                        "request_id": proc.request_id,
+                        "end": end,
+                        "pool": proc.pool,
+                        "reason": proc.reason,
+                    },
+                )
 
 
 class GrpcServer:

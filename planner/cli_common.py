@@ -4,12 +4,25 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
+import numpy as np
+import numpy.typing as npt
+
+from extproc.config import RouterConfig, load_config
+from planner.fleet import SpillSetting, parse_spill_sweep
 from planner.profiles import PROFILES, PoolProfile
 from planner.trace import NormalizationReport, Trace, build_trace, normalize
 from planner.trace_loaders import load_trace
 
-__all__ = ["add_trace_args", "load_normalized", "profile_arg"]
+__all__ = [
+    "add_router_config_args",
+    "add_trace_args",
+    "load_normalized",
+    "load_router_config",
+    "profile_arg",
+    "replay_for",
+]
 
 
 def add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -22,11 +35,31 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clip-max-total-tokens", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", choices=sorted(PROFILES), default="llama3-70b-a100")
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive_int,
+        default=None,
+        help="enforce vLLM's per-iteration token budget (decodes + prefill chunks) in the DES",
+    )
 
 
-def profile_arg(name: str) -> PoolProfile:
-    """Profile by name (argparse already restricted the choices)."""
-    return PROFILES[name]
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be positive: {v}")
+    return v
+
+
+def profile_arg(name: str, max_num_batched_tokens: int | None = None) -> PoolProfile:
+    """Profile by name (argparse already restricted the choices), optionally with vLLM's
+    ``max_num_batched_tokens`` enforced (see :mod:`planner.des`)."""
+    prof = PROFILES[name]
+    if max_num_batched_tokens is not None:
+        prof = replace(prof, max_num_batched_tokens=max_num_batched_tokens)
+    return prof
 
 
 def load_normalized(args: argparse.Namespace) -> tuple[Trace, NormalizationReport]:
@@ -79,3 +112,65 @@ def fmt_s(x: float | None) -> str:
 def eprint(msg: str) -> None:
     """Progress line on stderr."""
     print(msg, file=sys.stderr, flush=True)
+
+
+def add_router_config_args(p: argparse.ArgumentParser) -> None:
+    """``--router-config`` (the router's YAML: pools + spillover + estimator) and ``--spill-sweep``."""
+    p.add_argument(
+        "--router-config",
+        default=None,
+        metavar="YAML",
+        help="simulate the router's own pools[] and spillover: (e.g. config/router-3pools.yaml)",
+    )
+    p.add_argument(
+        "--spill-sweep",
+        action="append",
+        default=[],
+        metavar="KNOB=V1,V2",
+        help="spillover threshold sweep, KNOB in max_inflight_per_pool|max_waiting|max_kv_cache_usage; "
+        "a value ending in /inst is per instance of each pool (repeatable)",
+    )
+
+
+def load_router_config(args: argparse.Namespace) -> tuple[RouterConfig | None, list[SpillSetting]]:
+    """The ``--router-config`` (validated by the router's own loader) and the parsed sweep.
+
+    Raises ``ValueError`` (incl. ``extproc.config.ConfigError``) on a bad file or sweep.
+    """
+    cfg = load_config(args.router_config) if args.router_config else None
+    sweep = [s for text in args.spill_sweep for s in parse_spill_sweep(text)]
+    return cfg, sweep
+
+
+def replay_for(
+    args: argparse.Namespace, trace: Trace, report: NormalizationReport, cfg: RouterConfig | None
+) -> npt.NDArray[np.int64] | None:
+    """Estimated prompt tokens from ``--estimator-replay DATA_DIR`` (None without it).
+
+    Uses the router config's ``estimator:``/``calibration:`` when given, else the router defaults.
+    Raises :class:`TraceError` when the corpus is missing.
+    """
+    if not args.estimator_replay:
+        return None
+    from planner.estimator_replay import load_prompt_corpus, replay_estimates
+
+    prof = profile_arg(args.profile)
+    tok = args.replay_tokenizer
+    if tok == "auto":
+        tok = "qwen3" if "qwen" in prof.model.lower() else "llama3"
+    model = "Qwen/Qwen3-235B-A22B" if tok == "qwen3" else "meta-llama/Llama-3.1-8B-Instruct"
+    eprint(f"estimator replay: parsing the prompt corpus under {args.estimator_replay} ({tok}) ...")
+    corpus = load_prompt_corpus(args.estimator_replay, tokenizer=tok, model=model)
+    est, stats = replay_estimates(
+        trace,
+        corpus,
+        seed=args.seed,
+        estimator=cfg.estimator if cfg else None,
+        calibration=cfg.calibration if cfg else None,
+    )
+    report.notes.append(
+        f"routing on the router's estimates (extproc.estimator) replaying {len(corpus.features)} real prompts "
+        f"({tok} ground truth): prompt-token error mean {stats.mean_rel_error:+.1%}, P1 {stats.p1_rel_error:+.1%}, "
+        f"P99 {stats.p99_rel_error:+.1%}, underestimates {stats.under_share:.1%}"
+    )
+    return est

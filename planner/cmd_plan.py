@@ -6,8 +6,17 @@ import argparse
 import json
 from typing import Any
 
-from planner.cli_common import add_trace_args, eprint, fmt_s, load_normalized, profile_arg
-from planner.estimator_replay import load_prompt_ratios, replay_estimates
+from planner.cli_common import (
+    add_router_config_args,
+    add_trace_args,
+    eprint,
+    fmt_s,
+    load_normalized,
+    load_router_config,
+    profile_arg,
+    replay_for,
+)
+from planner.fleet_report import format_fleet
 from planner.plan import PlanInputs, run_plan
 from planner.sizing import Slo
 from planner.trace import TraceError
@@ -27,20 +36,32 @@ def add_parser(subparsers: Any) -> None:
         "--sweep", type=int, nargs="*", default=[2048, 4096, 8192, 16384, 32768], help="thresholds, tokens"
     )
     p.add_argument(
-        "--sweep-des-top", type=int, default=2, help="DES-verify this many cheapest sweep points besides B"
+        "--sweep-des-top", type=int, default=1, help="DES-verify this many cheapest sweep points besides B"
     )
     p.add_argument("--no-des", action="store_true", help="closed form and analytical sizing only")
     p.add_argument(
-        "--estimator-replay",
-        default=None,
-        metavar="CSV",
-        help="route on estimated budgets (request_token_counts.csv)",
+        "--size-tolerance",
+        type=float,
+        default=0.01,
+        help="stop the DES bisection within this fraction of the passing count (0 = exact, as tbr results)",
     )
     p.add_argument(
-        "--spill-inflight",
-        type=float,
+        "--estimator-replay",
         default=None,
-        help="also run load-aware spillover at this in-flight/instance",
+        metavar="DATA_DIR",
+        help="route on the router's estimates, replaying real prompt text from DATA_DIR (../shared/data)",
+    )
+    p.add_argument(
+        "--replay-tokenizer",
+        choices=["auto", "llama3", "qwen3", "cl100k"],
+        default="auto",
+        help="ground-truth tokens for the replay (auto: from the profile's model)",
+    )
+    add_router_config_args(p)
+    p.add_argument(
+        "--no-spill-sizing",
+        action="store_true",
+        help="only replay spillover at the token-budget sizes (skip sizing with spillover on)",
     )
     p.add_argument("--plot", default=None, metavar="DIR", help="write length-CDF and cost-vs-threshold PNGs")
     p.add_argument("--json", action="store_true")
@@ -86,12 +107,6 @@ def format_plan(res: dict[str, Any], report_lines: list[str]) -> str:
             f"DES: short {d['short_instances']} + long {d['long_instances']} instances; saving "
             f"{d['savings_vs_homogeneous']:.1%} = ${h['usd_per_year'] - d['usd_per_year']:,.0f}/yr"
         )
-        if "spillover" in d:
-            sp = d["spillover"]["summary"]["fleet"]
-            lines.append(
-                f"spillover at {d['spillover']['spill_inflight_per_instance']} in-flight/instance: P99 TTFT "
-                f"{fmt_s(sp['p99_ttft_s'])} s, preemptions {sp['preemptions_per_1000']:.2f}‰"
-            )
     lines.append("")
     lines.append(
         f"{'B':>7}{'alpha':>8}{'rho':>6}{'a(1-1/r)':>10}{'M/G/c inst':>12}{'DES inst':>10}{'DES $/yr':>14}"
@@ -108,31 +123,42 @@ def format_plan(res: dict[str, Any], report_lines: list[str]) -> str:
         lines.append(
             f"recommended B = {res['recommended_threshold_tokens']} (cheapest DES-verified threshold meeting the SLO)"
         )
+    if "fleet" in res:
+        lines.append("")
+        lines.extend(format_fleet(res["fleet"], res["des_homogeneous"]))
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the plan; exit 2 on unusable input."""
     try:
+        cfg, sweep = load_router_config(args)
         trace, report = load_normalized(args)
-        est = None
-        if args.estimator_replay:
-            est = replay_estimates(trace, load_prompt_ratios(args.estimator_replay), seed=args.seed)
-            report.notes.append(f"routing on estimated prompt tokens replayed from {args.estimator_replay}")
-    except TraceError as exc:
+        eprint(f"trace ready: {len(trace)} requests at {trace.rate_req_per_s:.1f} req/s")
+        est = replay_for(args, trace, report, cfg)
+    except (TraceError, ValueError) as exc:
         eprint(f"error: {exc}")
         return 2
+    short, long_ = args.short_max_tokens, args.long_max_model_len
+    if cfg is not None:
+        lens = [p.max_model_len for p in cfg.pools_by_size]
+        if len(lens) >= 2:
+            short, long_ = lens[0], lens[-1]
+            eprint(f"router config: two-pool baseline B = {short}, long max_model_len = {long_}")
     inp = PlanInputs(
         trace=trace,
-        profile=profile_arg(args.profile),
-        short_max_tokens=args.short_max_tokens,
-        long_max_model_len=args.long_max_model_len,
+        profile=profile_arg(args.profile, args.max_num_batched_tokens),
+        short_max_tokens=short,
+        long_max_model_len=long_,
         slo=Slo(args.slo_ttft_p99_s, args.slo_tpot_p99_s),
         seed=args.seed,
         sweep_thresholds=tuple(args.sweep),
         sweep_des_top=args.sweep_des_top,
         est_input_tokens=est,
-        spill_inflight_per_instance=args.spill_inflight,
+        router_config=cfg,
+        spill_sweep=tuple(sweep),
+        size_with_spillover=not args.no_spill_sizing,
+        size_rel_tol=max(0.0, args.size_tolerance),
         des=not args.no_des,
     )
     res = run_plan(inp, progress=eprint)

@@ -14,6 +14,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--out", default="docs/results.md")
     p.add_argument("--json-out", default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--from-json", default=None, help="re-render from a previous --json-out (no simulation)")
     p.set_defaults(func=run)
 
 

@@ -1,4 +1,9 @@
-"""`tbr simulate`: run one fleet configuration through the DES and print its metrics."""
+"""`tbr simulate`: run one fleet configuration through the DES and print its metrics.
+
+Pools come from ``--pool NAME:MAX_MODEL_LEN:INSTANCES`` or, with ``--router-config``, from the
+router's ``pools[]`` with ``--pool NAME:INSTANCES``; the router config's ``spillover:`` is then
+applied by the router's own policy. ``--spill-sweep`` replays each threshold at the given sizes.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +11,43 @@ import argparse
 import json
 from typing import Any
 
-from planner.cli_common import add_trace_args, eprint, fmt_s, load_normalized, profile_arg
+from extproc.config import RouterConfig
+from planner.cli_common import (
+    add_router_config_args,
+    add_trace_args,
+    eprint,
+    fmt_s,
+    load_normalized,
+    load_router_config,
+    profile_arg,
+    replay_for,
+)
 from planner.des import PoolSpec, simulate
+from planner.fleet import FleetInputs, describe_spillover, router_config_for, run_fleet, spill_config
+from planner.fleet_report import format_rows
 from planner.routers import ROUTERS, make_router
+from planner.sizing import Slo
 from planner.trace import TraceError
 
 __all__ = ["add_parser", "parse_pool", "run"]
 
 
-def parse_pool(text: str) -> tuple[str, int, int]:
-    """``NAME:MAX_MODEL_LEN:INSTANCES`` -> tuple; raises ``argparse.ArgumentTypeError`` if malformed."""
+def parse_pool(text: str) -> tuple[str, int | None, int]:
+    """``NAME:MAX_MODEL_LEN:INSTANCES`` or ``NAME:INSTANCES`` -> ``(name, max_model_len or None, n)``.
+
+    Raises ``argparse.ArgumentTypeError`` if malformed.
+    """
     parts = text.split(":")
     try:
+        if len(parts) == 2:
+            return parts[0], None, int(parts[1])
         name, mml, n = parts[0], int(parts[1]), int(parts[2])
     except (IndexError, ValueError) as exc:
-        raise argparse.ArgumentTypeError(f"pool must be NAME:MAX_MODEL_LEN:INSTANCES, got {text!r}") from exc
+        raise argparse.ArgumentTypeError(
+            f"pool must be NAME:MAX_MODEL_LEN:INSTANCES (or NAME:INSTANCES with --router-config), got {text!r}"
+        ) from exc
+    if n < 1 or mml < 1 or len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"pool {text!r}: counts must be positive")
     return name, mml, n
 
 
@@ -33,41 +60,110 @@ def add_parser(subparsers: Any) -> None:
         type=parse_pool,
         action="append",
         required=True,
-        help="NAME:MAX_MODEL_LEN:INSTANCES (repeat)",
+        help="NAME:MAX_MODEL_LEN:INSTANCES, or NAME:INSTANCES with --router-config (repeat)",
     )
-    p.add_argument("--router", choices=sorted(ROUTERS), default="token-budget")
     p.add_argument(
-        "--spill-inflight", type=float, default=0.0, help="spillover: in-flight per instance threshold"
+        "--router",
+        choices=sorted(ROUTERS),
+        default=None,
+        help="default: token-budget, or the router config's policy (spillover when enabled)",
     )
+    add_router_config_args(p)
+    p.add_argument("--estimator-replay", default=None, metavar="DATA_DIR")
+    p.add_argument("--replay-tokenizer", choices=["auto", "llama3", "qwen3", "cl100k"], default="auto")
+    p.add_argument("--slo-ttft-p99-s", type=float, default=2.0, help="for the SLO column of sweeps")
     p.add_argument("--lb", choices=["round_robin", "p2c"], default="round_robin")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
 
+def _fleet_config(args: argparse.Namespace, cfg: RouterConfig | None) -> tuple[RouterConfig, list[int]]:
+    """Router config + instances per pool (``pools_by_size`` order). Raises ``ValueError``."""
+    if cfg is None:
+        if any(m is None for _, m, _ in args.pool):
+            raise ValueError(
+                "--pool NAME:INSTANCES needs --router-config (else NAME:MAX_MODEL_LEN:INSTANCES)"
+            )
+        pools = sorted(args.pool, key=lambda x: x[1])
+        cfg = router_config_for([m for _, m, _ in pools])
+        data = cfg.model_dump(mode="json")
+        for d, (name, _, _) in zip(data["pools"], pools, strict=True):
+            d["name"] = d["header_value"] = name
+        from extproc.config import parse_config
+
+        cfg = parse_config(data)
+        return cfg, [n for _, _, n in pools]
+    given = {name: (m, n) for name, m, n in args.pool}
+    sizes = []
+    for p in cfg.pools_by_size:
+        if p.name not in given:
+            raise ValueError(
+                f"--pool {p.name}:INSTANCES missing (router config pools: "
+                f"{', '.join(x.name for x in cfg.pools_by_size)})"
+            )
+        m, n = given.pop(p.name)
+        if m is not None and m != p.max_model_len:
+            raise ValueError(
+                f"--pool {p.name}: max_model_len {m} differs from the router config's {p.max_model_len}"
+            )
+        sizes.append(n)
+    if given:
+        raise ValueError(f"--pool {', '.join(given)}: not in the router config")
+    return cfg, sizes
+
+
 def run(args: argparse.Namespace) -> int:
     """Simulate; exit 2 on unusable input."""
     try:
+        cfg_in, sweep = load_router_config(args)
+        cfg, sizes = _fleet_config(args, cfg_in)
         trace, report = load_normalized(args)
-    except TraceError as exc:
+        est = replay_for(args, trace, report, cfg_in)
+    except (TraceError, ValueError) as exc:
         eprint(f"error: {exc}")
         return 2
-    prof = profile_arg(args.profile)
-    specs = sorted(
-        (PoolSpec(n, prof, mml, k, lb=args.lb) for n, mml, k in args.pool), key=lambda s: s.max_model_len
+    prof = profile_arg(args.profile, args.max_num_batched_tokens)
+    est_budget = None if est is None else est + trace.output_budget_tokens
+    if sweep:
+        inp = FleetInputs(
+            trace, prof, Slo(args.slo_ttft_p99_s), cfg, seed=args.seed, est_budget_tokens=est_budget
+        )
+        settings = [("configured" if cfg.spillover.enabled else "no spillover", cfg)]
+        settings += [(s.label, spill_config(cfg, s, sizes)) for s in sweep]
+        rows = []
+        for label, scfg in settings:
+            eprint(f"simulating {label}: {describe_spillover(scfg)}")
+            rows.append(run_fleet(inp, scfg, sizes, label))
+        if args.json:
+            print(json.dumps({"rows": rows, "normalization": report.to_dict()}, sort_keys=True, indent=1))
+            return 0
+        print("\n".join(report.lines()))
+        print("\n".join(format_rows(rows, [p.name for p in cfg.pools_by_size])))
+        return 0
+    specs = [
+        PoolSpec(p.name, prof, p.max_model_len, n, lb=args.lb)
+        for p, n in zip(cfg.pools_by_size, sizes, strict=True)
+    ]
+    name = args.router or ("spillover" if cfg.spillover.enabled else "token-budget")
+    router = make_router(
+        name, [s.max_model_len for s in specs], pools=cfg.pools_by_size, spillover=cfg.spillover
     )
-    router = make_router(args.router, [s.max_model_len for s in specs], args.spill_inflight)
-    res = simulate(trace, specs, router, seed=args.seed, progress=True).summary()
+    res = simulate(
+        trace, specs, router, est_budget_tokens=est_budget, seed=args.seed, progress=True
+    ).summary()
     res["normalization"] = report.to_dict()
     if args.json:
         print(json.dumps(res, sort_keys=True, indent=1))
         return 0
     print("\n".join(report.lines()))
+    if name == "spillover":
+        print(describe_spillover(cfg))
     print(
         f"{'pool':<10}{'inst':>6}{'reqs':>9}{'P50 TTFT':>10}{'P99 TTFT':>10}{'P99 TPOT':>10}{'preempt‰':>10}{'reject':>8}{'util':>7}"
     )
-    for name, b in res["pools"].items():
+    for pname, b in res["pools"].items():
         print(
-            f"{name:<10}{b['instances']:>6}{b['requests']:>9}{fmt_s(b['p50_ttft_s']):>10}{fmt_s(b['p99_ttft_s']):>10}"
+            f"{pname:<10}{b['instances']:>6}{b['requests']:>9}{fmt_s(b['p50_ttft_s']):>10}{fmt_s(b['p99_ttft_s']):>10}"
             f"{fmt_s(b['p99_tpot_s']):>10}{b['preemptions_per_1000']:>10.2f}{b['rejection_rate']:>8.4f}{b['utilization']:>7.2f}"
         )
     f = res["fleet"]

@@ -29,6 +29,7 @@ __all__ = [
     "p99_wait_mgc_s",
     "savings_closed_form",
     "size_pool_mgc",
+    "ttft_floor_s",
 ]
 
 HOURS_PER_YEAR = 8760.0
@@ -218,3 +219,19 @@ def size_pool_mgc(
 def annual_cost_usd(instances: int, profile: PoolProfile) -> float:
     """``instances * tp * price_per_GPU_hour * 8760`` dollars per year."""
     return instances * profile.tp * profile.price_usd_per_gpu_h * HOURS_PER_YEAR
+
+
+def ttft_floor_s(
+    profile: PoolProfile, input_tokens: npt.NDArray[np.int64], output_tokens: npt.NDArray[np.int64]
+) -> npt.NDArray[np.float64]:
+    """Shortest possible TTFT of each request (shape ``(n,)``, seconds): alone on an instance, no queue.
+
+    ``k = ceil(input / chunk)`` prefill iterations of ``W + H·(input + output/2) + P·input/k`` each —
+    the DES's iteration time for a batch of one (:mod:`planner.des`). No instance count can bring a
+    pool's P99 TTFT below the P99 of this over the pool's requests.
+    """
+    inp = np.maximum(input_tokens.astype(np.float64), 1.0)
+    k = np.ceil(inp / profile.chunk_tokens)
+    ctx = inp + output_tokens.astype(np.float64) / 2.0
+    t_iter = profile.w_s + profile.h_s_per_kv_token * ctx + profile.p_s_per_prefill_token * inp / k
+    return np.asarray(k * t_iter, dtype=np.float64)

@@ -17,7 +17,12 @@ Model (one instance = one vLLM server of ``tp`` GPUs):
   exceed it, the most recently admitted request is preempted (vLLM recompute policy): its KV is
   freed and it goes back to the head of the waiting queue; on re-admission its prompt includes the
   tokens generated so far.
-- Admission (FCFS, head of line): while running < ``max_num_seqs`` and the prompt fits in the free KV.
+- Admission (FCFS, head of line): while running < ``max_num_seqs``, the prompt fits in the free KV
+  and, when the profile sets ``max_num_batched_tokens`` (vLLM's per-iteration token budget under
+  chunked prefill), the iteration's tokens — one per decoding sequence plus each prefilling
+  sequence's chunk — stay within it with the newcomer's chunk added. A request that does not fit
+  waits for a prefill to finish (vLLM V1 schedules decodes first, then prefill chunks into the
+  remaining budget; here a prefill keeps its fixed chunk size rather than taking a partial one).
   A waiting queue longer than ``max_queue_per_instance`` rejects the request (the gateway's 503); a
   request with ``input + output > max_model_len`` is rejected by the pool (vLLM's 400) and, when a
   larger pool exists, retried there (counted as a mis-route).
@@ -82,6 +87,7 @@ class _Inst:
         "max_queue",
         "max_seqs",
         "milestones",
+        "mnbt",
         "n_active",
         "n_dec",
         "next_v",
@@ -108,6 +114,8 @@ class _Inst:
         self.cap = float(prof.kv_capacity_tokens)
         self.watermark = spec.kv_watermark_fraction * self.cap
         self.max_seqs = spec.slots
+        mnbt = prof.max_num_batched_tokens
+        self.mnbt = math.inf if mnbt is None else float(mnbt)
         self.max_queue = spec.max_queue_per_instance
         self.v = 0.0
         self.t = 0.0
@@ -257,12 +265,32 @@ def simulate(
     mml = [ps.max_model_len for ps in pools]
     use_p2c = [ps.lb == "p2c" for ps in pools]
     rr = [0] * n_pools
-    inflight = [0] * n_pools
-    pool_size = [float(ps.instances) for ps in pools]
     heap: list[tuple[float, int, int, int, int]] = []
     seq = 0
     events = 0
     heappush, heappop = heapq.heappush, heapq.heappop
+
+    release = router.release
+
+    class _View:
+        """:class:`FleetView` over the live instances (read-only; KV extrapolated to ``now``)."""
+
+        now = 0.0
+
+        def waiting(self, i: int) -> float:
+            return float(sum(len(insts[g].queue) for g in pool_insts[i]))
+
+        def kv_cache_usage(self, i: int) -> float:
+            tot = 0.0
+            for g in pool_insts[i]:
+                inst = insts[g]
+                kv = inst.kv
+                if inst.n_active and inst.t_iter > 0:
+                    kv += inst.n_dec * (self.now - inst.t) / inst.t_iter
+                tot += min(1.0, max(0.0, kv / inst.cap))
+            return tot / len(pool_insts[i])
+
+    view = _View()
 
     def check(inst: _Inst) -> None:
         if not (-1e-6 <= inst.kv <= inst.cap + 1e-6):
@@ -273,6 +301,10 @@ def simulate(
             raise SimInvariantError("running set and counter disagree")
         if inst.n_active == 0 and (abs(inst.kv) > 1e-6 or inst.queue):
             raise SimInvariantError("idle instance holds KV or has waiting requests")
+        if inst.n_active > 1 and inst.n_dec + inst.sum_pf > inst.mnbt + 1e-6 and inst.sum_pf > 1e-6:
+            raise SimInvariantError(
+                f"batched tokens {inst.n_dec + inst.sum_pf} over max_num_batched_tokens {inst.mnbt}"
+            )
 
     def milestones(inst: _Inst, now: float) -> None:
         ms = inst.milestones
@@ -293,7 +325,7 @@ def simulate(
                 inst.sum_ctx -= ctx[r]
                 inst.kv -= l_in[r] + l_out[r] - 1
                 done_t[r] = now
-                inflight[inst.pool] -= 1
+                release(inst.pool)
         if inst.n_active == 0:
             inst.kv = 0.0
             inst.sum_ctx = 0.0
@@ -329,9 +361,11 @@ def simulate(
             need = l_in[r]
             if inst.n_active and inst.kv + need > inst.cap - inst.watermark:
                 break
-            q.popleft()
             k_pf = -(-need // inst.chunk)
             rate = need / k_pf
+            if inst.n_active and inst.n_dec + inst.sum_pf + rate > inst.mnbt + 1e-9:
+                break  # max_num_batched_tokens: no room for its prefill chunk this iteration
+            q.popleft()
             pf_rate[r] = rate
             pv = inst.v + k_pf
             pf_v[r] = pv
@@ -398,17 +432,17 @@ def simulate(
         events += 1
         if bar is not None and idx % 10000 == 0:
             bar.update(10000)
-        if n_pools == 1:
-            pi = 0
-        else:
-            pi = router.route(budget[r], [inflight[i] / pool_size[i] for i in range(n_pools)])
+        view.now = t_arr
+        pi = router.route(budget[r], t_arr, view)
         total = l_in0[r] + l_out0[r]
         if total > mml[pi]:
             bigger = [j for j in range(pi + 1, n_pools) if total <= mml[j]]
             if not (retry_misrouted and bigger):
                 rejected[r] = True
+                release(pi)
                 continue
             misrouted[r] = True
+            router.move(pi, bigger[0])
             pi = bigger[0]
         ids = pool_insts[pi]
         if use_p2c[pi] and len(ids) > 1:
@@ -423,9 +457,9 @@ def simulate(
             inst = insts[gid]
         if len(inst.queue) >= inst.max_queue:
             rejected[r] = True
+            release(pi)
             continue
         served_pool[r] = pi
-        inflight[pi] += 1
         advance(inst, t_arr, None)
         milestones(inst, t_arr)
         inst.queue.append(r)

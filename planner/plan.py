@@ -6,6 +6,7 @@ Nothing here prints or writes files.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from extproc.config import RouterConfig
 from planner.costmodel import (
     alpha_at_threshold,
     annual_cost_usd,
@@ -23,6 +25,7 @@ from planner.costmodel import (
     size_pool_mgc,
 )
 from planner.des import PoolSpec, simulate
+from planner.fleet import FleetInputs, SpillSetting, plan_fleet, router_config_for
 from planner.profiles import PoolProfile
 from planner.routers import make_router
 from planner.sizing import Slo, meets_slo, size_pool_des
@@ -46,7 +49,10 @@ class PlanInputs:
     sweep_thresholds: tuple[int, ...] = (2048, 4096, 8192, 16384, 32768)
     sweep_des_top: int = 2
     est_input_tokens: npt.NDArray[np.int64] | None = None
-    spill_inflight_per_instance: float | None = None
+    router_config: RouterConfig | None = None
+    spill_sweep: tuple[SpillSetting, ...] = ()
+    size_with_spillover: bool = True
+    size_rel_tol: float = 0.0
     des: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -119,9 +125,12 @@ def _stepper(progress: Progress | None, label: str) -> Callable[[int, bool], Non
     if progress is None:
         return None
     report = progress
+    last = [time.perf_counter()]
 
     def step(k: int, ok: bool) -> None:
-        report(f"{label}: {k} instances -> {'ok' if ok else 'miss'}")
+        now = time.perf_counter()
+        report(f"{label}: {k} instances -> {'ok' if ok else 'miss'} ({now - last[0]:.0f} s)")
+        last[0] = now
 
     return step
 
@@ -136,6 +145,7 @@ def _homogeneous_des(inp: PlanInputs, start: int, progress: Progress | None) -> 
         start_instances=start,
         seed=inp.seed,
         on_step=_stepper(progress, "homogeneous"),
+        rel_tol=inp.size_rel_tol,
     )
     res = simulate(
         inp.trace,
@@ -157,7 +167,9 @@ def des_two_pool(
 ) -> dict[str, Any]:
     """Size the short and long pools on their sub-traces by DES, then verify the fleet jointly."""
     prof, t = inp.profile, inp.trace
-    short = _split(inp, threshold)
+    # sized on the requests each pool *serves*: an under-estimate routed short whose true total
+    # exceeds the short max_model_len is rejected there (vLLM's 400) and retried on the long pool
+    short = _split(inp, threshold) & np.asarray(t.total_tokens <= threshold)
     sizes = []
     slo_met = True
     for name, mask, mml, start in (
@@ -176,6 +188,7 @@ def des_two_pool(
             start_instances=max(1, start),
             seed=inp.seed,
             on_step=_stepper(progress, f"B={threshold} {name}"),
+            rel_tol=inp.size_rel_tol,
         )
         sizes.append(n)
         slo_met = slo_met and meets_slo(block, inp.slo)
@@ -202,15 +215,6 @@ def des_two_pool(
         "slo_met": slo_met,
         "summary": res.summary(),
     }
-    if inp.spill_inflight_per_instance is not None:
-        router = make_router(
-            "spillover", [threshold, inp.long_max_model_len], inp.spill_inflight_per_instance
-        )
-        sp = simulate(t, pools, router, est_budget_tokens=est, seed=inp.seed)
-        out["spillover"] = {
-            "spill_inflight_per_instance": inp.spill_inflight_per_instance,
-            "summary": sp.summary(),
-        }
     return out
 
 
@@ -254,4 +258,27 @@ def run_plan(inp: PlanInputs, progress: Progress | None = None) -> dict[str, Any
     out["des_sweep"] = [des_runs[x] for x in sorted(des_runs)]
     best = min(des_runs.values(), key=lambda r: (r["usd_per_year"], r["threshold_tokens"]))
     out["recommended_threshold_tokens"] = best["threshold_tokens"]
+    if inp.router_config is not None or inp.spill_sweep:
+        cfg = inp.router_config or router_config_for([b, inp.long_max_model_len])
+        d = des_runs[b]
+        known = None
+        if [p.max_model_len for p in cfg.pools_by_size] == [b, inp.long_max_model_len] and d["slo_met"]:
+            known = [max(1, d["short_instances"]), max(1, d["long_instances"])]
+        est = None if inp.est_input_tokens is None else inp.est_input_tokens + inp.trace.output_budget_tokens
+        if progress is not None:
+            progress(f"fleet of the router config: pools {[p.name for p in cfg.pools_by_size]}")
+        out["fleet"] = plan_fleet(
+            FleetInputs(
+                trace=inp.trace,
+                profile=inp.profile,
+                slo=inp.slo,
+                config=cfg,
+                seed=inp.seed,
+                est_budget_tokens=est,
+                sweep=inp.spill_sweep,
+                size_with_spillover=inp.size_with_spillover,
+                token_budget_sizes=known,
+            ),
+            progress,
+        )
     return out

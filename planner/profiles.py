@@ -76,6 +76,7 @@ class PoolProfile:
     ``w_s`` fixed iteration time; ``h_s_per_kv_token`` attention time per context token in the batch;
     ``p_s_per_prefill_token`` compute time per prefilled token; ``chunk_tokens`` chunked-prefill size
     per sequence per iteration; ``kv_capacity_tokens`` = num_gpu_blocks * block_size;
+    ``max_num_batched_tokens`` vLLM's chunked-prefill token budget per iteration (None = off);
     ``max_num_seqs_cap`` the scheduler cap (vLLM ``max_num_seqs``) before the KV bound.
     """
 
@@ -92,6 +93,8 @@ class PoolProfile:
     p_s_per_prefill_token: float
     chunk_tokens: int
     source: str = ""
+    max_num_batched_tokens: int | None = None
+    """vLLM's per-iteration token budget (decode tokens + prefill chunks); None = not enforced."""
 
     def max_num_seqs(self, max_model_len: int) -> int:
         """Concurrency at ``max_model_len`` (see :func:`max_num_seqs`)."""

@@ -57,12 +57,15 @@ def size_pool_des(
     lb: str = "round_robin",
     max_instances: int = 20_000,
     on_step: Callable[[int, bool], None] | None = None,
+    rel_tol: float = 0.0,
 ) -> tuple[int, dict[str, Any]]:
     """Smallest N in ``[1, max_instances]`` whose single-pool DES run on ``trace`` meets ``slo``.
 
     Returns ``(N, summary block of that run)``. The search stops at ``min(max_instances, 4 * start + 10)``;
     if that fails too (e.g. a single prefill longer than the TTFT SLO), it is returned with its failing
     block, so callers must check :func:`meets_slo` on the block. ``on_step(n, ok)`` is called after each simulation (progress reporting).
+    ``rel_tol`` > 0 stops the bisection once the bracket is within ``rel_tol`` of the passing count and
+    returns that passing count (at most ``rel_tol`` over the exact minimum; saves the last simulations).
     """
     cache: dict[int, tuple[bool, dict[str, Any]]] = {}
 
@@ -98,7 +101,7 @@ def size_pool_des(
                 return hi, cache[hi][1]
             lo = hi
             hi = min(max_instances, math.ceil(hi * 1.15) + 1)
-    while hi - lo > 1:
+    while hi - lo > max(1, math.floor(rel_tol * hi)):
         mid = (lo + hi) // 2
         if ok(mid):
             hi = mid

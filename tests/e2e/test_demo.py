@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from extproc.cmd_demo import _read_decisions
 from extproc.demo.replay import replay
 from extproc.demo.summary import SummaryInputs, build_summary
 from extproc.demo.workload import build_workload
@@ -28,10 +29,9 @@ def test_builtin_replay_through_envoy(gateway: Gateway, router: Router, tmp_path
     pools = {o.request.category: o.pool for o in outcomes}
     assert pools["long_doc"] == "long"  # ~120 KB generated document
     assert pools["prose"] == "short"
-    decisions = {}
-    for line in router.decision_log.read_text(encoding="utf-8").splitlines():
-        rec = json.loads(line)
-        decisions[rec["request_id"]] = rec
+    # The router logs a decision when its ext_proc stream ends, which can trail the client's
+    # response; wait (bounded) for all of them.
+    decisions = _read_decisions(router.decision_log, 24, timeout_s=30.0)
     summary = build_summary(
         SummaryInputs(
             outcomes=outcomes,

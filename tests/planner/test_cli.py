@@ -10,6 +10,8 @@ import pytest
 
 from planner import cmd_plan, cmd_simulate
 
+ROOT = Path(__file__).resolve().parents[2]
+ROUTER_3POOLS = ROOT / "config" / "router-3pools.yaml"
 AZURE_CONV = (
     Path(__file__).resolve().parents[2]
     / ".."
@@ -86,24 +88,93 @@ def test_simulate_text_on_real_trace(capsys: pytest.CaptureFixture[str]) -> None
             "5000",
             "--profile",
             "a100-simcompat",
+            "--router-config",
+            str(ROUTER_3POOLS),
             "--pool",
-            "short:8192:3",
+            "short:3",
             "--pool",
-            "long:65536:1",
-            "--router",
-            "spillover",
-            "--spill-inflight",
-            "100",
+            "medium:1",
+            "--pool",
+            "long:1",
         ]
     )
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "time-scaled inter-arrival gaps" in out and "-> 50 req/s)" in out
     assert "truncated to the first 5000 of 19366 requests" in out
-    assert "short" in out and "long" in out and "fleet: 4 instances" in out
+    assert "short: max_inflight=256, max_waiting=8, max_kv_cache_usage=0.95" in out
+    assert "short" in out and "medium" in out and "fleet: 5 instances" in out
 
 
 def test_missing_trace_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
     args = _parser().parse_args(["plan", "--trace", "/nonexistent.csv"])
     assert args.func(args) == 2
     assert "not found" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not AZURE_CONV.is_file(), reason="../shared/data Azure trace not present")
+def test_simulate_spill_sweep_per_instance(capsys: pytest.CaptureFixture[str]) -> None:
+    """A max_waiting sweep through the router's policy at fixed sizes: an undersized short pool
+    spills to the long pool on the scraped waiting signal, which cuts its P99 TTFT."""
+    args = _parser().parse_args(
+        [
+            "simulate", "--trace", str(AZURE_CONV), "--rate", "30", "--min-requests", "3000",
+            "--max-requests", "3000", "--profile", "a100-simcompat", "--pool", "short:8192:1",
+            "--pool", "long:65536:1", "--spill-sweep", "max_waiting=1/inst,64/inst", "--json",
+        ]
+    )  # fmt: skip
+    assert args.func(args) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["label"] for r in rows] == ["no spillover", "max_waiting=1/inst", "max_waiting=64/inst"]
+    assert rows[0]["spilled_requests"] == 0
+    for r in rows[1:]:
+        assert r["spilled_requests"] > 0 and list(r["spills"]) == ["short->long (waiting)"]
+        assert r["p99_ttft_s"] < rows[0]["p99_ttft_s"]
+        assert r["pool_requests"]["long"] >= r["spilled_requests"] * 0.9  # 10% warm-up excluded
+
+
+def test_plan_router_config_three_pools_sizes_with_spillover(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tbr plan --router-config` sizes the config's three pools, replays its spillover at those
+    sizes and sizes the fleet with spillover on (never more GPUs than without)."""
+    args = _parser().parse_args(
+        [
+            "plan", "--trace", str(_cdf(tmp_path)), "--rate", "20", "--min-requests", "1500",
+            "--profile", "a100-simcompat", "--router-config", str(ROUTER_3POOLS), "--sweep",
+            "--sweep-des-top", "0", "--spill-sweep", "max_kv_cache_usage=0.5", "--json",
+        ]
+    )  # fmt: skip
+    assert args.func(args) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert (res["short_max_tokens"], res["long_max_model_len"]) == (8192, 131072)
+    fleet = res["fleet"]
+    assert [p["name"] for p in fleet["pools"]] == ["short", "medium", "long"]
+    tb = fleet["token_budget"]
+    assert tb["spilled_requests"] == 0 and tb["slo_met"]
+    assert [e["label"] for e in fleet["spillover"]] == ["router config", "max_kv_cache_usage=0.5"]
+    for e in fleet["spillover"]:
+        assert e["sized"]["gpus"] <= tb["gpus"]
+        assert e["sized"]["slo_met"]
+
+
+def test_estimator_replay_missing_corpus_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = _parser().parse_args(
+        ["plan", "--trace", str(_cdf(tmp_path)), "--no-des", "--estimator-replay", str(tmp_path / "nodata")]
+    )
+    assert args.func(args) == 2
+    assert "prompt corpus not found" in capsys.readouterr().err
+
+
+def test_bad_spill_sweep_and_router_config_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "router.yaml"
+    bad.write_text("pools: []\n")
+    for extra in (["--spill-sweep", "max_waiting=abc"], ["--router-config", str(bad)]):
+        args = _parser().parse_args(["plan", "--trace", str(_cdf(tmp_path)), "--no-des", *extra])
+        assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert "not a number" in err and "pools" in err

@@ -130,3 +130,37 @@ def test_size_pool_mgc_matches_hand_computation() -> None:
 def test_annual_cost() -> None:
     # 10 instances x 8 GPUs x $2.21 x 8760 h
     assert annual_cost_usd(10, PROFILES["llama3-70b-a100"]) == pytest.approx(10 * 8 * 2.21 * 8760)
+
+
+def test_plan_sizes_pools_on_served_requests_when_estimates_misroute() -> None:
+    """Under-estimated requests routed short but too long for it are retried long (not rejected), and
+    the DES sizing counts them in the long pool, so the plan still meets the SLO."""
+    from planner.plan import PlanInputs, run_plan
+    from planner.profiles import PROFILES
+    from planner.sizing import Slo
+    from planner.trace import build_trace
+
+    rng = np.random.default_rng(4)
+    n = 1200
+    arr = np.cumsum(rng.exponential(1 / 20.0, n))
+    inp = np.where(rng.random(n) < 0.05, 7000, 500).astype(np.int64)
+    out = np.where(inp == 7000, 2000, 100).astype(np.int64)
+    est = np.where(inp == 7000, 3000, inp).astype(np.int64)  # budget 5000 <= 8192: routed short
+    trace = build_trace(arr, inp, out)
+    res = run_plan(
+        PlanInputs(
+            trace=trace,
+            profile=PROFILES["a100-simcompat"],
+            short_max_tokens=8192,
+            long_max_model_len=65536,
+            slo=Slo(2.0),
+            sweep_thresholds=(),
+            sweep_des_top=0,
+            est_input_tokens=est,
+        )
+    )
+    d = res["des_two_pool"]
+    assert d["slo_met"] and d["long_instances"] >= 1
+    fleet = d["summary"]["fleet"]
+    assert fleet["rejection_rate"] == 0.0
+    assert fleet["misroute_rate"] == pytest.approx(float((inp[120:] == 7000).mean()), abs=1e-9)

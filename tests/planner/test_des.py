@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
+from extproc.config import RouterConfig, parse_config
 from planner.costmodel import erlang_c
 from planner.des import PoolSpec, simulate
 from planner.profiles import PoolProfile
-from planner.routers import make_router
+from planner.routers import PolicyRouter, make_router
 from planner.trace import build_trace
 
 
@@ -84,10 +87,13 @@ def test_same_seed_is_byte_identical_and_seed_matters() -> None:
     trace = _poisson_trace(5000, 200.0, 30.0, seed=1, in_tokens=300)
     prof = _profile(h_s_per_kv_token=2e-7, p_s_per_prefill_token=1e-5, chunk_tokens=128)
     pools = [PoolSpec("short", prof, 2048, 3, lb="p2c"), PoolSpec("long", prof, 65536, 2, lb="p2c")]
-    router = make_router("spillover", [400, 65536], spill_inflight_per_instance=6)
-    a = simulate(trace, pools, router, seed=5).to_json()
-    b = simulate(trace, pools, router, seed=5).to_json()
-    c = simulate(trace, pools, router, seed=6).to_json()
+    cfg = _spill_cfg([2048, 65536], max_inflight_per_pool=18, max_waiting=2)
+
+    def run(seed: int) -> str:
+        router = make_router("spillover", pools=cfg.pools_by_size, spillover=cfg.spillover)
+        return simulate(trace, pools, router, seed=seed).to_json()
+
+    a, b, c = run(5), run(5), run(6)
     assert a == b
     assert a != c
 
@@ -108,15 +114,56 @@ def test_token_budget_routing_and_misroute_retry() -> None:
     assert no_retry.rejected.tolist() == [False, False, True]
 
 
-def test_spillover_moves_short_requests_when_short_pool_is_busy() -> None:
+def _spill_cfg(lens: list[int], **spillover: float) -> RouterConfig:
+    """A router config (the router's own schema) with pools p<len> and spillover enabled."""
+    pools = [
+        {
+            "name": f"p{m}",
+            "max_model_len": m,
+            "header_value": f"p{m}",
+            "metrics_url": f"http://p{m}.test/metrics",
+        }
+        for m in lens
+    ]
+    return parse_config({"pools": pools, "spillover": {"enabled": True, **spillover}})
+
+
+def test_spillover_by_router_inflight_count_moves_short_requests_to_next_larger_pool() -> None:
+    """The router's in-flight rule (pool total, ``>=``): with max_inflight 10 on the short pool and
+    50 simultaneous short requests (limit 10 on every pool): 10 short, then 10 to the next larger
+    pool, then 10 to the largest, then every pool is saturated and the rest stay on the preferred
+    pool (the router's ``all_saturated``)."""
     trace = build_trace(np.linspace(0, 0.01, 50), np.full(50, 100), np.full(50, 500))
     prof = _profile()
-    pools = [PoolSpec("short", prof, 4096, 1), PoolSpec("long", prof, 65536, 1)]
-    spill = simulate(trace, pools, make_router("spillover", [4096, 65536], spill_inflight_per_instance=10))
-    plain = simulate(trace, pools, make_router("token-budget", [4096, 65536]))
-    assert int((spill.pool == 1).sum()) == 40
-    assert int((plain.pool == 1).sum()) == 0
+    pools = [PoolSpec(f"p{m}", prof, m, 1) for m in (4096, 16384, 65536)]
+    cfg = _spill_cfg([4096, 16384, 65536], max_inflight_per_pool=10)
+    router = make_router("spillover", pools=cfg.pools_by_size, spillover=cfg.spillover)
+    spill = simulate(trace, pools, router)
+    plain = simulate(trace, pools, make_router("token-budget", [4096, 16384, 65536]))
+    assert [int((spill.pool == i).sum()) for i in range(3)] == [30, 10, 10]
+    assert int((plain.pool == 0).sum()) == 50
     assert spill.summary()["fleet"]["p99_ttft_s"] < plain.summary()["fleet"]["p99_ttft_s"]
+    assert isinstance(router, PolicyRouter)
+    assert router.spillover_counts() == {
+        ("p4096", "p16384", "inflight"): 10,
+        ("p4096", "p65536", "inflight"): 10,
+    }
+    assert router.load.total_inflight() == 0  # every acquire was released by the DES
+
+
+def test_spillover_on_scraped_waiting_uses_last_scrape_only() -> None:
+    """``max_waiting`` is judged on the last scrape (every scrape_interval_s of simulated time), as in
+    the router: a burst inside one scrape interval is not seen, the next interval's is."""
+    prof = _profile(max_num_seqs_cap=1)
+    # burst of 20 at t=0 (first scrape sees an empty pool), then 20 more at t=1.5 (scrape at t=1.5
+    # sees the backlog of the first burst: 1 request per 0.5 s service -> still waiting)
+    arr = np.concatenate([np.linspace(0.0, 0.001, 20), np.linspace(1.5, 1.501, 20)])
+    trace = build_trace(arr, np.full(40, 10), np.full(40, 50))
+    pools = [PoolSpec("p4096", prof, 4096, 1), PoolSpec("p65536", prof, 65536, 1)]
+    cfg = _spill_cfg([4096, 65536], max_waiting=3, scrape_interval_s=1.0)
+    res = simulate(trace, pools, make_router("spillover", pools=cfg.pools_by_size, spillover=cfg.spillover))
+    assert int((res.pool[:20] == 1).sum()) == 0
+    assert int((res.pool[20:] == 1).sum()) == 20
 
 
 def test_queue_cap_rejects() -> None:
@@ -125,3 +172,21 @@ def test_queue_cap_rejects() -> None:
         trace, [PoolSpec("p", _profile(), 1000, 1, max_queue_per_instance=5)], make_router("homogeneous")
     )
     assert int(res.rejected.sum()) == 30 - 8 - 5
+
+
+def test_max_num_batched_tokens_limits_concurrent_prefill() -> None:
+    """vLLM's per-iteration token budget: with 2,048 tokens and 1,000-token prefill chunks only two
+    prompts prefill at once (checked as an invariant every step), so a burst's TTFT grows; without
+    the budget all eight prefill together."""
+    prof = _profile(chunk_tokens=1000, p_s_per_prefill_token=1e-5, max_num_seqs_cap=8)
+    trace = build_trace(np.zeros(8), np.full(8, 3000), np.full(8, 20))
+    pool = [PoolSpec("p", prof, 8192, 1)]
+    free = simulate(trace, pool, make_router("homogeneous"), warmup_fraction=0.0)
+    capped_prof = replace(prof, max_num_batched_tokens=2048)
+    capped = simulate(
+        trace, [PoolSpec("p", capped_prof, 8192, 1)], make_router("homogeneous"), warmup_fraction=0.0,
+        check_invariants=True,
+    )  # fmt: skip
+    assert np.allclose(free.ttft_s, free.ttft_s[0])  # all prefilled together
+    assert len(set(np.round(capped.ttft_s, 9).tolist())) == 4  # two at a time: four waves
+    assert float(np.max(capped.ttft_s)) > float(np.max(free.ttft_s))
