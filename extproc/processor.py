@@ -189,15 +189,20 @@ class StreamProcessor:
 
     def on_request_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
         """Budget the request and set the routing header (BUFFERED: the whole body at once)."""
-        if self.endpoint is None:
-            return R.CONTINUE_REQUEST_BODY  # already routed at request_headers
+        if self.endpoint is None or self.pool:
+            # Already routed (at request_headers, or by an earlier body message: STREAMED
+            # chunks or a duplicate). Routing again would double-count the decision.
+            return R.CONTINUE_REQUEST_BODY
         r = self.router
         try:
             features = parse_request_body(
                 msg.body, self.endpoint, sample_bytes=r.config.estimator.sample_bytes
             )
         except UnreadableRequest as exc:
-            return self._route_fallback(exc.reason, body=True)
+            # A first chunk that is not the whole body (STREAMED / BUFFERED_PARTIAL) rarely
+            # parses: it is routed to the largest pool like any body we cannot read.
+            reason = exc.reason if msg.end_of_stream else "body_incomplete"
+            return self._route_fallback(reason, body=True)
         budget = r.estimator.estimate(features)
         decision = r.policy.choose(budget.total_tokens)
         self.budget = budget
@@ -263,7 +268,9 @@ class StreamProcessor:
             elif key == "content-type":
                 content_type = header_value(h).lower()
             elif key == "content-encoding":
-                encoding = header_value(h)
+                # Several content-encoding fields form one list, in order (RFC 9110 §5.3).
+                value = header_value(h)
+                encoding = f"{encoding}, {value}" if encoding else value
             elif key == attempt_header:
                 attempts = header_value(h)
         if attempts and self.counted_pool is not None and self.retried_to is None:

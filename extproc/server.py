@@ -2,9 +2,9 @@
 
 The servicer only does plumbing: it creates a :class:`~extproc.processor.StreamProcessor` per
 stream, answers each message in order, and ends the processor exactly once. A client
-disconnect or an Envoy reset (CANCELLED) is a normal end. The gRPC message limits match the
-Envoy buffer limit (``server.max_message_bytes``), since a BUFFERED request body arrives in one
-message.
+disconnect or an Envoy reset (CANCELLED) is a normal end. The gRPC message limits are the
+Envoy buffer limit (``server.max_message_bytes``) plus 1 MiB of headroom, since a BUFFERED
+request body arrives in one message with protobuf framing around it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ __all__ = ["EXT_PROC_SERVICE", "ExtProcServicer", "GrpcServer", "freeze_startup_
 log = logging.getLogger(__name__)
 
 EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
+
+_MESSAGE_HEADROOM_BYTES = 1 << 20
+"""Added to ``server.max_message_bytes`` for the gRPC limits: protobuf framing around a body of
+exactly the Envoy buffer limit, plus request attributes or metadata Envoy may attach."""
 
 
 class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
@@ -154,9 +158,12 @@ async def start_grpc_server(
     Raises:
         RuntimeError: the address cannot be bound.
     """
+    # A body of exactly Envoy's buffer limit arrives wrapped in a ProcessingRequest a few bytes
+    # larger (field tags, lengths, attributes): allow headroom so it is read, not rejected.
+    limit = cfg.max_message_bytes + _MESSAGE_HEADROOM_BYTES
     options = [
-        ("grpc.max_receive_message_length", cfg.max_message_bytes),
-        ("grpc.max_send_message_length", cfg.max_message_bytes),
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
         ("grpc.so_reuseport", 0),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),

@@ -9,7 +9,9 @@ JSON-decoded; the last non-null ``usage.prompt_tokens`` wins (OpenAI sends it on
 final chunk, when ``stream_options.include_usage`` is true; some servers repeat a cumulative
 usage in every chunk).
 
-Memory is bounded: an event longer than ``max_event_bytes`` is dropped (counted).
+Memory is bounded: an event longer than ``max_event_bytes`` is skipped up to its end (counted
+in ``dropped_events``), and work is linear in the stream length whatever the chunking. One
+leading UTF-8 byte-order mark is ignored, as EventSource does.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = ["SSEUsageReader", "prompt_tokens_from_json", "prompt_tokens_of"]
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r|\n\r\n|\r\n\n")
 _LINE_SPLIT = re.compile(rb"\r\n|\n|\r")
+_BOM = b"\xef\xbb\xbf"
 
 
 def prompt_tokens_of(obj: Any) -> int | None:
@@ -55,41 +58,71 @@ class SSEUsageReader:
         max_event_bytes: events longer than this are discarded (bounded memory).
     """
 
-    __slots__ = ("_buf", "dropped_events", "events", "max_event_bytes", "prompt_tokens")
+    __slots__ = (
+        "_buf",
+        "_skipping",
+        "_started",
+        "dropped_events",
+        "events",
+        "max_event_bytes",
+        "prompt_tokens",
+    )
 
     def __init__(self, *, max_event_bytes: int = 1 << 20) -> None:
-        self._buf = b""
+        self._buf = bytearray()
+        self._skipping = False
+        self._started = False
         self.max_event_bytes = max_event_bytes
         self.prompt_tokens: int | None = None
         self.events = 0
         self.dropped_events = 0
 
     def feed(self, chunk: bytes) -> None:
-        """Consume the next bytes of the stream."""
+        """Consume the next bytes of the stream.
+
+        Work is linear in the bytes fed: the buffer grows in place, and only the new bytes
+        (plus the 3 bytes before them, where a split event terminator may start) are searched
+        for an event end.
+        """
         if not chunk:
             return
-        buf = self._buf + chunk if self._buf else chunk
+        buf = self._buf
+        old = len(buf)
+        buf += chunk
+        if not self._started:
+            if len(buf) < 3 and _BOM.startswith(buf):
+                return  # too short to know whether it is a byte-order mark
+            self._started = True
+            if buf.startswith(_BOM):  # EventSource ignores one leading BOM
+                del buf[: len(_BOM)]
+                old = 0
         start = 0
-        for m in _EVENT_END.finditer(buf):
-            self._event(buf[start : m.start()])
+        for m in _EVENT_END.finditer(buf, max(0, old - 3)):
+            if self._skipping:
+                self._skipping = False  # the end of the oversized event: resume after it
+            else:
+                self._event(bytes(buf[start : m.start()]))
             start = m.end()
-        rest = buf[start:]
-        if len(rest) > self.max_event_bytes:
-            self.dropped_events += 1
-            rest = b""
-        self._buf = rest
+        if start:
+            del buf[:start]
+        if len(buf) > self.max_event_bytes:
+            if not self._skipping:
+                self.dropped_events += 1
+                self._skipping = True
+            del buf[:-3]  # keep a possible partial terminator
 
     def close(self) -> None:
         """End of stream: a final event without its blank line still counts."""
-        if self._buf.strip():
-            self._event(self._buf)
-        self._buf = b""
+        if self._buf.strip() and not self._skipping:
+            self._event(bytes(self._buf))
+        self._buf = bytearray()
+        self._skipping = False
 
     def _event(self, raw: bytes) -> None:
         if not raw:
             return
         self.events += 1
-        if b"usage" not in raw:
+        if b"prompt_tokens" not in raw:  # most chunks carry no usage, or "usage": null
             return
         data: list[bytes] = []
         for line in _LINE_SPLIT.split(raw):

@@ -1,0 +1,343 @@
+"""Soak test on loopback: Envoy (envoy/envoy.yaml) + router (``tbr serve``) + a fast upstream.
+
+``python -m benchmarks.soak --duration-s 600`` (the issue's 10-minute run):
+
+1. Starts an upstream Envoy whose two listeners (the short and long pool) answer every request
+   with a fixed OpenAI JSON body carrying ``usage`` (``direct_response``: no Python upstream, so
+   the router is what is measured), the router, and the front Envoy rendered from
+   ``envoy/envoy.yaml`` (extproc.demo.envoy_runner).
+2. Measures the maximum throughput with ``hey`` (Debian) without a rate limit for
+   ``--probe-s`` seconds, then runs ``hey`` rate-limited at ``--load-fraction`` (default 80%)
+   of it for ``--duration-s``.
+3. Samples the router's RSS (``/proc/<pid>/status`` VmRSS) every ``--sample-s`` seconds.
+4. At the end checks: no non-2xx / transport errors from hey, ``tbr_processing_errors_total``
+   = 0, ``tbr_inflight_streams`` = 0, Envoy ext_proc ``streams_failed``,
+   ``failure_mode_allowed`` and ``message_timeouts`` = 0, RSS after warm-up within ±10%.
+   Prints a markdown section for BENCHMARKS.md and exits 1 if any check fails.
+
+Every process is started on free loopback ports and stopped by pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from extproc.demo.envoy_runner import EnvoyPorts, EnvoyProcess, envoy_binary
+from extproc.demo.procs import LOOPBACK, free_port
+from extproc.demo.stack import envoy_process, render_router_config, router_process
+
+USAGE_BODY = json.dumps(
+    {
+        "id": "chatcmpl-soak",
+        "object": "chat.completion",
+        "model": "Qwen/Qwen3-8B",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 260, "completion_tokens": 1, "total_tokens": 261},
+    }
+)
+PROMPT = "Summarise the following notes for the weekly engineering review, in three bullet points. " * 11
+
+
+def upstream_config(admin_port: int, short_port: int, long_port: int) -> dict[str, Any]:
+    """Bootstrap of the stand-in upstream: two listeners answering USAGE_BODY as JSON."""
+
+    def listener(name: str, port: int) -> dict[str, Any]:
+        return {
+            "name": name,
+            "address": {"socket_address": {"address": LOOPBACK, "port_value": port}},
+            "filter_chains": [
+                {
+                    "filters": [
+                        {
+                            "name": "envoy.filters.network.http_connection_manager",
+                            "typed_config": {
+                                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                                "stat_prefix": name,
+                                "route_config": {
+                                    "virtual_hosts": [
+                                        {
+                                            "name": "all",
+                                            "domains": ["*"],
+                                            "routes": [
+                                                {
+                                                    "match": {"prefix": "/"},
+                                                    "direct_response": {
+                                                        "status": 200,
+                                                        "body": {"inline_string": USAGE_BODY},
+                                                    },
+                                                    "response_headers_to_add": [
+                                                        {
+                                                            "header": {
+                                                                "key": "content-type",
+                                                                "value": "application/json",
+                                                            }
+                                                        },
+                                                        {
+                                                            "header": {
+                                                                "key": "x-served-by-pool",
+                                                                "value": name,
+                                                            }
+                                                        },
+                                                    ],
+                                                }
+                                            ],
+                                        }
+                                    ]
+                                },
+                                "http_filters": [
+                                    {
+                                        "name": "envoy.filters.http.router",
+                                        "typed_config": {
+                                            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+                                        },
+                                    }
+                                ],
+                            },
+                        }
+                    ]
+                }
+            ],
+        }
+
+    return {
+        "admin": {"address": {"socket_address": {"address": LOOPBACK, "port_value": admin_port}}},
+        "static_resources": {"listeners": [listener("short", short_port), listener("long", long_port)]},
+    }
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of ``pid`` in KiB (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def router_metrics(admin_url: str) -> dict[str, float]:
+    """All router samples as ``name{labels}`` → value."""
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(httpx.get(f"{admin_url}/metrics", timeout=10).text):
+        for s in fam.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}"] = float(s.value)
+    return out
+
+
+def metric_sum(metrics: dict[str, float], name: str) -> float:
+    return sum(v for k, v in metrics.items() if k.startswith(name + "{"))
+
+
+def run_hey(
+    url: str, body_path: Path, *, duration_s: float, concurrency: int, qps_per_worker: float | None
+) -> dict[str, Any]:
+    """Run ``hey`` and parse its summary: requests/s, latencies, status codes, errors."""
+    argv = [
+        "hey",
+        "-z",
+        f"{int(duration_s)}s",
+        "-c",
+        str(concurrency),
+        "-m",
+        "POST",
+        "-T",
+        "application/json",
+        "-D",
+        str(body_path),
+        "-t",
+        "30",
+    ]
+    if qps_per_worker is not None:
+        argv += ["-q", f"{qps_per_worker:.2f}"]
+    proc = subprocess.run([*argv, url], capture_output=True, text=True, timeout=duration_s + 120, check=False)
+    text = proc.stdout
+
+    def num(pattern: str) -> float:
+        m = re.search(pattern, text)
+        return float(m.group(1)) if m else float("nan")
+
+    codes = {int(c): int(n) for c, n in re.findall(r"\[(\d{3})\]\s+(\d+) responses", text)}
+    errors_block = text.split("Error distribution:")[1] if "Error distribution:" in text else ""
+    errors = sum(int(n) for n in re.findall(r"\[(\d+)\]\s", errors_block))
+    return {
+        "rps": num(r"Requests/sec:\s+([\d.]+)"),
+        "p50_ms": num(r"50% in ([\d.]+) secs") * 1000,
+        "p99_ms": num(r"99% in ([\d.]+) secs") * 1000,
+        "codes": codes,
+        "errors": errors,
+        "raw": text,
+        "rc": proc.returncode,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--duration-s", type=float, default=600.0, help="length of the soak at the target rate")
+    p.add_argument("--probe-s", type=float, default=15.0, help="length of the max-throughput probe")
+    p.add_argument("--load-fraction", type=float, default=0.8, help="fraction of the measured max to run at")
+    p.add_argument("--concurrency", type=int, default=16, help="hey workers")
+    p.add_argument("--sample-s", type=float, default=5.0, help="RSS sampling period")
+    p.add_argument("--rss-tolerance", type=float, default=0.10, help="allowed RSS growth after warm-up")
+    p.add_argument(
+        "--work-dir", type=Path, default=None, help="logs and rendered configs (default: a temp dir)"
+    )
+    args = p.parse_args(argv)
+
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="tbr-soak-"))
+    work.mkdir(parents=True, exist_ok=True)
+    ports = EnvoyPorts(
+        listener=free_port(),
+        admin=free_port(),
+        router_grpc=free_port(),
+        short_pool=free_port(),
+        long_pool=free_port(),
+    )
+    router_admin_port = free_port()
+    up_admin = free_port()
+    up_cfg = work / "upstream.yaml"
+    up_cfg.write_text(
+        yaml.safe_dump(upstream_config(up_admin, ports.short_pool, ports.long_pool), sort_keys=False)
+    )
+    upstream = EnvoyProcess(up_cfg, admin_port=up_admin, log_path=work / "upstream.log")
+    upstream.name = "upstream"
+    cfg = render_router_config(
+        grpc_port=ports.router_grpc,
+        admin_port=router_admin_port,
+        short_max_model_len=8192,
+        long_max_model_len=65536,
+    )
+    router_cfg = work / "router.yaml"
+    router_cfg.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    router = router_process(router_cfg, ports.router_grpc, router_admin_port, log_dir=work)
+    router.argv += ["--log-level", "WARNING"]
+    front = envoy_process(ports, log_dir=work)
+    body_path = work / "body.json"
+    body_path.write_text(
+        json.dumps(
+            {"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 64}
+        )
+    )
+    url = f"http://{LOOPBACK}:{ports.listener}/v1/chat/completions"
+    admin_url = f"http://{LOOPBACK}:{router_admin_port}"
+    print(f"soak: work dir {work}; envoy {envoy_binary()}", file=sys.stderr)
+    ok = True
+    try:
+        upstream.start()
+        router.start()
+        front.start()
+        assert router.pid is not None
+        r = httpx.post(
+            url, content=body_path.read_bytes(), headers={"content-type": "application/json"}, timeout=10
+        )
+        if r.status_code != 200 or r.headers.get("x-served-by-pool") != "short":
+            raise RuntimeError(f"smoke request failed: {r.status_code} {r.headers}")
+        print(f"soak: probing max throughput for {args.probe_s:.0f} s", file=sys.stderr)
+        probe = run_hey(
+            url, body_path, duration_s=args.probe_s, concurrency=args.concurrency, qps_per_worker=None
+        )
+        target_rps = probe["rps"] * args.load_fraction
+        print(
+            f"soak: max {probe['rps']:.0f} req/s → soak at {target_rps:.0f} req/s for {args.duration_s:.0f} s",
+            file=sys.stderr,
+        )
+        m0 = router_metrics(admin_url)
+        samples: list[tuple[float, int]] = []
+        stop = threading.Event()
+
+        def sampler() -> None:
+            t0 = time.monotonic()
+            while not stop.is_set():
+                samples.append((time.monotonic() - t0, rss_kib(router.pid)))  # type: ignore[arg-type]
+                stop.wait(args.sample_s)
+
+        th = threading.Thread(target=sampler, daemon=True)
+        th.start()
+        soak = run_hey(
+            url,
+            body_path,
+            duration_s=args.duration_s,
+            concurrency=args.concurrency,
+            qps_per_worker=target_rps / args.concurrency,
+        )
+        stop.set()
+        th.join()
+        time.sleep(1.0)
+        m1 = router_metrics(admin_url)
+        stats = front.stats("ext_proc.tbr.")
+    finally:
+        for proc in (front, router, upstream):
+            proc.stop()
+
+    def delta(name: str) -> float:
+        return metric_sum(m1, name) - metric_sum(m0, name)
+
+    warm = [kib for t, kib in samples if t >= min(60.0, args.duration_s * 0.1)] or [kib for _, kib in samples]
+    rss_start, rss_end, rss_max = warm[0], warm[-1], max(warm)
+    growth = (rss_max - rss_start) / rss_start
+    total_requests = sum(soak["codes"].values())
+    non_2xx = sum(n for c, n in soak["codes"].items() if not 200 <= c < 300)
+    failed_stats = {
+        k: v
+        for k, v in stats.items()
+        if k.endswith(("streams_failed", "failure_mode_allowed", "message_timeouts")) and v
+    }
+    checks = {
+        "no client errors (non-2xx, transport)": non_2xx == 0 and soak["errors"] == 0 and total_requests > 0,
+        "router tbr_processing_errors_total = 0": metric_sum(m1, "tbr_processing_errors_total") == 0,
+        "router tbr_inflight_streams = 0 at the end": metric_sum(m1, "tbr_inflight_streams") == 0,
+        "Envoy ext_proc streams_failed / failure_mode_allowed / message_timeouts = 0": not failed_stats,
+        f"router RSS within +{args.rss_tolerance:.0%} after warm-up": growth <= args.rss_tolerance,
+        "every request routed by the router": delta("tbr_routing_decisions_total") >= total_requests,
+    }
+    ok = all(checks.values())
+    print(f"""
+## Soak: {args.duration_s / 60:.0f} min at {args.load_fraction:.0%} of max (loopback, `python -m benchmarks.soak --duration-s {args.duration_s:.0f}`)
+
+Front Envoy 1.40 (`envoy/envoy.yaml`, `--concurrency 1`) → router (`tbr serve`, one grpc.aio process) →
+upstream Envoy `direct_response` JSON with `usage` (the router reads every response: 4 ext_proc
+messages/request). Load: `hey -c {args.concurrency}` POST of a {body_path.stat().st_size} B chat body. 2 shared cores.
+
+| measure | value |
+|---|---|
+| max throughput (probe, {args.probe_s:.0f} s, no rate limit) | {probe["rps"]:.0f} req/s (p50 {probe["p50_ms"]:.1f} ms, p99 {probe["p99_ms"]:.1f} ms) |
+| soak target / achieved | {target_rps:.0f} / {soak["rps"]:.0f} req/s |
+| soak latency p50 / p99 | {soak["p50_ms"]:.1f} / {soak["p99_ms"]:.1f} ms |
+| requests in soak | {total_requests} (status codes {soak["codes"]}, transport errors {soak["errors"]}) |
+| router decisions / streams ended (delta) | {delta("tbr_routing_decisions_total"):.0f} / {delta("tbr_streams_total"):.0f} |
+| calibration applied (delta) | {metric_sum(m1, "tbr_calibration_events_total") - metric_sum(m0, "tbr_calibration_events_total"):.0f} |
+| router processing errors | {metric_sum(m1, "tbr_processing_errors_total"):.0f} |
+| router in-flight streams at end | {metric_sum(m1, "tbr_inflight_streams"):.0f} |
+| Envoy ext_proc failures (streams_failed, failure_mode_allowed, message_timeouts) | {failed_stats or 0} |
+| router RSS after warm-up: first / last / max | {rss_start / 1024:.1f} / {rss_end / 1024:.1f} / {rss_max / 1024:.1f} MiB ({growth:+.1%}) |
+| RSS samples | {len(samples)} every {args.sample_s:.0f} s |
+
+Checks: {"; ".join(f"{'PASS' if v else 'FAIL'} {k}" for k, v in checks.items())}
+""")
+    (work / "soak.json").write_text(
+        json.dumps(
+            {
+                "probe": {k: v for k, v in probe.items() if k != "raw"},
+                "soak": {k: v for k, v in soak.items() if k != "raw"},
+                "rss_samples_kib": samples,
+                "checks": checks,
+            },
+            indent=1,
+        )
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

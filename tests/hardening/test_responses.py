@@ -1,0 +1,304 @@
+"""Responses: content encodings, SSE shapes, non-2xx bodies, duplicate end-of-stream, trailers.
+
+Driven over a real gRPC stream. In every case the response body passes through unchanged (the
+router's ``response_body`` answers carry no mutation) and the outcome is counted in
+``tbr_calibration_events_total``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from pathlib import Path
+
+import brotli
+import pytest
+import zstandard
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+from extproc.app import RouterApp
+from tests.hardening.helpers import (
+    Counts,
+    chat_body,
+    phase_of,
+    req_body,
+    req_headers,
+    resp_body,
+    resp_headers,
+    run_stream,
+)
+
+TEXT = "hello there, general kenobi. " * 30  # 870 bytes, latin
+SSE = (Path(__file__).parent / "captures" / "openai_usage_null_then_final.sse").read_bytes()
+SSE_TOKENS = 321
+JSON_BODY = json.dumps(
+    {"id": "x", "choices": [], "usage": {"prompt_tokens": 230, "completion_tokens": 4}}
+).encode()
+
+
+def _compress(data: bytes, enc: str) -> bytes:
+    return {
+        "gzip": lambda d: gzip.compress(d, mtime=0),
+        "x-gzip": lambda d: gzip.compress(d, mtime=0),
+        "br": brotli.compress,
+        "deflate": zlib.compress,
+        "raw-deflate": lambda d: zlib.compress(d)[2:-4],
+        "zstd": lambda d: zstandard.ZstdCompressor().compress(d),
+        "identity": lambda d: d,
+    }[enc](data)
+
+
+def _unchanged(resp: pb.ProcessingResponse) -> bool:
+    return phase_of(resp) == "response_body" and not resp.response_body.HasField("response")
+
+
+def _exchange(
+    content_type: str,
+    body_chunks: list[bytes],
+    *,
+    status: str = "200",
+    extra: list[tuple[str, str]] | None = None,
+) -> list[pb.ProcessingRequest]:
+    hdrs = [(":status", status), ("content-type", content_type), *(extra or [])]
+    msgs = [req_headers(), req_body(chat_body(TEXT, max_tokens=20, stream=True)), resp_headers(hdrs)]
+    for i, chunk in enumerate(body_chunks):
+        msgs.append(resp_body(chunk, eos=i == len(body_chunks) - 1))
+    return msgs
+
+
+ENCODINGS = [
+    ("gzip", "gzip", "gzip"),
+    ("x-gzip", "x-gzip", "x-gzip"),
+    ("br", "br", "br"),
+    ("deflate_zlib", "deflate", "deflate"),
+    ("deflate_raw", "deflate", "raw-deflate"),
+    ("zstd", "zstd", "zstd"),
+    ("upper_case", "GZIP", "gzip"),
+    ("identity", "identity", "identity"),
+]
+
+
+@pytest.mark.parametrize(
+    ("header", "codec"), [(h, c) for _, h, c in ENCODINGS], ids=[e[0] for e in ENCODINGS]
+)
+@pytest.mark.parametrize("kind", ["sse", "json"])
+async def test_encoded_responses_are_read_and_pass_unchanged(
+    shared_app: RouterApp, header: str, codec: str, kind: str
+) -> None:
+    c = Counts(shared_app)
+    plain = SSE if kind == "sse" else JSON_BODY
+    data = _compress(plain, codec)
+    chunks = [data[: len(data) // 3], data[len(data) // 3 : 2 * len(data) // 3], data[2 * len(data) // 3 :]]
+    ctype = "text/event-stream; charset=utf-8" if kind == "sse" else "application/json"
+    if kind == "json":
+        chunks = [data]  # BUFFERED: one message
+    out = await run_stream(
+        shared_app.grpc_port, _exchange(ctype, chunks, extra=[("content-encoding", header)])
+    )
+    want_mode = pm.ProcessingMode.STREAMED if kind == "sse" else pm.ProcessingMode.BUFFERED
+    assert out[2].mode_override.response_body_mode == want_mode
+    assert all(_unchanged(r) for r in out[3:])
+    assert c.delta("tbr_calibration_events_total", {"outcome": "applied"}) == 1.0
+    assert c.delta("tbr_processing_errors_total") == 0.0
+
+
+@pytest.mark.parametrize(
+    "encodings",
+    [[("content-encoding", "gzip, br")], [("content-encoding", "gzip"), ("content-encoding", "br")]],
+    ids=["one_list_value", "two_header_fields"],
+)
+async def test_multi_valued_content_encoding(shared_app: RouterApp, encodings: list[tuple[str, str]]) -> None:
+    """gzip applied first, then br: decoded br first, then gzip (RFC 9110 §8.4)."""
+    c = Counts(shared_app)
+    data = brotli.compress(gzip.compress(SSE, mtime=0))
+    out = await run_stream(
+        shared_app.grpc_port, _exchange("text/event-stream", [data[:50], data[50:]], extra=encodings)
+    )
+    assert all(_unchanged(r) for r in out[3:])
+    assert c.delta("tbr_calibration_events_total", {"outcome": "applied"}) == 1.0
+
+
+@pytest.mark.parametrize("header", ["compress", "gzip, snappy", "x-custom"])
+async def test_unknown_encoding_is_not_read_and_counted(shared_app: RouterApp, header: str) -> None:
+    c = Counts(shared_app)
+    out = await run_stream(
+        shared_app.grpc_port,
+        [
+            req_headers(),
+            req_body(chat_body(TEXT)),
+            resp_headers({":status": "200", "content-type": "text/event-stream", "content-encoding": header}),
+        ],
+    )
+    # body left in the configured mode (NONE): nothing is asked, nothing altered
+    assert phase_of(out[2]) == "response_headers" and not out[2].HasField("mode_override")
+    assert c.delta("tbr_calibration_events_total", {"outcome": "unsupported_encoding"}) == 1.0
+
+
+@pytest.mark.parametrize("codec", ["gzip", "br", "deflate", "zstd"])
+async def test_empty_compressed_bodies(shared_app: RouterApp, codec: str) -> None:
+    """Content-encoding set but the body is empty (zero bytes) or compresses nothing."""
+    for data in (b"", _compress(b"", codec)):
+        c = Counts(shared_app)
+        out = await run_stream(
+            shared_app.grpc_port, _exchange("application/json", [data], extra=[("content-encoding", codec)])
+        )
+        assert _unchanged(out[3])
+        assert c.delta("tbr_calibration_events_total", {"outcome": "no_usage"}) == 1.0
+        assert c.delta("tbr_processing_errors_total") == 0.0
+
+
+async def test_corrupt_compressed_body_is_counted_and_passes(shared_app: RouterApp) -> None:
+    c = Counts(shared_app)
+    out = await run_stream(
+        shared_app.grpc_port,
+        _exchange(
+            "text/event-stream", [b"\x1f\x8b\x08garbage", b"more"], extra=[("content-encoding", "gzip")]
+        ),
+    )
+    assert all(_unchanged(r) for r in out[3:])
+    assert c.delta("tbr_calibration_events_total", {"outcome": "decode_error"}) == 1.0
+    assert c.delta("tbr_processing_errors_total") == 0.0
+
+
+async def test_compression_bomb_is_bounded(shared_app: RouterApp) -> None:
+    """100 MiB of zeros gzipped to ~100 KB: decoding stops at the 64 MiB bound (decode_error)."""
+    from tests.hardening.test_encoding_bombs import gzip_bomb
+
+    bomb = gzip_bomb(100)
+    c = Counts(shared_app)
+    out = await run_stream(
+        shared_app.grpc_port, _exchange("application/json", [bomb], extra=[("content-encoding", "gzip")])
+    )
+    assert _unchanged(out[3])
+    assert c.delta("tbr_calibration_events_total", {"outcome": "decode_error"}) == 1.0
+
+
+NON_2XX = [
+    (
+        "vllm_400_json",
+        "400",
+        "application/json",
+        json.dumps(
+            {
+                "object": "error",
+                "message": "This model's maximum context length is 8192 tokens.",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            }
+        ).encode(),
+    ),
+    (
+        "envoy_local_reply_503",
+        "503",
+        "text/plain",
+        b"upstream connect error or disconnect/reset before headers. reset reason: connection failure",
+    ),
+    ("null_500", "500", "application/json", b"null"),
+    ("empty_502", "502", "text/plain", b""),
+    ("rate_limited_429_with_usage", "429", "application/json", JSON_BODY),
+]
+
+
+@pytest.mark.parametrize(
+    ("status", "ctype", "body"), [(s, t, b) for _, s, t, b in NON_2XX], ids=[n[0] for n in NON_2XX]
+)
+async def test_non_2xx_bodies_are_not_read_and_pass(
+    shared_app: RouterApp, status: str, ctype: str, body: bytes
+) -> None:
+    c = Counts(shared_app)
+    # Envoy sends the body only if asked; send it anyway (a config with BUFFERED default would).
+    out = await run_stream(shared_app.grpc_port, _exchange(ctype, [body], status=status))
+    assert phase_of(out[2]) == "response_headers" and not out[2].HasField("mode_override")
+    assert _unchanged(out[3])
+    assert c.delta("tbr_calibration_events_total", {"outcome": "non_2xx"}) == 1.0
+    assert c.delta("tbr_calibration_events_total", {"outcome": "applied"}) == 0.0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"null",
+        b"",
+        b"not json at all",
+        b'{"usage": null}',
+        b'{"usage": {"prompt_tokens": "12"}}',
+        b"[]",
+        b'{"usage": {"prompt_tokens": 1e999}}',
+    ],
+    ids=["null", "empty", "not_json", "usage_null", "usage_string", "array", "usage_inf"],
+)
+async def test_2xx_json_without_usable_usage(shared_app: RouterApp, body: bytes) -> None:
+    c = Counts(shared_app)
+    out = await run_stream(shared_app.grpc_port, _exchange("application/json", [body]))
+    assert _unchanged(out[3])
+    assert c.delta("tbr_calibration_events_total", {"outcome": "no_usage"}) == 1.0
+    assert c.delta("tbr_processing_errors_total") == 0.0
+
+
+async def test_sse_without_done_then_trailers(shared_app: RouterApp) -> None:
+    """No [DONE] and no end_of_stream on the body: the response trailers end it (usage read once)."""
+    c = Counts(shared_app)
+    data = SSE.replace(b"data: [DONE]\n\n", b"")
+    msgs = [*_exchange("text/event-stream", [data])[:-1], resp_body(data, eos=False)]
+    msgs.append(pb.ProcessingRequest(response_trailers=pb.HttpTrailers()))
+    out = await run_stream(shared_app.grpc_port, msgs)
+    assert phase_of(out[-1]) == "response_trailers"
+    assert c.delta("tbr_calibration_events_total", {"outcome": "applied"}) == 1.0
+
+
+async def test_duplicate_end_of_stream_messages_calibrate_once(shared_app: RouterApp) -> None:
+    c = Counts(shared_app)
+    msgs = _exchange("text/event-stream", [SSE])
+    msgs += [
+        resp_body(b"", eos=True),
+        resp_body(SSE, eos=True),
+        pb.ProcessingRequest(response_trailers=pb.HttpTrailers()),
+    ]
+    out = await run_stream(shared_app.grpc_port, msgs)
+    assert [phase_of(r) for r in out[3:]] == ["response_body"] * 3 + ["response_trailers"]
+    assert all(_unchanged(r) for r in out[3:6])
+    assert c.delta("tbr_calibration_events_total") == 1.0
+    assert c.delta("tbr_calibration_events_total", {"outcome": "applied"}) == 1.0
+
+
+async def test_usage_in_every_chunk_cumulative_last_wins(app: RouterApp) -> None:
+    data = (Path(__file__).parent / "captures" / "cumulative_usage_every_chunk.sse").read_bytes()
+    await run_stream(
+        app.grpc_port, _exchange("text/event-stream", [data[i : i + 17] for i in range(0, len(data), 17)])
+    )
+    (row,) = app.store.items()
+    _key, state = row
+    assert state.samples == 1
+    budget_fixed = 5 + 5  # request + one message framing
+    assert state.mean_bpt == pytest.approx(len(TEXT) / (77 - budget_fixed))
+
+
+async def test_response_headers_with_end_of_stream(shared_app: RouterApp) -> None:
+    """204 / HEAD-like: headers end the response; counted as no_body, nothing else asked."""
+    c = Counts(shared_app)
+    out = await run_stream(
+        shared_app.grpc_port,
+        [
+            req_headers(),
+            req_body(chat_body(TEXT)),
+            resp_headers({":status": "200", "content-type": "application/json"}, eos=True),
+        ],
+    )
+    assert not out[2].HasField("mode_override")
+    assert c.delta("tbr_calibration_events_total", {"outcome": "no_body"}) == 1.0
+
+
+@pytest.mark.parametrize("status", ["", "abc", "99999999999999999999", "2OO", "-200"])
+async def test_garbage_status_is_treated_as_non_2xx(shared_app: RouterApp, status: str) -> None:
+    out = await run_stream(shared_app.grpc_port, _exchange("application/json", [JSON_BODY], status=status))
+    assert not out[2].HasField("mode_override") and _unchanged(out[3])
+
+
+async def test_unsupported_content_type(shared_app: RouterApp) -> None:
+    c = Counts(shared_app)
+    out = await run_stream(shared_app.grpc_port, _exchange("text/html", [b"<html>"]))
+    assert not out[2].HasField("mode_override") and _unchanged(out[3])
+    assert c.delta("tbr_calibration_events_total", {"outcome": "unsupported_content_type"}) == 1.0
