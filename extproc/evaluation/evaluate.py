@@ -20,13 +20,14 @@ from typing import Any
 import numpy as np
 
 from extproc.config import CalibrationConfig, EstimatorConfig
+from extproc.evaluation.corpus import ReplayRequest
 from extproc.evaluation.metrics import (
     abs_error_percentiles,
     convergence_requests,
     hindsight_fixed_ratios,
     misroutes,
 )
-from extproc.evaluation.replay import ReplayItem, ReplayResult, Strategy, run_strategy
+from extproc.evaluation.replay import ReplayItem, ReplayResult, Strategy, build_items, run_strategy
 
 __all__ = [
     "baseline_strategies",
@@ -35,6 +36,7 @@ __all__ = [
     "ours",
     "paper",
     "priors_from_replay",
+    "seed_rows",
     "summarise",
     "sweep",
 ]
@@ -269,4 +271,25 @@ def sweep(
             add(ours(cal, EstimatorConfig().model_copy(update={param: v})), "ours", param, v, True)
     for g in paper_gammas if paper_gammas is not None else [0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0]:
         add(paper(g), "paper", "gamma", g, False)
+    return rows
+
+
+def seed_rows(
+    requests: list[ReplayRequest],
+    truth: list[int],
+    model: str,
+    seeds: list[int],
+    thresholds: list[int],
+    limit: int = 0,
+) -> list[dict[str, Any]]:
+    """The shipped defaults replayed once per seed (order, reserves, serialisations differ):
+    overall metrics and the hindsight check per seed."""
+    rows: list[dict[str, Any]] = []
+    for seed in seeds:
+        items = build_items(requests, truth, model=model, seed=seed, limit=limit)
+        res = run_strategy(items, ours())
+        row: dict[str, Any] = {"seed": seed}
+        row.update(summarise(res, thresholds, detail=False)["overall"])
+        row["hindsight"] = hindsight(res)
+        rows.append(row)
     return rows

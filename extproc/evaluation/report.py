@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["render_markdown", "render_sweep"]
+__all__ = ["render_markdown", "render_seeds", "render_sweep"]
 
 
 def _pct(x: float) -> str:
@@ -132,5 +132,25 @@ def render_sweep(tokenizer: str, rows: list[dict[str, Any]], thresholds: list[in
             f"|{r['strategy']}|{r['param']}|{r['value']}|{r['abs_error']['p90']:.3f}|"
             + "|".join(cells)
             + (f"|{c:.2f}|{rt:.2f}|" if c is not None and rt is not None else "|–|–|")
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render_seeds(tokenizer: str, rows: list[dict[str, Any]], thresholds: list[int]) -> str:
+    """Defaults per seed: harmful / wasteful per B, central and routing p90 over hindsight."""
+    th = "|".join(f"B={b} harmful / wasteful" for b in thresholds)
+    lines = [
+        f"### Defaults across seeds, tokenizer `{tokenizer}`",
+        "",
+        "|seed|n|" + th + "|central ĉ p90 / hindsight|routing c* p90 / hindsight|",
+        "|---" * (4 + len(thresholds)) + "|",
+    ]
+    for r in rows:
+        h = r["hindsight"]
+        lines.append(
+            f"|{r['seed']}|{r['n']}|"
+            + "|".join(_mis(r, thresholds))
+            + f"|{h['p90_learner_central']:.4f} / {h['p90_hindsight']:.4f} = **{h['central_over_hindsight']:.2f}×**"
+            + f"|{h['p90_learner_routing']:.4f} / {h['p90_hindsight']:.4f} = {h['routing_over_hindsight']:.2f}×|"
         )
     return "\n".join(lines) + "\n"
