@@ -5,7 +5,8 @@ Strategies (all but ``fixed4_body`` run through the router's own :class:`~extpro
 * ``ours``: the shipped defaults (per-model framing, digits, per-family priors, per-category
   weighted quantile learner).
 * ``paper``: per-category EMA with ``c* = ĉ − γσ̂`` (arXiv 2604.09613 §3.3), the authors' code
-  constants (β = 0.995, warm-up 10, prior 4.0), framing folded into the ratio, no digit model.
+  constants (β = 0.995, warm-up 10, prior 4.0), framing folded into the ratio, no digit or
+  punctuation model.
 * ``global_ema``: the same with a single ratio for all traffic.
 * ``fixed4``: 4.0 bytes/token of decoded message text, never learned.
 * ``fixed4_body``: 4.0 bytes/token of the raw request body (the naive router).
@@ -55,6 +56,7 @@ _PAPER_ESTIMATOR = EstimatorConfig(
     request_framing_tokens=0,
     tool_framing_tokens=0,
     count_digits=False,
+    count_punctuation=False,
 )
 
 
