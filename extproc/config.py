@@ -101,6 +101,10 @@ class ModelProfile(_Strict):
     digit_tokens_per_digit: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     """Tokens per ASCII digit: 1.0 for tokenizers that split digits singly (Qwen), ≈0.6 for
     ``\\p{N}{1,3}`` pre-tokenisers (Llama-3, cl100k: measured mean over the corpus 0.587)."""
+    punct_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 0.75
+    """Tokens per ASCII punctuation character (budgeted outside the ratio, docs/estimator.md)."""
+    newline_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Tokens per newline (budgeted outside the ratio)."""
 
     @field_validator("pattern")
     @classmethod
@@ -156,9 +160,15 @@ class EstimatorConfig(_Strict):
     """Use the per-(tokenizer family, category) conservative priors; False = ``prior_bytes_per_token``
     for everything (the paper's cold start)."""
     per_category: bool = True
+    """Learn one ratio per (model, content category); False = one ratio per model for all traffic."""
     count_digits: bool = True
     """Budget ASCII digits at the model's ``digit_tokens_per_digit`` instead of the text ratio."""
-    """Learn one ratio per (model, content category); False = one ratio per model for all traffic."""
+    count_punctuation: bool = True
+    """Budget ASCII punctuation and newlines at the model's ``punct_tokens_per_char`` /
+    ``newline_tokens_per_char`` instead of the text ratio."""
+    code_structure_scale: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    """Factor on the punctuation/newline tokens of ``code`` text (operators and indentation merge
+    into multi-character tokens; measured in docs/estimator.md §Structure)."""
     model_profiles: tuple[ModelProfile, ...] = DEFAULT_MODEL_PROFILES
     """Per-model framing and tokenizer family, first match wins; unmatched models use the
     ``*_framing_tokens`` fields below and the global priors."""
@@ -174,6 +184,10 @@ class EstimatorConfig(_Strict):
     """Template boilerplate added once when ``tools`` are present, unmatched models."""
     digit_tokens_per_digit: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     """Tokens per ASCII digit for unmatched models (1.0: the conservative single-digit split)."""
+    punct_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Tokens per ASCII punctuation character for unmatched models (1.0: conservative)."""
+    newline_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Tokens per newline for unmatched models (1.0: conservative)."""
     image_tokens: Annotated[int, Field(ge=0)] = 4096
     """Budget per image part (image_url / input_image)."""
     audio_tokens: Annotated[int, Field(ge=0)] = 4096
@@ -197,7 +211,7 @@ class CalibrationConfig(_Strict):
     """β in ĉ ← βĉ + (1−β)c_obs."""
     gamma: Annotated[float, Field(ge=0.0, le=10.0)] = 2.0
     """γ in c* = ĉ − γσ̂ (σ̂ = EMA of |c_obs − ĉ|), ``ema_dev`` learner only."""
-    quantile: Annotated[float, Field(gt=0.0, le=0.5)] = 0.1
+    quantile: Annotated[float, Field(gt=0.0, le=0.5)] = 0.05
     """α: the lower quantile of c_obs/ĉ tracked by the ``quantile`` learner."""
     quantile_step: Annotated[float, Field(gt=0.0, le=1.0)] = 0.02
     """η: SGD step of the log-residual quantile per unit weight."""

@@ -2,12 +2,17 @@
 
 ``L_total = prompt_tokens_est + n_sequences · output_reserve`` where
 
-``prompt_tokens_est = ceil(ratio_bytes / c*_k) + framing + images · image_tokens
+``prompt_tokens_est = ceil(ratio_bytes / c*_k) + framing + structure + images · image_tokens
 + audio · audio_tokens + exact_token_ids``
 
 * ``ratio_bytes`` = UTF-8 bytes of the decoded prompt text plus the compact JSON of the tool
-  schemas; a request with tools is in the ``tools`` category (its ratio is learned per model:
-  the Qwen3 template re-serialises schemas with spaces, Llama-3 does not).
+  schemas, minus the ASCII digits, punctuation and newlines; a request with tools is in the
+  ``tools`` category (its ratio is learned per model: the Qwen3 template re-serialises schemas
+  with spaces, Llama-3 does not).
+* ``structure`` = digits, punctuation and newlines at the model's tokens per character: BPE
+  pre-tokenisers split them from words, so their tokens per byte are far higher than those of
+  letters, and numeric/markup-heavy text would otherwise get a ratio far below its category's
+  (docs/estimator.md §Structure).
 * ``c*_k`` is the conservative learned ratio of the request's (model, category) key, or the
   category's conservative prior for the model's tokenizer family during warm-up
   (:mod:`extproc.calibration`, docs/estimator.md).
@@ -29,7 +34,7 @@ import re
 from dataclasses import dataclass
 
 from extproc.calibration import RatioKey, RatioState, RatioStore
-from extproc.categories import classify_text, count_digits
+from extproc.categories import TextProfile, profile_text
 from extproc.config import CalibrationConfig, EstimatorConfig
 from extproc.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
 from extproc.request_body import RequestFeatures
@@ -60,6 +65,8 @@ class Framing:
     tool_tokens: int
     per_tool_tokens: int
     digit_tokens: float
+    punct_tokens: float = 1.0
+    newline_tokens: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +77,15 @@ class TokenBudget:
         key: (model key, category) whose ratio was used.
         ratio_bpt: the bytes/token ratio applied to the text.
         text_bytes: UTF-8 bytes of prompt text.
-        fixed_prompt_tokens: prompt tokens not estimated with the ratio (framing, digits, media,
-            token ids).
+        fixed_prompt_tokens: prompt tokens not estimated with the ratio (framing, digits,
+            punctuation, newlines, media, token ids).
         prompt_tokens: estimated prompt tokens (text + fixed).
         output_reserve_tokens: per-sequence output reserve.
         n_sequences: sequences generated.
         total_tokens: ``prompt_tokens + n_sequences · output_reserve_tokens``.
         warm: the learned ratio (not the prior) was used.
-        ratio_bytes: bytes the ratio applies to (text + tool schemas − digits).
+        ratio_bytes: bytes the ratio applies to (text + tool schemas − digits, punctuation
+            and newlines).
         central_prompt_tokens: the prompt estimate with the central ratio ĉ (not the
             conservative one): the learner's accuracy, reported by the evaluation.
     """
@@ -148,6 +156,8 @@ class Estimator:
                 c.tool_framing_tokens,
                 0,
                 c.digit_tokens_per_digit,
+                c.punct_tokens_per_char,
+                c.newline_tokens_per_char,
             )
             if model_key != "_other":
                 for rx, p in self._profiles:
@@ -159,6 +169,8 @@ class Estimator:
                             p.tool_framing_tokens,
                             p.per_tool_tokens,
                             p.digit_tokens_per_digit,
+                            p.punct_tokens_per_char,
+                            p.newline_tokens_per_char,
                         )
                         break
             self._framing[model_key] = fr
@@ -207,31 +219,45 @@ class Estimator:
 
     def category(self, f: RequestFeatures) -> str:
         """Content category of a request: ``tools`` when it defines tools, else the text class."""
+        return self._category(f, profile_text(f.sample) if f.sample else None)
+
+    def _category(self, f: RequestFeatures, prof: TextProfile | None) -> str:
         if not self.cfg.per_category:
             return ALL_CATEGORY
         if f.n_tools:
             return TOOLS_CATEGORY
-        return classify_text(f.sample)
+        return prof.category if prof is not None else "no_letters"
 
-    def digits(self, f: RequestFeatures) -> tuple[int, int]:
-        """``(digit bytes, digit tokens)``: ASCII digits of the text (counted in the classifier
-        sample, scaled to the whole text) and their tokens at the model's tokens per digit."""
-        if not f.sample or not f.text_bytes:
+    def structure(self, f: RequestFeatures) -> tuple[int, int]:
+        """``(bytes, tokens)`` of the text budgeted outside the ratio: ASCII digits (and, with
+        ``count_punctuation``, ASCII punctuation and newlines), counted in the classifier sample
+        and scaled to the whole text, at the model's tokens per character."""
+        return self._structure(f, profile_text(f.sample) if f.sample else None)
+
+    def _structure(self, f: RequestFeatures, prof: TextProfile | None) -> tuple[int, int]:
+        if prof is None or not f.text_bytes:
             return 0, 0
-        in_sample = count_digits(f.sample)
+        fr = self.framing(self.model_key(f.model))
+        digits = prof.digits if self.cfg.count_digits else 0
+        punct, newlines = (prof.punctuation, prof.newlines) if self.cfg.count_punctuation else (0, 0)
+        in_sample = digits + punct + newlines
         if not in_sample:
             return 0, 0
-        n = min(f.text_bytes, round(in_sample * max(1.0, f.text_bytes / len(f.sample))))
-        per = self.framing(self.model_key(f.model)).digit_tokens
-        return n, math.ceil(n * per)
+        # scale the sample counts to the whole text (never more bytes than the text has)
+        scale = min(max(1.0, f.text_bytes / len(f.sample)), f.text_bytes / in_sample)
+        tokens = digits * fr.digit_tokens + (punct * fr.punct_tokens + newlines * fr.newline_tokens) * (
+            self.cfg.code_structure_scale if prof.category == "code" else 1.0
+        )
+        return round(in_sample * scale), math.ceil(tokens * scale)
 
     def estimate(self, f: RequestFeatures) -> TokenBudget:
         """Compute the :class:`TokenBudget` of a parsed request."""
-        key = (self.model_key(f.model), self.category(f))
+        prof = profile_text(f.sample) if f.sample else None
+        key = (self.model_key(f.model), self._category(f, prof))
         ratio, central, warm = self._routing(key)
-        digit_bytes, digit_tokens = self.digits(f) if self.cfg.count_digits else (0, 0)
-        fixed = self.fixed_tokens(f) + digit_tokens
-        ratio_bytes = f.text_bytes + f.tool_schema_bytes - digit_bytes
+        structure_bytes, structure_tokens = self._structure(f, prof)
+        fixed = self.fixed_tokens(f) + structure_tokens
+        ratio_bytes = f.text_bytes + f.tool_schema_bytes - structure_bytes
         prompt = math.ceil(ratio_bytes / ratio) + fixed
         reserve = (
             self.cfg.default_output_reserve_tokens if f.max_output_tokens is None else f.max_output_tokens

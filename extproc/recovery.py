@@ -70,7 +70,7 @@ def strong_correction(
 ) -> RatioState | None:
     """Ratchet the key's learned ratio down to the ratio this misrouted request really had.
 
-       ``c_obs = text_bytes / (prompt_tokens − fixed_prompt_tokens)``. With ``(mean, dev)`` the state
+       ``c_obs = ratio_bytes / (prompt_tokens − fixed_prompt_tokens)`` (the byte base of ``Estimator.observe``). With ``(mean, dev)`` the state
        after the ordinary EMA update (already applied by the caller) and ``dev_before`` the deviation
        before it, the state becomes
 
@@ -94,9 +94,10 @@ def strong_correction(
        be written directly.
     """
     text_tokens = prompt_tokens - budget.fixed_prompt_tokens
-    if budget.text_bytes <= 0 or text_tokens <= 0:
+    nbytes = budget.ratio_bytes or budget.text_bytes  # the same byte base as Estimator.observe
+    if nbytes <= 0 or text_tokens <= 0:
         return None
-    c_obs = budget.text_bytes / text_tokens
+    c_obs = nbytes / text_tokens
     if budget.ratio_bpt <= c_obs:
         return None
     state = store.get(budget.key)

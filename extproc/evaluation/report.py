@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["render_markdown", "render_sweep"]
+__all__ = ["render_markdown", "render_seeds", "render_sweep"]
 
 
 def _pct(x: float) -> str:
@@ -81,37 +81,76 @@ def render_markdown(tokenizer: str, summary: dict[str, Any], thresholds: list[in
     if h and h.get("n"):
         lines += [
             "",
-            f"Hindsight check (after warm-up, true prompt ≥ 1000 tokens, n = {h['n']}): p90 |error| of the "
-            f"best fixed per-category ratio {h['p90_hindsight']:.4f}; learner central ĉ "
-            f"{h['p90_learner_central']:.4f} (**{h['central_over_hindsight']:.2f}×**); conservative routing "
-            f"ratio {h['p90_learner_routing']:.4f} ({h['routing_over_hindsight']:.2f}×).",
+            f"Hindsight check (target 3; n = {h['n']} requests after warm-up with true prompt ≥ 1000 tokens; "
+            "p90 of |est − true| / true of prompt tokens):",
+            "",
+            "|estimate|p90 abs err|over best fixed (hindsight)|",
+            "|---|---:|---:|",
+            f"|best fixed per-category ratio, hindsight|{h['p90_hindsight']:.4f}|1.00×|",
+            f"|learner, central ratio ĉ (**the target metric**)|{h['p90_learner_central']:.4f}|"
+            f"**{h['central_over_hindsight']:.2f}×**|",
+            f"|fixed per-category weighted α = {h['quantile']} quantile, hindsight|"
+            f"{h['p90_hindsight_conservative']:.4f}|"
+            f"{h['p90_hindsight_conservative'] / h['p90_hindsight']:.2f}×|",
+            f"|learner, routing ratio c* = ĉ·exp(q)|{h['p90_learner_routing']:.4f}|"
+            f"{h['routing_over_hindsight']:.2f}× ({h['routing_over_hindsight_conservative']:.2f}× "
+            "the hindsight quantile)|",
+        ]
+    pri = summary.get("priors")
+    if pri:
+        lines += [
+            "",
+            "Cold-start priors from this replay (1st percentile of per-request c_obs, rounded down to 0.1; "
+            "compare `extproc/priors.py`):",
+            "",
+            "|" + "|".join(pri) + "|",
+            "|" + "---:|" * len(pri),
+            "|" + "|".join(f"{v:.1f}" for v in pri.values()) + "|",
         ]
     return "\n".join(lines) + "\n"
 
 
 def render_sweep(tokenizer: str, rows: list[dict[str, Any]], thresholds: list[int]) -> str:
-    """One row per swept value: misroutes per B, overall p90 and the hindsight ratio."""
-    th = " | ".join(f"B={b} H / W" for b in thresholds)
+    """One row per swept value: misroutes per B, overall p90 and the hindsight ratios."""
+    th = "|".join(f"B={b} harmful / wasteful" for b in thresholds)
     lines = [
-        f"### Sweep, tokenizer `{tokenizer}` (one parameter at a time around the defaults)",
+        f"### Sweep, tokenizer `{tokenizer}` (one parameter at a time around the defaults; "
+        "`paper` rows: the paper's c* = ĉ − γσ̂ frontier)",
         "",
-        "|strategy|param|value|err p90|" + th + "|central/hindsight|",
-        "|---" * (5 + len(thresholds)) + "|",
+        "|strategy|param|value|err p90|" + th + "|central/hindsight|routing/hindsight|",
+        "|---" * (6 + len(thresholds)) + "|",
     ]
     for r in rows:
         cells = []
         for b in thresholds:
             m = r["misroutes"][str(b)]
-            cells.append(f"{m['harmful']} / {_pct(m['wasteful_rate'])}")
+            cells.append(f"{m['harmful']} ({_pct(m['harmful_rate'])}) / {_pct(m['wasteful_rate'])}")
         h = r.get("hindsight") or {}
-        ratio = h.get("central_over_hindsight")
+        c = h.get("central_over_hindsight")
+        rt = h.get("routing_over_hindsight")
         lines.append(
             f"|{r['strategy']}|{r['param']}|{r['value']}|{r['abs_error']['p90']:.3f}|"
             + "|".join(cells)
-            + f"|{ratio:.2f}|"
-            if ratio is not None
-            else f"|{r['strategy']}|{r['param']}|{r['value']}|{r['abs_error']['p90']:.3f}|"
-            + "|".join(cells)
-            + "|–|"
+            + (f"|{c:.2f}|{rt:.2f}|" if c is not None and rt is not None else "|–|–|")
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render_seeds(tokenizer: str, rows: list[dict[str, Any]], thresholds: list[int]) -> str:
+    """Defaults per seed: harmful / wasteful per B, central and routing p90 over hindsight."""
+    th = "|".join(f"B={b} harmful / wasteful" for b in thresholds)
+    lines = [
+        f"### Defaults across seeds, tokenizer `{tokenizer}`",
+        "",
+        "|seed|n|" + th + "|central ĉ p90 / hindsight|routing c* p90 / hindsight|",
+        "|---" * (4 + len(thresholds)) + "|",
+    ]
+    for r in rows:
+        h = r["hindsight"]
+        lines.append(
+            f"|{r['seed']}|{r['n']}|"
+            + "|".join(_mis(r, thresholds))
+            + f"|{h['p90_learner_central']:.4f} / {h['p90_hindsight']:.4f} = **{h['central_over_hindsight']:.2f}×**"
+            + f"|{h['p90_learner_routing']:.4f} / {h['p90_hindsight']:.4f} = {h['routing_over_hindsight']:.2f}×|"
         )
     return "\n".join(lines) + "\n"

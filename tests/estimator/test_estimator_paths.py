@@ -8,7 +8,7 @@ import math
 import pytest
 
 from extproc.calibration import InMemoryRatioStore, LearnerParams, RatioState, learn
-from extproc.categories import classify_text, count_digits
+from extproc.categories import classify_text, count_digits, count_structure
 from extproc.config import CalibrationConfig, EstimatorConfig
 from extproc.estimator import Estimator
 from extproc.evaluation.corpus import ReplayRequest, request_body
@@ -72,7 +72,7 @@ def test_framing_is_per_model_and_not_in_the_ratio() -> None:
 
 def test_digits_are_budgeted_per_tokenizer() -> None:
     est = _estimator()
-    text = "readings: " + " ".join(str(1000 + i) for i in range(500))
+    text = "readings " + " ".join(str(1000 + i) for i in range(500))
     digits = count_digits(text.encode())
     assert digits == 2000
     for model, per_digit in (("Qwen/Qwen3-8B", 1.0), ("meta-llama/Llama-3.1-8B-Instruct", 0.6)):
@@ -82,6 +82,44 @@ def test_digits_are_budgeted_per_tokenizer() -> None:
         b = est.estimate(f)
         assert b.ratio_bytes == f.text_bytes - digits
         assert b.fixed_prompt_tokens == math.ceil(digits * per_digit) + est.fixed_tokens(f)
+
+
+def test_punctuation_and_newlines_are_budgeted_outside_the_ratio() -> None:
+    """Markup/number-dense text: punctuation and newlines cost tokens at the profile's rate."""
+    est = _estimator()
+    row = "| a | b | c |\n"
+    text = "table\n" + row * 200
+    digits, punct, newlines = count_structure(text.encode())
+    assert (digits, punct, newlines) == (0, 800, 201)
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    f = parse_request_body(
+        json.dumps({"model": model, "messages": [{"role": "user", "content": text}]}).encode(), "chat"
+    )
+    b = est.estimate(f)
+    assert b.key[1] not in ("code", "tools")
+    assert b.ratio_bytes == f.text_bytes - punct - newlines
+    assert b.fixed_prompt_tokens == math.ceil(punct * 0.75 + newlines * 1.0) + est.fixed_tokens(f)
+    off = Estimator(
+        estimator=EstimatorConfig(count_punctuation=False),
+        calibration=CalibrationConfig(),
+        store=InMemoryRatioStore.from_config(CalibrationConfig()),
+    ).estimate(f)
+    assert off.ratio_bytes == f.text_bytes and off.fixed_prompt_tokens == est.fixed_tokens(f)
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["plain ascii", "привет, мир", "中文和 English", "emoji 😀 and 𝔘", "mixed é ü ß" * 300, "tab\tnew\nline"],
+)
+def test_text_bytes_are_exact_utf8_lengths(content: str) -> None:
+    """The UTF-16 fast path counts exactly the UTF-8 bytes of the decoded strings, both encodings."""
+    msgs = [{"role": "user", "content": content}, {"role": "assistant", "content": "ok"}]
+    want = len(content.encode()) + 2
+    for ensure_ascii in (True, False):
+        body = json.dumps({"model": "m", "messages": msgs}, ensure_ascii=ensure_ascii).encode()
+        f = parse_request_body(body, "chat")
+        assert f.text_bytes == want
+        assert f.sample == content.encode()[:16384] + b" ok"
 
 
 def test_tools_are_their_own_category_with_template_boilerplate() -> None:

@@ -210,10 +210,10 @@ async def test_processing_error_is_answered_for_its_phase(shared_app: RouterApp,
     tbr_processing_errors_total and answered with the safe default for that phase: long pool."""
     import extproc.estimator
 
-    def boom(sample: bytes) -> str:
+    def boom(sample: bytes) -> object:
         raise RuntimeError("injected fault")
 
-    monkeypatch.setattr(extproc.estimator, "classify_text", boom)
+    monkeypatch.setattr(extproc.estimator, "profile_text", boom)
     c = Counts(shared_app)
     ch, call = await _open(shared_app)
     out = await _send(call, [req_headers(), req_body(chat_body("hi", max_tokens=3))])

@@ -19,6 +19,7 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.app import RouterApp
+from extproc.request_body import parse_request_body
 from tests.hardening.helpers import (
     Counts,
     chat_body,
@@ -60,9 +61,10 @@ def _exchange(
     *,
     status: str = "200",
     extra: list[tuple[str, str]] | None = None,
+    text: str = TEXT,
 ) -> list[pb.ProcessingRequest]:
     hdrs = [(":status", status), ("content-type", content_type), *(extra or [])]
-    msgs = [req_headers(), req_body(chat_body(TEXT, max_tokens=20, stream=True)), resp_headers(hdrs)]
+    msgs = [req_headers(), req_body(chat_body(text, max_tokens=20, stream=True)), resp_headers(hdrs)]
     for i, chunk in enumerate(body_chunks):
         msgs.append(resp_body(chunk, eos=i == len(body_chunks) - 1))
     return msgs
@@ -266,14 +268,18 @@ async def test_duplicate_end_of_stream_messages_calibrate_once(shared_app: Route
 
 async def test_usage_in_every_chunk_cumulative_last_wins(app: RouterApp) -> None:
     data = (Path(__file__).parent / "captures" / "cumulative_usage_every_chunk.sse").read_bytes()
+    text = "hello there general kenobi " * 30  # no punctuation: the prompt is text-dominated
     await run_stream(
-        app.grpc_port, _exchange("text/event-stream", [data[i : i + 17] for i in range(0, len(data), 17)])
+        app.grpc_port,
+        _exchange("text/event-stream", [data[i : i + 17] for i in range(0, len(data), 17)], text=text),
     )
     (row,) = app.store.items()
     _key, state = row
     assert state.samples == 1
-    budget_fixed = 5 + 5  # request + one message framing
-    assert state.mean_bpt == pytest.approx(len(TEXT) / (77 - budget_fixed))
+    # The learned ratio is the one implied by the LAST cumulative usage (77 prompt tokens).
+    features = parse_request_body(chat_body(text, max_tokens=20, stream=True), "chat")
+    budget = app.current_router().estimator.estimate(features)
+    assert state.mean_bpt == pytest.approx(budget.ratio_bytes / (77 - budget.fixed_prompt_tokens))
 
 
 async def test_response_headers_with_end_of_stream(shared_app: RouterApp) -> None:

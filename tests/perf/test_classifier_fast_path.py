@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extproc.categories import _CODE_MARKS, _is_code, classify_text
+from extproc.categories import _CODE_MARKS, _WINDOW_BYTES, _histogram, _is_code, classify_text
 
 _PIECES = [
     "The quick brown fox jumps over the lazy dog. ",
@@ -24,8 +24,9 @@ def _is_code_reference(sample: bytes, letters: int) -> bool:
     if letters == 0:
         return False
     punct = sum(sample.count(m) for m in _CODE_MARKS)
-    newlines = sample.count(b"\n")
-    indents = sample.count(b"\n    ") + sample.count(b"\n\t")
+    window = sample[:_WINDOW_BYTES]
+    newlines = window.count(b"\n")
+    indents = window.count(b"\n    ") + window.count(b"\n\t")
     return punct * 8 >= letters and indents * 4 >= newlines > 2
 
 
@@ -36,13 +37,13 @@ def _is_code_reference(sample: bytes, letters: int) -> bool:
 )
 def test_is_code_matches_per_mark_counts(parts: list[tuple[str, int]], letters: int) -> None:
     sample = "".join(p * n for p, n in parts).encode()
-    assert _is_code(sample, letters) == _is_code_reference(sample, letters)
+    assert _is_code(sample, _histogram(sample), letters) == _is_code_reference(sample, letters)
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=512), st.integers(0, 600))
 def test_is_code_matches_on_arbitrary_bytes(sample: bytes, letters: int) -> None:
-    assert _is_code(sample, letters) == _is_code_reference(sample, letters)
+    assert _is_code(sample, _histogram(sample), letters) == _is_code_reference(sample, letters)
 
 
 def test_ascii_prose_and_code() -> None:

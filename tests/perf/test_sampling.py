@@ -148,4 +148,5 @@ async def test_calibration_converges_when_sampling_responses() -> None:
     true = sampled.true_bpt["latin"]
     assert abs(sampled.learned_bpt["latin"] - true) / true < 0.15
     assert abs(full.learned_bpt["latin"] - true) / true < 0.15
-    assert abs(sampled.learned_bpt["latin"] - full.learned_bpt["latin"]) / full.learned_bpt["latin"] < 0.10
+    # Two independent EMAs with ~7 % (1σ) noise each differ by ~10 % (1σ): 20 % is the 2σ bound.
+    assert abs(sampled.learned_bpt["latin"] - full.learned_bpt["latin"]) / full.learned_bpt["latin"] < 0.20
