@@ -24,7 +24,7 @@ EXTERNAL: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "Planner simulator vs vllm-sr-sim",
         "branch planner",
-        ("bench_planner", "bench_simulator", "planner_sim"),
+        ("planner_des", "bench_planner", "bench_simulator", "planner_sim"),
     ),
     ("Soak", "branch hardening", ("soak",)),
 )

@@ -69,7 +69,20 @@ def run_srsim(n: int, rate: float, n_short: int, n_long: int, seed: int) -> dict
     }
 
 
-def main() -> int:
+def bench_section(quick: bool = False) -> str:
+    """BENCHMARKS.md section: 1,000,000 requests through the planner DES (100,000 with ``quick``)
+    against 20,000 (5,000) through vllm-sr-sim, same CDF and pools, side by side in one run."""
+    import contextlib
+    import io
+
+    argv = ["--requests", "100000", "--srsim-requests", "5000"] if quick else []
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        main(argv)
+    return buf.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
     """Run both, write the markdown section."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=1_000_000)
@@ -81,7 +94,7 @@ def main() -> int:
     ap.add_argument("--long", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="benchmarks/results/planner_des.md")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     ours = run_ours(a.requests, a.rate, a.short, a.long, a.seed)
     theirs = run_srsim(a.srsim_requests, a.rate, a.short, a.long, a.seed)
     lines = [

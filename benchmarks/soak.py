@@ -182,6 +182,18 @@ def run_hey(
     }
 
 
+def bench_section(quick: bool = False) -> str:
+    """BENCHMARKS.md section from a bounded soak (60 s; 20 s with ``quick``). The 10-minute soak of
+    the hardening issue is ``python -m benchmarks.soak`` (default ``--duration-s 600``)."""
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        main(["--duration-s", "20" if quick else "60", "--probe-s", "5" if quick else "10"])
+    return buf.getvalue()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--duration-s", type=float, default=600.0, help="length of the soak at the target rate")
