@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-import grpc
 import httpx
 import pytest
 from envoy.config.core.v3 import base_pb2 as core
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from extproc.app import RouterApp
 from extproc.config import parse_config
+from tests.extproc_stream import chat_body, run_stream
 
 CONFIG = {
     "pools": [
@@ -33,26 +32,10 @@ def headers(pairs: dict[str, str], *, eos: bool = False, raw: bool = True) -> pb
     return pb.HttpHeaders(headers=core.HeaderMap(headers=hs), end_of_stream=eos)
 
 
-def chat_body(text: str, **extra: object) -> bytes:
-    return json.dumps({"model": "m", "messages": [{"role": "user", "content": text}], **extra}).encode()
-
-
 @pytest.fixture
 async def app() -> AsyncIterator[RouterApp]:
     async with RouterApp(parse_config(CONFIG), grpc_port=0, admin_port=0) as running:
         yield running
-
-
-async def run_stream(port: int, msgs: list[pb.ProcessingRequest]) -> list[pb.ProcessingResponse]:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        stub = pb_grpc.ExternalProcessorStub(ch)
-        call = stub.Process()
-        out = []
-        for m in msgs:
-            await call.write(m)
-            out.append(await call.read())
-        await call.done_writing()
-        return out
 
 
 def routed_pool(resp: pb.ProcessingResponse) -> str:

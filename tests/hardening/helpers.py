@@ -8,15 +8,15 @@ router's ``mode_override`` asks).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
-import grpc
 import httpx
 from envoy.config.core.v3 import base_pb2 as core
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.extproc_stream import chat_body as chat_body  # re-exported for the hardening tests
+from tests.extproc_stream import run_stream as run_stream
 
 CONFIG: dict[str, object] = {
     "pools": [
@@ -60,24 +60,6 @@ def resp_headers(
 
 def resp_body(body: bytes, *, eos: bool = False) -> pb.ProcessingRequest:
     return pb.ProcessingRequest(response_body=pb.HttpBody(body=body, end_of_stream=eos))
-
-
-def chat_body(text: str, **extra: object) -> bytes:
-    return json.dumps({"model": "m", "messages": [{"role": "user", "content": text}], **extra}).encode()
-
-
-async def run_stream(
-    port: int, msgs: list[pb.ProcessingRequest], **channel_kw: object
-) -> list[pb.ProcessingResponse]:
-    """Send each message on one real gRPC stream and read its answer (Envoy's lock-step order)."""
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", **channel_kw) as ch:  # type: ignore[arg-type]
-        call = pb_grpc.ExternalProcessorStub(ch).Process()
-        out = []
-        for m in msgs:
-            await call.write(m)
-            out.append(await call.read())
-        await call.done_writing()
-        return out
 
 
 def phase_of(resp: pb.ProcessingResponse) -> str:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-import grpc
 import httpx
 from envoy.config.core.v3 import base_pb2 as core
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+from tests.extproc_stream import chat_body, run_stream
 
 POOLS = [
     {"name": "short", "max_model_len": 8192, "header_value": "short"},
@@ -27,10 +27,6 @@ def headers(pairs: dict[str, str], *, eos: bool = False) -> pb.HttpHeaders:
     return pb.HttpHeaders(headers=core.HeaderMap(headers=hs), end_of_stream=eos)
 
 
-def chat_body(text: str, **extra: object) -> bytes:
-    return json.dumps({"model": "m", "messages": [{"role": "user", "content": text}], **extra}).encode()
-
-
 def request_msgs(text: str, request_id: str = "ops-1") -> list[pb.ProcessingRequest]:
     return [
         pb.ProcessingRequest(request_headers=headers({**REQ_HEADERS, "x-request-id": request_id})),
@@ -46,18 +42,6 @@ def json_response_msgs(prompt_tokens: int) -> list[pb.ProcessingRequest]:
         ),
         pb.ProcessingRequest(response_body=pb.HttpBody(body=usage, end_of_stream=True)),
     ]
-
-
-async def run_stream(port: int, msgs: list[pb.ProcessingRequest]) -> list[pb.ProcessingResponse]:
-    """Send each message and read its answer, then half-close."""
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        call = pb_grpc.ExternalProcessorStub(ch).Process()
-        out = []
-        for m in msgs:
-            await call.write(m)
-            out.append(await call.read())
-        await call.done_writing()
-        return out
 
 
 def routed_pool(resp: pb.ProcessingResponse) -> str:

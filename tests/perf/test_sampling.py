@@ -7,17 +7,16 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-import grpc
 import pytest
 from envoy.config.core.v3 import base_pb2 as core
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from benchmarks.bodies import DATA_DIR, load_prompts
 from benchmarks.convergence import replay
 from extproc.app import RouterApp
 from extproc.config import parse_config
+from tests.extproc_stream import run_stream
 
 
 def _cfg(rate: float, skip: bool = True) -> dict[str, object]:
@@ -50,18 +49,6 @@ async def apps() -> AsyncIterator[dict[str, RouterApp]]:
         yield {"never": never, "never_keep": never_keep, "always": always}
 
 
-async def _exchange(port: int, msgs: list[pb.ProcessingRequest]) -> list[pb.ProcessingResponse]:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        call = pb_grpc.ExternalProcessorStub(ch).Process()
-        out = []
-        for m in msgs:
-            await call.write(m)
-            out.append(await call.read())
-        await call.done_writing()
-        await call.code()
-        return out
-
-
 def _pool(resp: pb.ProcessingResponse) -> str:
     common = resp.request_body.response
     assert common.clear_route_cache
@@ -72,7 +59,7 @@ def _pool(resp: pb.ProcessingResponse) -> str:
 async def test_unsampled_request_turns_response_phases_off_and_is_routed(
     apps: dict[str, RouterApp],
 ) -> None:
-    hdr, body = await _exchange(
+    hdr, body = await run_stream(
         apps["never"].grpc_port,
         [
             pb.ProcessingRequest(request_headers=REQ),
@@ -91,7 +78,7 @@ async def test_unsampled_request_turns_response_phases_off_and_is_routed(
 
 async def test_sampled_request_keeps_response_phases_and_calibrates(apps: dict[str, RouterApp]) -> None:
     app = apps["always"]
-    out = await _exchange(
+    out = await run_stream(
         app.grpc_port,
         [
             pb.ProcessingRequest(request_headers=REQ),
@@ -116,7 +103,7 @@ async def test_unsampled_request_ignores_response_headers_if_envoy_sends_them(
 ) -> None:
     """With allow_mode_override off Envoy still sends response headers: just continue them."""
     app = apps["never"]
-    out = await _exchange(
+    out = await run_stream(
         app.grpc_port,
         [
             pb.ProcessingRequest(request_headers=REQ),
