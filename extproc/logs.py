@@ -79,5 +79,8 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
     root.addHandler(handler)
     root.setLevel(numeric)
     # Keep third-party chatter at WARNING unless debugging.
-    for noisy in ("uvicorn", "uvicorn.error", "watchfiles", "asyncio"):
+    for noisy in ("uvicorn", "uvicorn.error", "asyncio"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if numeric <= logging.DEBUG else logging.WARNING)
+    # watchfiles stays at WARNING even at DEBUG: it logs every filtered file event, and a log file
+    # beside the watched config would feed that loop forever (each log line is a new event).
+    logging.getLogger("watchfiles").setLevel(logging.WARNING)

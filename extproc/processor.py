@@ -82,6 +82,7 @@ class StreamProcessor:
         "category",
         "counted_pool",
         "endpoint",
+        "exchange_done",
         "method",
         "path",
         "pool",
@@ -111,6 +112,7 @@ class StreamProcessor:
         self.prompt_tokens: int | None = None
         self.calibrated = False
         self.sampled: bool | None = None
+        self.exchange_done = False
         self.counted_pool: str | None = None
         self.retried_to: str | None = None
         self._sse: SSEUsageReader | None = None
@@ -119,6 +121,27 @@ class StreamProcessor:
         self.t_start = time.time()
 
     # -- dispatch ---------------------------------------------------------------------------
+
+    def _note_exchange_end(
+        self, phase: str | None, req: pb.ProcessingRequest, resp: pb.ProcessingResponse
+    ) -> None:
+        """Set :attr:`exchange_done` once the answer just given is the last message Envoy will send
+        for this HTTP exchange. Envoy then resets the ext_proc stream (gRPC CANCELLED) rather than
+        half-closing it, so only this flag tells a finished exchange from a client abort."""
+        if phase == "response_headers":
+            self.exchange_done = resp is not R.READ_SSE_RESPONSE and resp is not R.READ_JSON_RESPONSE
+        elif phase == "response_body":
+            self.exchange_done = req.response_body.end_of_stream
+        elif phase == "response_trailers":
+            self.exchange_done = True
+        elif phase == "request_headers":
+            # Routed at request_headers (unhandled path / no body): response phases are skipped.
+            self.exchange_done = resp in self.router.header_responses.values()
+        elif phase == "request_body":
+            # Unsampled request whose response phases were turned off at request_headers.
+            self.exchange_done = (
+                self.sampled is False and self.router.config.calibration.skip_unsampled_responses
+            )
 
     def handle(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
         """Answer one message; always returns a response for the phase that was sent."""
@@ -147,6 +170,7 @@ class StreamProcessor:
             self.router.metrics.errors.labels(phase or "unknown").inc()
             log.exception("error in phase %s (request_id=%s)", phase, self.request_id)
             resp = self._safe_answer(phase)
+        self._note_exchange_end(phase, req, resp)
         _child(self.router.metrics.phase_seconds, phase or "unknown").observe(time.perf_counter() - t0)
         return resp
 

@@ -60,11 +60,16 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
                 yield proc.handle(req)
                 if proc.request_id and not request_id_var.get():
                     request_id_var.set(proc.request_id)  # for every log line of this stream
+            # A reset while waiting for the next message also ends the iteration normally, so
+            # "complete" means the exchange's last message was answered, whatever closed the stream.
+            end = "complete" if proc.exchange_done else "cancelled"
         except asyncio.CancelledError:
-            end = "cancelled"
+            # Envoy resets the stream after the exchange's last message; only a reset before
+            # that is a real cancellation (client abort, Envoy timeout).
+            end = "complete" if proc.exchange_done else "cancelled"
             raise
         except grpc.aio.AioRpcError:
-            end = "cancelled"
+            end = "complete" if proc.exchange_done else "cancelled"
         except Exception:
             end = "error"
             log.exception("ext_proc stream failed (request_id=%s)", proc.request_id)

@@ -5,7 +5,10 @@ Definitions (all sizes in tokens, true counts from the serving pool's ``usage.pr
 * **true budget** = ``prompt_tokens + output reserve``, where the reserve is the request's
   ``max_tokens`` or, when absent, the router's ``default_output_reserve_tokens`` (what the router
   budgets for it).
-* **harmful misroute**: served by the short pool, which refused it (HTTP 400 from vLLM's
+* **harmful misroute**: sent to the short pool although over its limit: either the client saw the
+  pool's refusal, or Envoy's misroute recovery retried it on the long pool (``retried_to_pool`` in
+  the router's decision log; the client then got a 200). Before recovery existed:
+  served by the short pool, which refused it (HTTP 400 from vLLM's
   ``max_model_len`` check).
 * **wasteful misroute**: served by the long pool although its true budget fit the short pool.
 * **estimate error** = ``(estimated_prompt_tokens − prompt_tokens) / prompt_tokens`` per request,
@@ -82,6 +85,7 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
     by_pool_category: dict[str, Counter[str]] = defaultdict(Counter)
     statuses: Counter[str] = Counter()
     harmful: list[str] = []
+    recovered: list[str] = []
     wasteful: list[str] = []
     wasteful_detail: list[dict[str, Any]] = []
     # routing vs truth for answered requests of known size: (fits short?, pool) -> count
@@ -114,6 +118,10 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
         if o.status >= 400:
             failed.append(req.request_id)
             continue
+        if rec is not None and rec.get("retried_to_pool"):
+            # Routed short, refused there (over its limit), retried by Envoy on the next larger pool
+            # (misroute recovery): the client got a 200, but the routing decision was harmful.
+            recovered.append(req.request_id)
         latency[pool].append(o.latency_s * 1000.0)
         true_prompt = _true_prompt_tokens(o, rec)
         if true_prompt is None:
@@ -161,8 +169,10 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
         "requests_per_category_and_pool": {
             c: dict(sorted(v.items())) for c, v in sorted(by_pool_category.items())
         },
-        "harmful_misroutes": len(harmful),
-        "harmful_request_ids": harmful,
+        "harmful_misroutes": len(harmful) + len(recovered),
+        "harmful_request_ids": harmful + recovered,
+        "harmful_refused_to_client": len(harmful),
+        "harmful_recovered_by_retry": len(recovered),
         "wasteful_misroutes": len(wasteful),
         "wasteful_detail": wasteful_detail,
         "routing_vs_truth": {
@@ -219,7 +229,11 @@ def format_summary(s: dict[str, Any]) -> str:
     for cat, counts in s["requests_per_category_and_pool"].items():
         add(f"  {cat:<14}" + "".join(f"{counts.get(p, 0):>8}" for p in s["requests_per_pool"]))
     add("")
-    add(f"harmful misroutes (sent short, refused with HTTP 400): {s['harmful_misroutes']}")
+    add(
+        f"harmful misroutes (sent short but over its limit): {s['harmful_misroutes']}"
+        f" ({s['harmful_refused_to_client']} reached the client as vLLM's 400,"
+        f" {s['harmful_recovered_by_retry']} recovered by Envoy's retry on the long pool)"
+    )
     add(
         f"wasteful misroutes (sent long, true prompt + reserve <= {s['limits_tokens']['short']}): "
         f"{s['wasteful_misroutes']}"

@@ -112,3 +112,16 @@ def test_routing_vs_truth_matrix() -> None:
     }
     assert s["near_boundary_requests"] == 3  # 5256, 6256, 10096 are within ×2 of 8192
     assert [d["request_id"] for d in s["wasteful_detail"]] == ["l-waste"]
+
+
+def test_misroute_recovered_by_envoy_retry_is_still_harmful() -> None:
+    """Routed short, refused there, retried on long by Envoy: the client got a 200, the decision
+    was harmful (the decision log's ``retried_to_pool`` says so), and the demo must fail on it."""
+    o = Outcome(_req("r"), 200, "long", 9000, 16, 0.1)
+    s = build_summary(_inputs([o], {"r": {"request_id": "r", "pool": "short", "retried_to_pool": "long"}}))
+    assert (s["harmful_misroutes"], s["harmful_recovered_by_retry"], s["harmful_refused_to_client"]) == (
+        1,
+        1,
+        0,
+    )
+    assert "1 recovered by Envoy's retry" in format_summary(s)

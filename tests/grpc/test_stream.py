@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
+import grpc
 import httpx
 import pytest
 from envoy.config.core.v3 import base_pb2 as core
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from extproc.app import RouterApp
 from extproc.config import parse_config
@@ -177,3 +180,43 @@ async def test_json_usage_and_non_2xx(app: RouterApp) -> None:
     assert 'tbr_calibration_events_total{outcome="applied"} 1.0' in text
     assert 'tbr_calibration_events_total{outcome="non_2xx"} 1.0' in text
     assert "tbr_inflight_streams 0.0" in text
+
+
+async def _reset_after(port: int, msgs: list[pb.ProcessingRequest]) -> None:
+    """Send ``msgs`` in lock-step, then reset the stream as Envoy does (no half-close)."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        call = pb_grpc.ExternalProcessorStub(ch).Process()
+        for m in msgs:
+            await call.write(m)
+            await call.read()
+        call.cancel()
+
+
+@pytest.mark.parametrize(
+    ("n_msgs", "end"),
+    [
+        pytest.param(5, "complete", id="reset-after-last-response-body"),
+        pytest.param(4, "cancelled", id="reset-mid-response"),
+    ],
+)
+async def test_envoy_reset_after_the_exchange_counts_as_complete(
+    app: RouterApp, n_msgs: int, end: str
+) -> None:
+    """Envoy resets the ext_proc stream (CANCELLED) once the exchange is over; that is a complete
+    stream. A reset before the response ended is a real cancellation."""
+    msgs = [
+        pb.ProcessingRequest(request_headers=headers(REQ_HEADERS)),
+        pb.ProcessingRequest(request_body=pb.HttpBody(body=chat_body("hello " * 50), end_of_stream=True)),
+        pb.ProcessingRequest(
+            response_headers=headers({":status": "200", "content-type": "text/event-stream"})
+        ),
+        pb.ProcessingRequest(response_body=pb.HttpBody(body=b"data: {}\n\n", end_of_stream=False)),
+        pb.ProcessingRequest(response_body=pb.HttpBody(body=b"data: [DONE]\n\n", end_of_stream=True)),
+    ][:n_msgs]
+    await _reset_after(app.grpc_port, msgs)
+    registry = app.metrics.registry
+    for _ in range(200):
+        if registry.get_sample_value("tbr_streams_total", {"end": end}):
+            break
+        await asyncio.sleep(0.01)
+    assert registry.get_sample_value("tbr_streams_total", {"end": end}) == 1.0

@@ -113,7 +113,8 @@ async def test_connection_dropped_without_cancel(shared_app: RouterApp) -> None:
 
 
 async def test_half_close_after_request_body(shared_app: RouterApp) -> None:
-    """Envoy ends the stream after the last phase it needs (response modes off): complete."""
+    """The stream ends after the request body while response headers (SEND) were still to come:
+    the exchange did not finish (client abort before the response), so it ends as cancelled."""
     c = Counts(shared_app)
     ch, call = await _open(shared_app)
     await _send(call, [req_headers(), req_body(chat_body("hi", max_tokens=3))])
@@ -121,17 +122,18 @@ async def test_half_close_after_request_body(shared_app: RouterApp) -> None:
     assert await call.read() == grpc.aio.EOF
     await ch.close()
     await _wait_inflight_zero(c)
-    assert c.delta("tbr_streams_total", {"end": "complete"}) == 1.0
+    assert c.delta("tbr_streams_total", {"end": "cancelled"}) == 1.0
 
 
 async def test_empty_stream(shared_app: RouterApp) -> None:
+    """A stream closed before any message: no exchange happened (ends as cancelled, counted once)."""
     c = Counts(shared_app)
     ch, call = await _open(shared_app)
     await call.done_writing()
     assert await call.read() == grpc.aio.EOF
     await ch.close()
     await _wait_inflight_zero(c)
-    assert c.delta("tbr_streams_total", {"end": "complete"}) == 1.0
+    assert c.delta("tbr_streams_total", {"end": "cancelled"}) == 1.0
 
 
 async def test_undecodable_message_ends_the_stream_cleanly(shared_app: RouterApp) -> None:
