@@ -36,7 +36,7 @@ from extproc.estimator import TokenBudget
 from extproc.recovery import parse_attempt_count
 from extproc.request_body import UnreadableRequest, endpoint_for_path, parse_request_body
 from extproc.router import Router
-from extproc.sse import SSEUsageReader, prompt_tokens_from_json
+from extproc.sse import SSEUsageReader, usage_from_json
 
 __all__ = ["StreamProcessor", "header_value"]
 
@@ -80,6 +80,7 @@ class StreamProcessor:
         "budget",
         "calibrated",
         "category",
+        "completion_tokens",
         "counted_pool",
         "endpoint",
         "exchange_done",
@@ -110,6 +111,7 @@ class StreamProcessor:
         self.category = ""
         self.status = 0
         self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
         self.calibrated = False
         self.sampled: bool | None = None
         self.exchange_done = False
@@ -354,8 +356,9 @@ class StreamProcessor:
         if self._sse is not None:
             self._sse.close()
             self.prompt_tokens = self._sse.prompt_tokens
+            self.completion_tokens = self._sse.completion_tokens
         elif self._json_buf is not None:
-            self.prompt_tokens = prompt_tokens_from_json(bytes(self._json_buf))
+            self.prompt_tokens, self.completion_tokens = usage_from_json(bytes(self._json_buf))
         else:
             return
         self._sse = None
@@ -409,6 +412,7 @@ class StreamProcessor:
                     "budget_tokens": b.total_tokens if b else None,
                     "status": self.status or None,
                     "prompt_tokens": self.prompt_tokens,
+                    "completion_tokens": self.completion_tokens,
                     "end": end,
                     "retried_to_pool": self.retried_to,
                 }

@@ -21,7 +21,13 @@ from typing import Any
 
 import orjson
 
-__all__ = ["SSEUsageReader", "prompt_tokens_from_json", "prompt_tokens_of"]
+__all__ = [
+    "SSEUsageReader",
+    "completion_tokens_of",
+    "prompt_tokens_from_json",
+    "prompt_tokens_of",
+    "usage_from_json",
+]
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r|\n\r\n|\r\n\n")
 _LINE_SPLIT = re.compile(rb"\r\n|\n|\r")
@@ -41,18 +47,35 @@ def prompt_tokens_of(obj: Any) -> int | None:
     return None
 
 
+def completion_tokens_of(obj: Any) -> int | None:
+    """``obj["usage"]["completion_tokens"]`` when it is a non-negative int, else None."""
+    usage = obj.get("usage") if isinstance(obj, dict) else None
+    value = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def usage_from_json(body: bytes) -> tuple[int | None, int | None]:
+    """``(usage.prompt_tokens, usage.completion_tokens)`` of a complete JSON response body; each
+    None when absent or unreadable."""
+    if b'"usage"' not in body:
+        return None, None
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None, None
+    return prompt_tokens_of(obj), completion_tokens_of(obj)
+
+
 def prompt_tokens_from_json(body: bytes) -> int | None:
     """``usage.prompt_tokens`` of a complete JSON response body; None when absent or unreadable."""
-    if b'"usage"' not in body:
-        return None
-    try:
-        return prompt_tokens_of(orjson.loads(body))
-    except orjson.JSONDecodeError:
-        return None
+    return usage_from_json(body)[0]
 
 
 class SSEUsageReader:
-    """Feed SSE bytes in any chunking; read :attr:`prompt_tokens` at the end.
+    """Feed SSE bytes in any chunking; read :attr:`prompt_tokens` (and the
+    :attr:`completion_tokens` of the same usage object) at the end.
 
     Args:
         max_event_bytes: events longer than this are discarded (bounded memory).
@@ -62,6 +85,7 @@ class SSEUsageReader:
         "_buf",
         "_skipping",
         "_started",
+        "completion_tokens",
         "dropped_events",
         "events",
         "max_event_bytes",
@@ -74,6 +98,7 @@ class SSEUsageReader:
         self._started = False
         self.max_event_bytes = max_event_bytes
         self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
         self.events = 0
         self.dropped_events = 0
 
@@ -135,8 +160,10 @@ class SSEUsageReader:
         if payload.strip() == b"[DONE]":
             return
         try:
-            tokens = prompt_tokens_of(orjson.loads(payload))
+            obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
             return
+        tokens = prompt_tokens_of(obj)
         if tokens is not None:
             self.prompt_tokens = tokens
+            self.completion_tokens = completion_tokens_of(obj)

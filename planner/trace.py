@@ -7,6 +7,7 @@ CLI prints with every result (style.md §7 item 10: nothing changes silently).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,20 @@ __all__ = ["NormalizationReport", "Trace", "TraceError", "normalize"]
 
 class TraceError(ValueError):
     """A trace file cannot be used at all (missing file, no valid row, unknown format)."""
+
+
+def display_path(source: str) -> str:
+    """A trace path as a reader can use it: ``<site-packages>/...`` for files shipped in an installed
+    package, else relative to the working directory when that is no longer, else normalised."""
+    norm = os.path.normpath(source)
+    marker = f"{os.sep}site-packages{os.sep}"
+    if marker in norm:
+        return "<site-packages>/" + norm.split(marker, 1)[1]
+    try:
+        rel = os.path.relpath(norm)
+    except ValueError:
+        return norm
+    return rel if len(rel) <= len(norm) else norm
 
 
 @dataclass
@@ -54,7 +69,9 @@ class NormalizationReport:
 
     def lines(self) -> list[str]:
         """Human-readable report, one fact per line."""
-        out = [f"trace {self.source} (format {self.fmt}): {self.rows_read} rows read, {self.rows_kept} used"]
+        out = [
+            f"trace {display_path(self.source)} (format {self.fmt}): {self.rows_read} rows read, {self.rows_kept} used"
+        ]
         if self.synthesized:
             out.append(f"  synthesized: {self.synthesized}")
         for reason, n in sorted(self.dropped.items()):
