@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from extproc.config import ConfigError, load_config
+from extproc.config import ConfigError, RouterConfig, load_config
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,4 +29,30 @@ def run_check(args: argparse.Namespace) -> int:
         for p in cfg.pools_by_size
     )
     print(f"{args.path}: OK; pools: {pools}; fallback: {cfg.fallback_pool.name}")
+    for warning in config_warnings(cfg):
+        print(f"{args.path}: warning: {warning}", file=sys.stderr)
     return 0
+
+
+def config_warnings(cfg: RouterConfig) -> list[str]:
+    """Settings that validate but cannot work as intended (printed, not fatal)."""
+    out: list[str] = []
+    largest = cfg.fallback_pool.max_model_len
+    reserve = cfg.estimator.default_output_reserve_tokens
+    if reserve >= largest:
+        out.append(
+            f"estimator.default_output_reserve_tokens ({reserve}) is not below the largest pool's max_model_len"
+            f" ({largest}): every request without max_tokens exceeds all pools"
+        )
+    smallest = cfg.pools_by_size[0].max_model_len
+    if len(cfg.pools) > 1 and reserve >= smallest:
+        out.append(
+            f"estimator.default_output_reserve_tokens ({reserve}) is not below the smallest pool's max_model_len"
+            f" ({smallest}): requests without max_tokens never go to that pool"
+        )
+    if len(cfg.pools) == 2 and cfg.fallback_pool.name != "long":
+        out.append(
+            f"the largest pool is {cfg.fallback_pool.name!r}, not 'long': Envoy's catch-all route (fail-open,"
+            f" unreadable requests) in envoy/envoy.yaml goes to long_pool, so make it the largest pool"
+        )
+    return out

@@ -61,3 +61,21 @@ def test_config_check_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     bad.write_text("pools: [{name: a}]\n")
     assert main(["config", "check", str(bad)]) == 2
     assert "max_model_len" in capsys.readouterr().err
+
+
+def test_config_check_warns_on_settings_that_cannot_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "odd.yaml"
+    cfg.write_text(
+        "pools:\n"
+        "  - {name: long, max_model_len: 8192, header_value: long}\n"
+        "  - {name: short, max_model_len: 65536, header_value: short}\n"
+        "estimator: {default_output_reserve_tokens: 100000}\n"
+    )
+    assert main(["config", "check", str(cfg)]) == 0
+    err = capsys.readouterr().err
+    assert "exceeds all pools" in err
+    assert "not 'long'" in err
+    assert main(["config", "check", str(ROOT / "config" / "router.yaml")]) == 0
+    assert "warning" not in capsys.readouterr().err
