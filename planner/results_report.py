@@ -6,11 +6,16 @@ none is typed by hand.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from planner.profiles import PROFILES
+from planner.trace import display_path
 
 __all__ = ["render"]
+
+# Report lines of older JSON runs carry the absolute trace path of the machine that ran them.
+_TRACE_PATH = re.compile(r"^trace (\S+) \(format")
 
 
 def _pct(x: float) -> str:
@@ -251,7 +256,11 @@ def render(data: dict[str, Any], command: str) -> str:
         L += _gap_lines(row)
     L += ["", *_why_section(data), "", "## Normalisation reports", ""]
     for row in data["scenarios"]:
-        L.append(f"- {row['scenario']['key']}: " + "; ".join(x.strip() for x in row["normalization"]))
+        lines = [
+            _TRACE_PATH.sub(lambda m: f"trace {display_path(m.group(1))} (format", x.strip())
+            for x in row["normalization"]
+        ]
+        L.append(f"- {row['scenario']['key']}: " + "; ".join(lines))
     L += ["", "## Run times (wall-clock of this generation)", ""]
     for row in data["scenarios"]:
         L.append(f"- {row['scenario']['key']}: {row['elapsed_s']:.0f} s")
