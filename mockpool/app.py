@@ -126,18 +126,7 @@ class PoolApp:
             return too_long
         effective = max_tokens if max_tokens is not None else self.settings.max_model_len - prompt_tokens
         plans = [plan_choice(self.settings, effective)] * common.n
-        rid = protocol.new_id("chatcmpl")
-        if common.stream:
-            return self._stream(rid, common, prompt_tokens, plans, chat=True)
-        texts = await self._collect(request, prompt_tokens, plans)
-        if texts is None:
-            return Response(status_code=CLIENT_CLOSED_STATUS)
-        completion_tokens = sum(p.tokens for p in plans)
-        reasons = [p.finish_reason for p in plans]
-        self.state.record_finished(prompt_tokens, completion_tokens, reasons)
-        return JSONResponse(
-            protocol.chat_response(rid, common.model, texts, reasons, prompt_tokens, completion_tokens)
-        )
+        return await self._respond(request, common, prompt_tokens, plans, chat=True)
 
     async def completions(self, request: Request) -> Response:
         """``POST /v1/completions`` (``prompt`` as text, texts, token ids or lists of token ids)."""
@@ -157,18 +146,29 @@ class PoolApp:
             effective = max_tokens if max_tokens is not None else self.settings.max_model_len - prompt_tokens
             plans.extend([plan_choice(self.settings, effective)] * common.n)
         prompt_tokens = sum(counts)
-        rid = protocol.new_id("cmpl")
+        return await self._respond(request, common, prompt_tokens, plans, chat=False)
+
+    async def _respond(
+        self,
+        request: Request,
+        common: CommonParams,
+        prompt_tokens: int,
+        plans: list[ChoicePlan],
+        *,
+        chat: bool,
+    ) -> Response:
+        """Answer a validated request: SSE when ``stream``, else one JSON body (chat or text completion)."""
+        rid = protocol.new_id("chatcmpl" if chat else "cmpl")
         if common.stream:
-            return self._stream(rid, common, prompt_tokens, plans, chat=False)
+            return self._stream(rid, common, prompt_tokens, plans, chat=chat)
         texts = await self._collect(request, prompt_tokens, plans)
         if texts is None:
             return Response(status_code=CLIENT_CLOSED_STATUS)
         completion_tokens = sum(p.tokens for p in plans)
         reasons = [p.finish_reason for p in plans]
         self.state.record_finished(prompt_tokens, completion_tokens, reasons)
-        return JSONResponse(
-            protocol.completion_response(rid, common.model, texts, reasons, prompt_tokens, completion_tokens)
-        )
+        build = protocol.chat_response if chat else protocol.completion_response
+        return JSONResponse(build(rid, common.model, texts, reasons, prompt_tokens, completion_tokens))
 
     def _count_prompts(self, prompts: list[str | list[int]]) -> list[int]:
         """Prompt tokens per completions prompt (text encoded with special tokens, ids counted as given)."""
