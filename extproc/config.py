@@ -178,8 +178,6 @@ class EstimatorConfig(_Strict):
     """Chat-template tokens added per message (role header, end-of-turn), unmatched models."""
     request_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 5
     """Chat-template tokens added once per request (begin-of-text, generation prompt), unmatched models."""
-    tool_schema_bytes_per_token: Annotated[float, Field(gt=0.5, le=16.0)] = 3.0
-    """Deprecated: tool schemas are now estimated with the learned ``tools`` category ratio."""
     tool_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 128
     """Template boilerplate added once when ``tools`` are present, unmatched models."""
     digit_tokens_per_digit: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0

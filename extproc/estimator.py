@@ -217,24 +217,18 @@ class Estimator:
                 fixed += fr.tool_tokens + fr.per_tool_tokens * f.n_tools
         return fixed
 
-    def category(self, f: RequestFeatures) -> str:
-        """Content category of a request: ``tools`` when it defines tools, else the text class."""
-        return self._category(f, profile_text(f.sample) if f.sample else None)
-
     def _category(self, f: RequestFeatures, prof: TextProfile | None) -> str:
+        """Content category of a request: ``tools`` when it defines tools, else the text class."""
         if not self.cfg.per_category:
             return ALL_CATEGORY
         if f.n_tools:
             return TOOLS_CATEGORY
         return prof.category if prof is not None else "no_letters"
 
-    def structure(self, f: RequestFeatures) -> tuple[int, int]:
+    def _structure(self, f: RequestFeatures, prof: TextProfile | None) -> tuple[int, int]:
         """``(bytes, tokens)`` of the text budgeted outside the ratio: ASCII digits (and, with
         ``count_punctuation``, ASCII punctuation and newlines), counted in the classifier sample
         and scaled to the whole text, at the model's tokens per character."""
-        return self._structure(f, profile_text(f.sample) if f.sample else None)
-
-    def _structure(self, f: RequestFeatures, prof: TextProfile | None) -> tuple[int, int]:
         if prof is None or not f.text_bytes:
             return 0, 0
         fr = self.framing(self.model_key(f.model))

@@ -24,7 +24,6 @@ import orjson
 __all__ = [
     "SSEUsageReader",
     "completion_tokens_of",
-    "prompt_tokens_from_json",
     "prompt_tokens_of",
     "usage_from_json",
 ]
@@ -66,11 +65,6 @@ def usage_from_json(body: bytes) -> tuple[int | None, int | None]:
     except orjson.JSONDecodeError:
         return None, None
     return prompt_tokens_of(obj), completion_tokens_of(obj)
-
-
-def prompt_tokens_from_json(body: bytes) -> int | None:
-    """``usage.prompt_tokens`` of a complete JSON response body; None when absent or unreadable."""
-    return usage_from_json(body)[0]
 
 
 class SSEUsageReader:
