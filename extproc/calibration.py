@@ -118,7 +118,8 @@ def learn(state: RatioState | None, c_obs: float, params: LearnerParams, weight:
 
 
 def ema_update(state: RatioState | None, c_obs: float, beta: float) -> RatioState:
-    """Fold one observation into a ratio state (formulas in the module docstring).
+    """The paper's plain EMA step (mean ĉ and deviation σ̂ only): :func:`learn` with weight 1 and
+    its quantile tracker left out.
 
     Args:
         state: the current state, or None for a key never observed.
@@ -128,13 +129,8 @@ def ema_update(state: RatioState | None, c_obs: float, beta: float) -> RatioStat
     Raises:
         ValueError: ``c_obs`` is not a positive finite number.
     """
-    if not (c_obs > 0.0 and math.isfinite(c_obs)):
-        raise ValueError(f"c_obs must be positive and finite, got {c_obs!r}")
-    if state is None or state.samples == 0:
-        return RatioState(c_obs, c_obs * INITIAL_REL_DEV, 1)
-    mean = beta * state.mean_bpt + (1.0 - beta) * c_obs
-    dev = beta * state.dev_bpt + (1.0 - beta) * abs(c_obs - state.mean_bpt)
-    return RatioState(mean, dev, state.samples + 1)
+    s = learn(state, c_obs, LearnerParams(beta=beta))
+    return RatioState(s.mean_bpt, s.dev_bpt, s.samples)
 
 
 class RatioStore(Protocol):
