@@ -139,6 +139,23 @@ def completion_response(
     }
 
 
+def _stream_chunk(
+    rid: str, created: int, model: str, obj: str, choice: dict[str, Any], include_usage: bool
+) -> dict[str, Any]:
+    """A streamed chunk envelope around one choice; ``usage: null`` is present iff ``include_usage``
+    (OpenAI rule)."""
+    chunk: dict[str, Any] = {
+        "id": rid,
+        "object": obj,
+        "created": created,
+        "model": model,
+        "choices": [choice],
+    }
+    if include_usage:
+        chunk["usage"] = None
+    return chunk
+
+
 def chat_chunk(
     rid: str,
     created: int,
@@ -149,32 +166,16 @@ def chat_chunk(
     include_usage: bool,
 ) -> dict[str, Any]:
     """One ``chat.completion.chunk``; ``usage: null`` is present iff ``include_usage`` (OpenAI rule)."""
-    chunk: dict[str, Any] = {
-        "id": rid,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
-    }
-    if include_usage:
-        chunk["usage"] = None
-    return chunk
+    choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+    return _stream_chunk(rid, created, model, "chat.completion.chunk", choice, include_usage)
 
 
 def completion_chunk(
     rid: str, created: int, model: str, index: int, text: str, finish_reason: str | None, include_usage: bool
 ) -> dict[str, Any]:
     """One streamed ``text_completion`` chunk; ``usage: null`` present iff ``include_usage``."""
-    chunk: dict[str, Any] = {
-        "id": rid,
-        "object": "text_completion",
-        "created": created,
-        "model": model,
-        "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}],
-    }
-    if include_usage:
-        chunk["usage"] = None
-    return chunk
+    choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
+    return _stream_chunk(rid, created, model, "text_completion", choice, include_usage)
 
 
 def usage_chunk(
