@@ -67,39 +67,61 @@ def _set_socket(holder: dict[str, Any], host: str, port: int) -> None:
 def render_envoy_config(
     source: dict[str, Any] | Path = DEFAULT_ENVOY_CONFIG, *, ports: EnvoyPorts, host: str = LOOPBACK
 ) -> dict[str, Any]:
-    """Return a copy of the Envoy bootstrap with every address rewritten to ``host`` and ``ports``.
+    """Return a copy of the two-pool Envoy bootstrap with every address rewritten to ``host`` and
+    ``ports``: :func:`render_envoy_clusters` for the ``ext_proc``, ``short_pool`` and ``long_pool``
+    clusters.
 
-    Rewrites the admin address, every listener address (to ``ports.listener``; the file has one
-    listener) and the single endpoint of the ``ext_proc``, ``short_pool`` and ``long_pool``
-    clusters, whose type becomes STATIC (an IP needs no DNS). Nothing else changes.
+    Raises:
+        ValueError: see :func:`render_envoy_clusters`.
+    """
+    clusters = {
+        CLUSTER_EXT_PROC: ports.router_grpc,
+        CLUSTER_SHORT: ports.short_pool,
+        CLUSTER_LONG: ports.long_pool,
+    }
+    return render_envoy_clusters(
+        source, listener=ports.listener, admin=ports.admin, clusters=clusters, host=host
+    )
+
+
+def render_envoy_clusters(
+    source: dict[str, Any] | Path,
+    *,
+    listener: int,
+    admin: int,
+    clusters: dict[str, int],
+    host: str = LOOPBACK,
+) -> dict[str, Any]:
+    """Return a copy of any Envoy bootstrap (two or N pools) with every address rewritten to ``host``.
+
+    Rewrites the admin address (to ``admin``), the listener address (to ``listener``; the file has
+    one listener) and the single endpoint of each cluster named in ``clusters`` (name → port), whose
+    type becomes STATIC (an IP needs no DNS). Nothing else changes.
 
     Args:
-        source: a parsed bootstrap, or the path of a YAML file (default ``envoy/envoy.yaml``).
-        ports: where things listen on ``host``.
+        source: a parsed bootstrap, or the path of a YAML file.
+        listener: port of the listener on ``host``.
+        admin: port of the admin interface on ``host``.
+        clusters: cluster name → port of its one endpoint on ``host``.
         host: the address to use everywhere (default 127.0.0.1).
 
     Raises:
-        ValueError: a required cluster or listener is missing, or a cluster has not exactly
+        ValueError: a named cluster or the listener is missing, or a cluster has not exactly
             one endpoint.
     """
     if isinstance(source, Path):
         cfg: dict[str, Any] = yaml.safe_load(source.read_text(encoding="utf-8"))
     else:
         cfg = copy.deepcopy(source)
-    _set_socket(cfg["admin"], host, ports.admin)
+    _set_socket(cfg["admin"], host, admin)
     resources = cfg["static_resources"]
     listeners = resources.get("listeners") or []
     if len(listeners) != 1:
         raise ValueError(f"expected exactly one listener, found {len(listeners)}")
-    _set_socket(listeners[0], host, ports.listener)
-    wanted = {
-        CLUSTER_EXT_PROC: ports.router_grpc,
-        CLUSTER_SHORT: ports.short_pool,
-        CLUSTER_LONG: ports.long_pool,
-    }
+    _set_socket(listeners[0], host, listener)
     seen = set()
     for cluster in resources.get("clusters") or []:
-        port = wanted.get(cluster["name"])
+        port = clusters.get(cluster["name"])
         if port is None:
             continue
         endpoints = [lb for group in cluster["load_assignment"]["endpoints"] for lb in group["lb_endpoints"]]
@@ -109,7 +131,7 @@ def render_envoy_config(
         cluster["type"] = "STATIC"
         cluster.pop("dns_lookup_family", None)
         seen.add(cluster["name"])
-    missing = sorted(set(wanted) - seen)
+    missing = sorted(set(clusters) - seen)
     if missing:
         raise ValueError(f"clusters missing from the Envoy config: {', '.join(missing)}")
     return cfg

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ import yaml
 
 from extproc.app import RouterApp
 from extproc.config import parse_config
-from extproc.demo.envoy_runner import EnvoyProcess
+from extproc.demo.envoy_runner import EnvoyProcess, render_envoy_clusters
 from extproc.demo.procs import free_port
 from mockpool.server import serve_pool
 from mockpool.settings import PoolSettings
@@ -26,32 +25,10 @@ ENVOY_3POOLS = REPO / "envoy" / "envoy-3pools.yaml"
 POOL_CLUSTERS = {"short": "short_pool", "medium": "medium_pool", "long": "long_pool"}
 
 
-def _set_socket(holder: dict[str, Any], port: int) -> None:
-    sock = holder["address"]["socket_address"]
-    sock["address"] = "127.0.0.1"
-    sock["port_value"] = port
-
-
 def render_envoy(source: Path, *, listener: int, admin: int, clusters: dict[str, int]) -> dict[str, Any]:
     """The bootstrap with admin, the listener and each named cluster's single endpoint on loopback
-    (clusters become STATIC). Raises KeyError/ValueError when a named cluster is missing."""
-    cfg: dict[str, Any] = copy.deepcopy(yaml.safe_load(source.read_text(encoding="utf-8")))
-    _set_socket(cfg["admin"], admin)
-    (lst,) = cfg["static_resources"]["listeners"]
-    _set_socket(lst, listener)
-    seen = set()
-    for cluster in cfg["static_resources"]["clusters"]:
-        if cluster["name"] not in clusters:
-            continue
-        (group,) = cluster["load_assignment"]["endpoints"]
-        (ep,) = group["lb_endpoints"]
-        _set_socket(ep["endpoint"], clusters[cluster["name"]])
-        cluster["type"] = "STATIC"
-        cluster.pop("dns_lookup_family", None)
-        seen.add(cluster["name"])
-    if seen != set(clusters):
-        raise ValueError(f"clusters missing: {sorted(set(clusters) - seen)}")
-    return cfg
+    (clusters become STATIC); the demo's renderer, for any number of pools."""
+    return render_envoy_clusters(source, listener=listener, admin=admin, clusters=clusters)
 
 
 @dataclass
