@@ -195,7 +195,28 @@ class EstimatorConfig(_Strict):
     max_models: Annotated[int, Field(ge=1, le=1024)] = 32
     """Distinct model names tracked; further models share the ``_other`` key (bounded cardinality)."""
     sample_bytes: Annotated[int, Field(ge=256, le=1_048_576)] = 16384
-    """Bytes of text examined by the content classifier."""
+    """Bytes of text examined by the content classifier (``bytes`` cost model)."""
+    cost_model: Literal["runs", "bytes"] = "runs"
+    """``runs``: modelled tokens from the run counts of all template text (docs/estimator.md), the
+    learned value of a key is modelled/true tokens; ``bytes``: the paper's bytes/token ratio per
+    category (kept for the baselines of the evaluation)."""
+    min_model_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
+    """Plausibility floor of a ``runs`` key (modelled/true tokens): no learning step and no misroute
+    recovery budgets text above 1/this times its modelled tokens."""
+    max_step: Annotated[float, Field(gt=0.0, le=1.0)] = 0.25
+    """Largest relative move of a key's value a single observation can cause before the EMA: the
+    observation is clipped to within ×/÷ (1 + this) of the current value (``runs`` model)."""
+    first_observation_weight: Annotated[float, Field(gt=0.0, le=1.0)] = 0.25
+    """A key's first observation is blended with the cold prior at this weight (geometric mean),
+    so it never replaces the prior (``runs`` model)."""
+    reject_factor: Annotated[float, Field(gt=1.0)] = 3.0
+    """Observations whose modelled/true differs from the key's value by more than this factor are
+    not learned (counted as unexplained): one odd request cannot move a key (``runs`` model)."""
+    recovery_observations: Annotated[int, Field(ge=1)] = 200
+    """After a confirmed misroute, the lowered value of the key holds for this many observations of
+    the key (then ordinary learning owns it again)."""
+    max_media_tokens: Annotated[int, Field(ge=1)] = 65536
+    """Largest per-item media budget learned from observations or misroute recovery."""
 
 
 class CalibrationConfig(_Strict):

@@ -373,15 +373,16 @@ class StreamProcessor:
         obs = r.estimator.observe(self.budget, self.prompt_tokens)
         if obs is None:
             r.metrics.calibration.labels("not_text_dominated").inc()
-            return
-        r.metrics.calibration.labels("applied").inc()
-        r.metrics.rel_error.labels(obs.key[1]).observe(obs.rel_error)
+        else:
+            r.metrics.calibration.labels("applied").inc()
+            r.metrics.rel_error.labels(obs.key[1]).observe(obs.rel_error)
         if self.retried_to is not None and self.counted_pool is not None:
             dev_before = before.dev_bpt if before is not None else 0.0
             r.recovery.on_usage(
                 self.budget, self.counted_pool, self.retried_to, self.prompt_tokens, dev_before
             )
-        r.publish_ratio(*obs.key)
+        if obs is not None:
+            r.publish_ratio(*obs.key)
 
     def finish(self, end: str) -> None:
         """The stream ended (``end``: ``complete``, ``cancelled`` or ``error``); record the decision.

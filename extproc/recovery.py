@@ -27,7 +27,7 @@ from typing import Protocol, runtime_checkable
 
 from extproc.calibration import INITIAL_REL_DEV, RatioKey, RatioState, RatioStore
 from extproc.config import RecoveryConfig
-from extproc.estimator import TokenBudget
+from extproc.estimator import Estimator, TokenBudget
 from extproc.load import LoadTracker
 from extproc.policy import Policy
 
@@ -123,8 +123,17 @@ class MisrouteRecovery:
     """
 
     def __init__(
-        self, cfg: RecoveryConfig, policy: Policy, load: LoadTracker, store: RatioStore, warmup_samples: int
+        self,
+        cfg: RecoveryConfig,
+        policy: Policy,
+        load: LoadTracker,
+        store: RatioStore,
+        warmup_samples: int,
+        estimator: Estimator | None = None,
     ) -> None:
+        """``estimator``: the ``runs`` cost model's recovery (:meth:`Estimator.recover`) is used for
+        its budgets; budgets of the ``bytes`` model use :func:`strong_correction` on ``store``."""
+        self.estimator = estimator
         self.cfg = cfg
         self.policy = policy
         self.load = load
@@ -166,6 +175,13 @@ class MisrouteRecovery:
         m.labels(pool, "confirmed").inc()
         if not self.cfg.calibrate:
             return False
+        if self.estimator is not None and budget.model_tokens > 0.0:
+            value = self.estimator.recover(budget, prompt_tokens)
+            if value is None:
+                return False
+            m.labels(pool, "ratcheted").inc()
+            log.info("misroute %s -> %s: %s/%s recovered to %.3f", pool, served_by, *budget.key, value)
+            return True
         new = strong_correction(
             self.store,
             budget,

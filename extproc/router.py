@@ -58,7 +58,12 @@ class Router:
         self.load = load if load is not None else LoadTracker(LoadMetrics(self.metrics.registry))
         self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
         self.recovery = MisrouteRecovery(
-            config.recovery, self.policy, self.load, self.store, config.calibration.warmup_samples
+            config.recovery,
+            self.policy,
+            self.load,
+            self.store,
+            config.calibration.warmup_samples,
+            estimator=self.estimator,
         )
         self.routing_header = config.routing_header
         self.decision_log = decision_log
