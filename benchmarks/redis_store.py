@@ -24,9 +24,9 @@ import tempfile
 import time
 import timeit
 
-from extproc.calibration import InMemoryRatioStore, LearnerParams
-from extproc.metrics import RouterMetrics
-from extproc.redis_store import RedisRatioStore
+from extproc.core.calibration import InMemoryRatioStore, LearnerParams
+from extproc.service.metrics import RouterMetrics
+from extproc.service.redis_store import RedisRatioStore
 
 T0 = time.perf_counter()
 

@@ -11,8 +11,8 @@ import pytest
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from extproc.app import RouterApp
 from extproc.config import parse_config
+from extproc.service.app import RouterApp
 from tests.hardening.helpers import (
     CHAT_HEADERS,
     CONFIG,

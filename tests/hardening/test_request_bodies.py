@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from extproc.app import RouterApp
+from extproc.service.app import RouterApp
 from tests.hardening.helpers import (
     COMPLETIONS_HEADERS,
     Counts,

@@ -13,9 +13,9 @@ import httpx
 import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from extproc.app import RouterApp
+from extproc.adapter.responses import header_option
 from extproc.config import RouterConfig, parse_config
-from extproc.responses import header_option
+from extproc.service.app import RouterApp
 from tests.hardening.helpers import (
     CONFIG,
     chat_body,
