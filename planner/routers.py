@@ -7,7 +7,7 @@ retried on a larger pool (:meth:`Router.move`), so a router can keep the same in
 real router keeps.
 
 Load-aware spillover is not re-implemented here: :class:`PolicyRouter` drives the router's own
-:class:`extproc.policy.Policy` and :class:`extproc.load.LoadTracker` (pure Python, no gRPC) with
+:class:`extproc.core.policy.Policy` and :class:`extproc.core.load.LoadTracker` (pure Python, no gRPC) with
 the simulated clock, so the simulator applies exactly the thresholds, per-pool overrides, scan
 order and staleness rule of a router configuration (``pools[]`` + ``spillover:``).
 """
@@ -21,8 +21,8 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry
 
 from extproc.config import PoolConfig, SpilloverConfig
-from extproc.load import LoadMetrics, LoadTracker, PoolSignals
-from extproc.policy import Policy
+from extproc.core.load import LoadMetrics, LoadTracker, PoolSignals
+from extproc.core.policy import Policy
 
 __all__ = [
     "ROUTERS",
@@ -113,11 +113,11 @@ class ShortestFitRouter:
 
 @dataclass
 class PolicyRouter:
-    """The router's :class:`~extproc.policy.Policy` with a :class:`~extproc.load.LoadTracker` on
+    """The router's :class:`~extproc.core.policy.Policy` with a :class:`~extproc.core.load.LoadTracker` on
     simulated time.
 
     * ``inflight`` (router's count) is exact: acquired at routing, released when the DES says the
-      request ended, moved on a misroute retry — as ``extproc/load.py`` does per ext_proc stream.
+      request ended, moved on a misroute retry — as ``extproc/core/load.py`` does per ext_proc stream.
     * ``waiting`` / ``kv_cache`` are *scraped*: every ``spillover.scrape_interval_s`` of simulated
       time (at the first arrival after each due time), each pool with a ``metrics_url`` records
       :meth:`FleetView.waiting` and :meth:`FleetView.kv_cache_usage`; between scrapes the policy
