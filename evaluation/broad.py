@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from extproc.config import CalibrationConfig, EstimatorConfig
 from evaluation.metrics import abs_error_percentiles, misroutes
 from evaluation.replay import ReplayItem, ReplayResult, Strategy, run_strategy
+from extproc.config import CalibrationConfig, EstimatorConfig
 from extproc.core.request_body import parse_request_body
 
-__all__ = ["body_truth", "body_items", "evaluate_modes", "load_bodies", "render_modes"]
+__all__ = ["body_items", "body_truth", "evaluate_modes", "load_bodies", "render_modes"]
 
 
 def load_bodies(path: str | Path) -> list[dict[str, Any]]:
@@ -103,9 +103,7 @@ def body_truth(name: str, bodies: list[dict[str, Any]], data_dir: str | Path) ->
     return out
 
 
-def body_items(
-    bodies: list[dict[str, Any]], truth: list[int], *, model: str, seed: int
-) -> list[ReplayItem]:
+def body_items(bodies: list[dict[str, Any]], truth: list[int], *, model: str, seed: int) -> list[ReplayItem]:
     """Bodies with ``model`` set, in a seeded order, parsed by the router's parser."""
     order = list(range(len(bodies)))
     random.Random(seed).shuffle(order)
@@ -113,7 +111,8 @@ def body_items(
     for i in order:
         b = dict(bodies[i])
         b["model"] = model
-        meta = b.get("metadata") if isinstance(b.get("metadata"), dict) else {}
+        meta_value = b.get("metadata")
+        meta: dict[str, Any] = meta_value if isinstance(meta_value, dict) else {}
         raw = json.dumps(b, ensure_ascii=False).encode()
         endpoint = "completions" if "prompt" in b else "chat"
         f = parse_request_body(raw, endpoint)
@@ -179,7 +178,13 @@ def render_modes(title: str, result: dict[str, Any], thresholds: list[int], *, p
             if kind != "all" and not per_kind:
                 continue
             e = row["abs_error"]
-            cells = [mode, kind, str(row["n"]), f"{e[0]:.3f} / {e[1]:.3f} / {e[2]:.3f}", f"{row['under_p01']:+.3f}"]
+            cells = [
+                mode,
+                kind,
+                str(row["n"]),
+                f"{e[0]:.3f} / {e[1]:.3f} / {e[2]:.3f}",
+                f"{row['under_p01']:+.3f}",
+            ]
             cells += [_fmt(row[str(b)]) for b in thresholds]
             lines.append("|" + "|".join(cells) + "|")
     if "worst" in result and per_kind:

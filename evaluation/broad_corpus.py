@@ -153,9 +153,13 @@ def _prose(mirrors: Path, rng: random.Random) -> Iterator[dict[str, Any]]:
             continue
         for _ in range(6):
             yield _chat(kind, f"locale_{loc}", _take(rng, msgs, _size(rng, 300, 20_000), sep=". "))
-        yield _chat("json", f"locale_{loc}", f"Check this translation file:\n\n{raw[: _size(rng, 2000, 30000)]}")
+        yield _chat(
+            "json", f"locale_{loc}", f"Check this translation file:\n\n{raw[: _size(rng, 2000, 30000)]}"
+        )
         # a non-English chat with an English system prompt (item 7)
-        yield _chat(kind, f"locale_{loc}", _take(rng, msgs, 6000, sep=". "), system="You are a helpful assistant.")
+        yield _chat(
+            kind, f"locale_{loc}", _take(rng, msgs, 6000, sep=". "), system="You are a helpful assistant."
+        )
 
 
 def _code(mirrors: Path, rng: random.Random) -> Iterator[dict[str, Any]]:
@@ -184,7 +188,22 @@ def _hexdump(data: bytes) -> str:
     return "\n".join(" ".join(f"{b:02x}" for b in data[i : i + 16]) for i in range(0, len(data), 16))
 
 
-_WORDS = "alpha beta gamma delta error warning info request user session cache disk memory timeout".split()
+_WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "error",
+    "warning",
+    "info",
+    "request",
+    "user",
+    "session",
+    "cache",
+    "disk",
+    "memory",
+    "timeout",
+]
 _EMOJI = "😀😂🥲😍🤔👍🙏🔥🎉💡✅❌🚀🌍🐍☕️❤️👀🤖📦"
 
 
@@ -197,7 +216,9 @@ def _data(rng: random.Random) -> Iterator[dict[str, Any]]:
             lines = "\n".join(b64[i : i + 76] for i in range(0, len(b64), 76))
             yield _chat("base64", "synthetic", f"Decode this base64:\n\n{lines}")
         elif r < 0.7:
-            yield _chat("base64", "synthetic", f"Here is the image: data:image/png;base64,{b64} What is in it?")
+            yield _chat(
+                "base64", "synthetic", f"Here is the image: data:image/png;base64,{b64} What is in it?"
+            )
         else:
             yield _chat("hex", "synthetic", f"Explain this dump:\n\n{_hexdump(raw[: len(raw) // 3])}")
     for _ in range(25):
@@ -206,12 +227,12 @@ def _data(rng: random.Random) -> Iterator[dict[str, Any]]:
         yield _chat("uuid", "synthetic", json.dumps(ids, indent=rng.choice([None, 2])))
     for _ in range(30):
         rows = max(1, _size(rng, 100, 40_000) // 25)
-        lines = ["sepal_length,sepal_width,petal_length,petal_width,species"]
+        csv_lines = ["sepal_length,sepal_width,petal_length,petal_width,species"]
         sp = ("setosa", "versicolor", "virginica")
         for _ in range(rows):
             v = [f"{rng.uniform(0.1, 8):.1f}" for _ in range(4)]
-            lines.append(",".join([*v, rng.choice(sp)]))
-        csv = "\n".join(lines)
+            csv_lines.append(",".join([*v, rng.choice(sp)]))
+        csv = "\n".join(csv_lines)
         content = f"```csv\n{csv}\n```" if rng.random() < 0.5 else csv
         yield _chat("csv", "synthetic", f"Analyse this data:\n{content}")
     for _ in range(25):
@@ -302,16 +323,29 @@ def _agents(mirrors: Path, rng: random.Random) -> Iterator[dict[str, Any]]:
                 "role": "assistant",
                 "content": rng.choice(["", "Let me look.", None]),
                 "tool_calls": [
-                    {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(args)},
+                    }
                 ],
             }
             if field is not None:
                 asst[field] = _take(rng, notes, _size(rng, 200, 20_000))
             msgs.append(asst)
             msgs.append(
-                {"role": "tool", "tool_call_id": call_id, "name": name, "content": _take(rng, srcs, _size(rng, 200, 9000))}
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "name": name,
+                    "content": _take(rng, srcs, _size(rng, 200, 9000)),
+                }
             )
-        body: dict[str, Any] = {"messages": msgs, "tools": _TOOLS, "metadata": {"kind": "agent", "source": "synthetic"}}
+        body: dict[str, Any] = {
+            "messages": msgs,
+            "tools": _TOOLS,
+            "metadata": {"kind": "agent", "source": "synthetic"},
+        }
         if rng.random() < 0.3:
             body["chat_template_kwargs"] = {"enable_thinking": False}
         yield body

@@ -11,8 +11,8 @@ Method:
    ``1/√tokens`` (relative error, so long and short segments both count). Coefficients are tokens per run
    and per character.
 4. Cold correction per (family, content kind): the ratio ``modelled / true`` of segments with ≥ 200 true
-   tokens, at its 2.5th percentile (the learned key starts from there: at most 2.5 % of such segments are
-   under-budgeted before anything is learned), clipped to [0.6, 1.1]; kinds with fewer than 8 segments
+   tokens, at its 2nd percentile (the learned key starts from there: at most 2 % of such segments are
+   under-budgeted before anything is learned), clipped to [0.6, 1.0]; kinds with fewer than 20 segments
    take the family's value over all segments.
    Families without a tokenizer here (``unknown``) take the element-wise maximum of the coefficients and
    the minimum cold correction.
@@ -31,15 +31,15 @@ from typing import Any
 
 import numpy as np
 
-from extproc.core.runs import CONTENT_KINDS, RUN_KINDS, content_kind, count_runs
+from extproc.core.runs import CONTENT_KINDS, RUN_KINDS, RunCounts, content_kind, count_runs
 
 __all__ = ["fit", "main", "segments"]
 
 FAMILY_OF = {"llama3": "llama3", "qwen3": "qwen", "cl100k": "cl100k"}
-COLD_PERCENTILE = 2.5
+COLD_PERCENTILE = 2.0
 COLD_MIN_TOKENS = 200
-COLD_MIN_SEGMENTS = 8
-COLD_CLIP = (0.6, 1.1)
+COLD_MIN_SEGMENTS = 20
+COLD_CLIP = (0.6, 1.0)
 
 
 def segments(corpus: Path | None, data: Path | None, shared_sample: int = 3000) -> list[str]:
@@ -89,14 +89,18 @@ def fit(texts: list[str], truth: dict[str, list[int]]) -> dict[str, Any]:
         for row in x:
             contrib = row[:k] * coef[:k] + row[k : 2 * k] * coef[k : 2 * k]
             contrib[RUN_KINDS.index("space")] += row[-1] * coef[-1]
-            kinds.append(content_kind(_Counts(row, k), contrib))
+            kinds.append(content_kind(RunCounts(row[:k], row[k : 2 * k], row[-1]), contrib))
         ratio = pred / np.maximum(y, 1.0)
         big = y >= COLD_MIN_TOKENS
         overall = float(np.percentile(ratio[big], COLD_PERCENTILE))
         cold: dict[str, float] = {}
         for kind in CONTENT_KINDS:
             sel = big & (np.array(kinds) == kind)
-            value = float(np.percentile(ratio[sel], COLD_PERCENTILE)) if sel.sum() >= COLD_MIN_SEGMENTS else overall
+            value = (
+                float(np.percentile(ratio[sel], COLD_PERCENTILE))
+                if sel.sum() >= COLD_MIN_SEGMENTS
+                else overall
+            )
             cold[kind] = round(min(max(value, COLD_CLIP[0]), COLD_CLIP[1]), 3)
         families[FAMILY_OF[name]] = {
             "per_run": dict(zip(RUN_KINDS, np.round(coef[:k], 4).tolist(), strict=True)),
@@ -114,14 +118,6 @@ def fit(texts: list[str], truth: dict[str, list[int]]) -> dict[str, Any]:
         "segments": 0,
     }
     return {"version": 1, "families": families}
-
-
-class _Counts:
-    """A feature row viewed as run counts (for :func:`content_kind`)."""
-
-    def __init__(self, row: np.ndarray, k: int) -> None:
-        self.runs = row[:k]
-        self.chars = row[k : 2 * k]
 
 
 def main(argv: list[str] | None = None) -> int:

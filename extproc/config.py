@@ -105,6 +105,12 @@ class ModelProfile(_Strict):
     """Tokens per ASCII punctuation character (budgeted outside the ratio, docs/estimator.md)."""
     newline_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     """Tokens per newline (budgeted outside the ratio)."""
+    renders_reasoning: bool = True
+    tools_json_spaced: bool = True
+    """The template prints tool schemas as JSON with ``", "``/``": "`` separators (Qwen3 ``tojson``);
+    False: compact JSON (the Llama-3 stand-in and OpenAI count append the compact schema)."""
+    """The chat template renders assistant ``reasoning``/``reasoning_content`` (Qwen3 does for the
+    turns after the last user message; Meta's Llama-3 templates never do)."""
 
     @field_validator("pattern")
     @classmethod
@@ -125,6 +131,8 @@ DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
         message_framing_tokens=5,
         request_framing_tokens=5,
         digit_tokens_per_digit=0.6,
+        renders_reasoning=False,
+        tools_json_spaced=False,
     ),
     # Qwen2/2.5/3 ChatML: <|im_start|>role\n…<|im_end|>\n = 5 per message; <|im_start|>assistant\n = 3;
     # with tools a system block of fixed instructions plus one newline per tool.
@@ -143,6 +151,7 @@ DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
         message_framing_tokens=4,
         request_framing_tokens=3,
         digit_tokens_per_digit=0.6,
+        tools_json_spaced=False,
     ),
 )
 """Built-in profiles (first match wins); configure ``estimator.model_profiles`` to extend them."""
@@ -212,6 +221,9 @@ class EstimatorConfig(_Strict):
     reject_factor: Annotated[float, Field(gt=1.0)] = 3.0
     """Observations whose modelled/true differs from the key's value by more than this factor are
     not learned (counted as unexplained): one odd request cannot move a key (``runs`` model)."""
+    prior_ramp_samples: Annotated[int, Field(ge=1)] = 50
+    """``runs`` model: after warm-up the routing value moves from the cold prior to the learned one
+    geometrically over this many observations (a key's first observations cannot undo its prior)."""
     recovery_observations: Annotated[int, Field(ge=1)] = 200
     """After a confirmed misroute, the lowered value of the key holds for this many observations of
     the key (then ordinary learning owns it again)."""

@@ -239,7 +239,9 @@ def render_llama3(
         for call in message.get("tool_calls") or ():
             # Meta's Llama-3.1 template: {"name": ..., "parameters": ...} per call, JSON with spaces
             fn = call.get("function", {}) if isinstance(call, Mapping) else {}
-            content += json.dumps({"name": fn.get("name"), "parameters": fn.get("arguments")}, ensure_ascii=False)
+            content += json.dumps(
+                {"name": fn.get("name"), "parameters": fn.get("arguments")}, ensure_ascii=False
+            )
         parts.append(f"<|start_header_id|>{message['role']}<|end_header_id|>\n\n{content}<|eot_id|>")
     if add_generation_prompt:
         parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")

@@ -52,6 +52,10 @@ __all__ = [
 _MIN_TEXT_SHARE = 0.5
 """Calibrate only when text is at least this share of the modelled prompt tokens."""
 
+TOOL_CALL_FRAMING_TOKENS = 12
+"""Template tokens around one assistant tool call beyond its name and arguments (Qwen3:
+``<tool_call>\n{"name": "…", "arguments": …}\n</tool_call>`` = 12 tokens; Llama-3.1 ≈ 8)."""
+
 TOOLS_CATEGORY = "tools"
 ALL_CATEGORY = "all"
 
@@ -68,6 +72,8 @@ class Framing:
     digit_tokens: float
     punct_tokens: float = 1.0
     newline_tokens: float = 1.0
+    renders_reasoning: bool = True
+    tools_json_spaced: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +189,8 @@ class Estimator:
                             p.digit_tokens_per_digit,
                             p.punct_tokens_per_char,
                             p.newline_tokens_per_char,
+                            p.renders_reasoning,
+                            p.tools_json_spaced,
                         )
                         break
             self._framing[model_key] = fr
@@ -224,6 +232,9 @@ class Estimator:
             ratio = state.low_bpt
         else:
             ratio = state.mean_bpt - self.cal.gamma * state.dev_bpt
+        if runs:
+            w = min(1.0, state.samples / self.cfg.prior_ramp_samples)
+            ratio = math.exp(w * math.log(max(ratio, floor)) + (1.0 - w) * math.log(self.prior(key)))
         return max(ratio, floor), max(state.mean_bpt, floor), True
 
     def routing_ratio(self, key: RatioKey) -> tuple[float, bool]:
@@ -246,6 +257,7 @@ class Estimator:
             fixed += fr.request_tokens + fr.message_tokens * f.n_messages
             if f.n_tools:
                 fixed += fr.tool_tokens + fr.per_tool_tokens * f.n_tools
+            fixed += TOOL_CALL_FRAMING_TOKENS * f.n_tool_calls
         return fixed
 
     def _category(self, f: RequestFeatures, prof: TextProfile | None) -> str:
@@ -279,8 +291,14 @@ class Estimator:
         """The ``runs`` cost model: ``ceil(modelled_text_tokens / c*_key) + framing + media + ids``."""
         assert f.runs is not None
         model_key = self.model_key(f.model)
-        costs = run_costs(self.framing(model_key).family)
-        text_tokens, kind = costs.text_tokens(f.runs)
+        fr = self.framing(model_key)
+        costs = run_costs(fr.family)
+        counts = f.runs
+        if f.reasoning_runs is not None and fr.renders_reasoning:
+            counts = counts + f.reasoning_runs
+        if f.tools_runs is not None:
+            counts = counts + f.tools_runs[1 if fr.tools_json_spaced else 0]
+        text_tokens, kind = costs.text_tokens(counts)
         key = (model_key, kind if self.cfg.per_category else ALL_CATEGORY)
         ratio, central, warm = self._routing(key)
         fixed = self.fixed_tokens(f)

@@ -88,10 +88,26 @@ class RequestFeatures:
     runs: RunCounts | None = None
     n_tool_calls: int = 0
     unknown_fields: int = 0
+    tools_runs: tuple[RunCounts, RunCounts] | None = None
+    """Run counts of the tool schemas as compact JSON and as JSON with spaces (templates differ:
+    ``ModelProfile.tools_json_spaced``)."""
+    reasoning_runs: RunCounts | None = None
+    """Run counts of ``reasoning`` / ``reasoning_content`` (some templates drop it: budgeted per
+    model profile, ``ModelProfile.renders_reasoning``)."""
 
 
 VLLM_MESSAGE_FIELDS = frozenset(
-    {"role", "content", "name", "tool_calls", "tool_call_id", "reasoning", "reasoning_content", "tools", "task"}
+    {
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "reasoning",
+        "reasoning_content",
+        "tools",
+        "task",
+    }
 )
 """Message fields vLLM's chat-message parsing hands to the chat template
 (``vllm/entrypoints/chat_utils.py``: ``_parse_chat_message_content`` copies ``tool_calls`` and
@@ -115,9 +131,10 @@ def _arguments_text(args: Any) -> str:
     (``_postprocess_messages``) and templates print it with ``tojson``."""
     if isinstance(args, str):
         try:
-            args = orjson.loads(args)
+            parsed: Any = orjson.loads(args)
         except orjson.JSONDecodeError:
             return args
+        return _json_text(parsed)
     return "" if args is None else _json_text(args)
 
 
@@ -238,7 +255,7 @@ def _content(content: Any, text: _Text, counts: list[int]) -> None:
             raise UnreadableRequest("unknown_content_part")
 
 
-def _messages(messages: Any, text: _Text, counts: list[int]) -> int:
+def _messages(messages: Any, text: _Text, counts: list[int], reasoning: list[str]) -> int:
     """Walk ``messages``; counts = [images, audio, tool calls, unknown fields]."""
     if not isinstance(messages, list):
         raise UnreadableRequest("bad_field_type", "messages")
@@ -259,6 +276,9 @@ def _messages(messages: Any, text: _Text, counts: list[int]) -> int:
                         text.add(_arguments_text(fn.get("arguments")))
                     else:
                         text.add(_json_text(call))
+            elif field in ("reasoning", "reasoning_content"):
+                if value is not None and not (field == "reasoning_content" and "reasoning" in msg):
+                    reasoning.append(_json_text(value))  # vLLM passes one of them, as both names
             elif field != "role" and value is not None:
                 if field not in VLLM_MESSAGE_FIELDS:
                     counts[3] += 1
@@ -323,10 +343,11 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
 
     text = _Text(sample_bytes)
     counts = [0, 0, 0, 0]
+    reasoning: list[str] = []
     n_messages = 0
     exact = 0
     if endpoint == "chat":
-        n_messages = _messages(parsed.get("messages"), text, counts)
+        n_messages = _messages(parsed.get("messages"), text, counts, reasoning)
     elif endpoint == "completions":
         if "prompt" not in parsed:
             raise UnreadableRequest("empty_prompt", "prompt")
@@ -347,7 +368,7 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
             raise UnreadableRequest("bad_field_type", name)
         tool_defs.extend(value)
     tool_schema_bytes = len(orjson.dumps(tool_defs)) if tool_defs else 0
-    template_texts = [_json_text(t) for t in tool_defs]
+    template_texts = []
     for field in ("documents", "chat_template_kwargs"):
         value = parsed.get(field)
         if value is not None:
@@ -382,4 +403,8 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
         runs=count_runs("\n".join(text.all + template_texts)),
         n_tool_calls=counts[2],
         unknown_fields=counts[3],
+        reasoning_runs=count_runs("\n".join(reasoning)) if reasoning else None,
+        tools_runs=(count_runs(orjson.dumps(tool_defs).decode()), count_runs(_json_text(tool_defs)))
+        if tool_defs
+        else None,
     )

@@ -3,7 +3,7 @@
 ``extproc/core/run_costs.json`` is written by ``python -m evaluation.fit_run_costs`` (method in its
 docstring and docs/estimator.md §Run costs): non-negative least squares of true token counts of
 11,106 public text segments on their run counts, for the Llama-3, Qwen3 and cl100k tokenizers, plus a
-cold correction per (family, content kind): the 2.5th percentile of modelled/true on segments of
+cold correction per (family, content kind): the 2nd percentile of modelled/true on segments of
 ≥ 200 tokens. ``unknown`` (a model matching no profile) takes the largest coefficient of any family
 and the smallest cold correction.
 """
@@ -46,7 +46,7 @@ class RunCosts:
 
     def tokens_by_kind(self, counts: RunCounts) -> np.ndarray:
         """Modelled tokens of each run kind (gaps are charged to ``space``)."""
-        t = counts.runs * self.per_run + counts.chars * self.per_char
+        t: np.ndarray = counts.runs * self.per_run + counts.chars * self.per_char
         t[_SPACE] += counts.gaps * self.per_gap
         return t
 
