@@ -141,7 +141,7 @@ async def test_forced_underestimate_is_recovered_on_the_next_larger_pool(tmp_pat
         assert metric(stack, "tbr_misroute_calibration_total", {"pool": "short", "outcome": "ratcheted"}) == 1
         # the key's routing value is lowered to what the served usage shows (modelled/true ≈ 1),
         # held by the estimator for the next observations, not written to the store (same with Redis)
-        ratio, warm = stack.app.current_router().estimator.routing_ratio(("m", key_category))
+        ratio, _warm = stack.app.current_router().estimator.routing_ratio(("m", key_category))
         assert ratio <= 1.5
 
         pool, attempts = await served_by(c, messages, max_tokens=16)
