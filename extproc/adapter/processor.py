@@ -22,7 +22,6 @@ are never altered except for the documented ``content-length`` removal on SSE.
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 import time
@@ -43,14 +42,6 @@ __all__ = ["StreamProcessor", "header_value"]
 log = logging.getLogger(__name__)
 
 _MAX_JSON_RESPONSE_BYTES = 16 << 20
-
-
-@functools.lru_cache(maxsize=4096)
-def _child(metric: Any, *labels: str) -> Any:
-    """``metric.labels(*labels)``, cached: prometheus_client's ``labels()`` takes a lock and
-    builds a tuple on every call (~5 µs), several times per request on the hot path. Label
-    values here are bounded sets (phases, pools, categories, reasons), so the cache is too."""
-    return metric.labels(*labels)
 
 
 def header_value(h: Any) -> str:
@@ -169,11 +160,11 @@ class StreamProcessor:
                 phase = "unknown"
                 resp = R.CONTINUE_REQUEST_HEADERS
         except Exception:
-            self.router.metrics.errors.labels(phase or "unknown").inc()
+            self.router.observer.phase_error(phase or "unknown")
             log.exception("error in phase %s (request_id=%s)", phase, self.request_id)
             resp = self._safe_answer(phase)
         self._note_exchange_end(phase, req, resp)
-        _child(self.router.metrics.phase_seconds, phase or "unknown").observe(time.perf_counter() - t0)
+        self.router.observer.phase_timing(phase or "unknown", time.perf_counter() - t0)
         return resp
 
     def _safe_answer(self, phase: str | None) -> pb.ProcessingResponse:
@@ -236,8 +227,7 @@ class StreamProcessor:
         self.reason = decision.reason
         self.category = budget.key[1]
         self._count_inflight()
-        _child(r.metrics.decisions, self.pool, self.category, self.reason).inc()
-        _child(r.metrics.budget_tokens, self.pool).observe(budget.total_tokens)
+        r.observer.decision(self.pool, self.category, self.reason, budget.total_tokens)
         return r.body_responses[self.pool]
 
     def _route_fallback(self, reason: str, *, body: bool) -> pb.ProcessingResponse:
@@ -247,9 +237,9 @@ class StreamProcessor:
         self.reason = reason
         self.category = "unknown"
         self._count_inflight()
-        r.metrics.decisions.labels(self.pool, "unknown", reason).inc()
+        r.observer.decision(self.pool, "unknown", reason, None)
         if reason != "unsupported_path":
-            r.metrics.unreadable.labels(reason).inc()
+            r.observer.unreadable(reason)
         return r.body_responses[self.pool] if body else r.header_responses[self.pool]
 
     def _count_inflight(self) -> None:
@@ -303,18 +293,18 @@ class StreamProcessor:
             self.retried_to = self.router.recovery.on_retried(
                 self.counted_pool, parse_attempt_count(attempts), self.status
             )
-        m = self.router.metrics
+        obs = self.router.observer
         if not 200 <= self.status < 300:
             if self.budget is not None:
-                m.calibration.labels("non_2xx").inc()
+                obs.calibration("non_2xx")
             return R.CONTINUE_RESPONSE_HEADERS
         if msg.end_of_stream or not self._wants_calibration():
             if self.budget is not None and msg.end_of_stream:
-                m.calibration.labels("no_body").inc()
+                obs.calibration("no_body")
             return R.CONTINUE_RESPONSE_HEADERS
         decoder = make_decoder(encoding)
         if decoder is None:
-            m.calibration.labels("unsupported_encoding").inc()
+            obs.calibration("unsupported_encoding")
             return R.CONTINUE_RESPONSE_HEADERS
         self._decoder = decoder
         if content_type.startswith("text/event-stream"):
@@ -323,7 +313,7 @@ class StreamProcessor:
         if "json" in content_type:
             self._json_buf = bytearray()
             return R.READ_JSON_RESPONSE
-        m.calibration.labels("unsupported_content_type").inc()
+        obs.calibration("unsupported_content_type")
         return R.CONTINUE_RESPONSE_HEADERS
 
     def on_response_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
@@ -332,7 +322,7 @@ class StreamProcessor:
             try:
                 data = self._decoder.decode(msg.body)
             except DecodeError:
-                self.router.metrics.calibration.labels("decode_error").inc()
+                self.router.observer.calibration("decode_error")
                 self._decoder = None
                 self._sse = None
                 self._json_buf = None
@@ -344,7 +334,7 @@ class StreamProcessor:
                     self._json_buf += data
                 else:
                     self._json_buf = None
-                    self.router.metrics.calibration.labels("response_too_large").inc()
+                    self.router.observer.calibration("response_too_large")
         if msg.end_of_stream:
             self.finish_response()
         return R.CONTINUE_RESPONSE_BODY
@@ -367,15 +357,15 @@ class StreamProcessor:
         self.calibrated = True
         r = self.router
         if self.prompt_tokens is None:
-            r.metrics.calibration.labels("no_usage").inc()
+            r.observer.calibration("no_usage")
             return
         before = r.store.get(self.budget.key) if self.retried_to is not None else None
         obs = r.estimator.observe(self.budget, self.prompt_tokens)
         if obs is None:
-            r.metrics.calibration.labels("not_text_dominated").inc()
+            r.observer.calibration("not_text_dominated")
             return
-        r.metrics.calibration.labels("applied").inc()
-        r.metrics.rel_error.labels(obs.key[1]).observe(obs.rel_error)
+        r.observer.calibration("applied")
+        r.observer.estimate_error(obs.key[1], obs.rel_error)
         if self.retried_to is not None and self.counted_pool is not None:
             dev_before = before.dev_bpt if before is not None else 0.0
             r.recovery.on_usage(
@@ -395,7 +385,6 @@ class StreamProcessor:
         if self.counted_pool is not None:
             counted, self.counted_pool = self.retried_to or self.counted_pool, None
             r.load.release(counted)
-        _child(r.metrics.streams, end).inc()
         if r.decision_log is not None and self.pool:
             b = self.budget
             r.log_decision(

@@ -21,10 +21,10 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from extproc.adapter.observer import request_id_var
 from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.runtime import Runtime
 from extproc.config import ServerConfig
-from extproc.service.logs import request_id_var
 
 __all__ = ["EXT_PROC_SERVICE", "ExtProcServicer", "GrpcServer", "freeze_startup_objects", "start_grpc_server"]
 
@@ -52,7 +52,8 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         """Answer every message of one stream, in order."""
         router = self._get_router()
         proc = StreamProcessor(router)
-        router.metrics.inflight.inc()
+        observer = router.observer
+        observer.stream_started()
         self.active_streams += 1
         end = "complete"
         try:
@@ -75,11 +76,11 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
             log.exception("ext_proc stream failed (request_id=%s)", proc.request_id)
         finally:
             self.active_streams -= 1
-            router.metrics.inflight.dec()
             try:
                 proc.finish(end)
             except Exception:
                 log.exception("finishing stream failed (request_id=%s)", proc.request_id)
+            observer.stream_ended(end)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "stream ended",
