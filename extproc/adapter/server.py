@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import grpc.aio
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import _async as health_aio  # grpc-stubs lack the asyncio servicer
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from extproc.adapter.observer import request_id_var
 from extproc.adapter.processor import StreamProcessor
@@ -37,7 +39,7 @@ _MESSAGE_HEADROOM_BYTES = 1 << 20
 exactly the Envoy buffer limit, plus request attributes or metadata Envoy may attach."""
 
 
-class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
     """The ext_proc service; ``get_router`` returns the current runtime (swapped on reload)."""
 
     def __init__(self, get_router: Callable[[], Runtime]) -> None:
@@ -178,7 +180,7 @@ async def start_grpc_server(
     server = grpc.aio.server(options=options)
     servicer = ExtProcServicer(get_router)
     pb_grpc.add_ExternalProcessorServicer_to_server(servicer, server)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     address = f"{cfg.grpc_host}:{cfg.grpc_port if port is None else port}"
     creds = _credentials(cfg)
