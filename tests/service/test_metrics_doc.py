@@ -11,23 +11,8 @@ from extproc.core.load import LoadTracker
 from extproc.service.app import RouterApp
 from extproc.service.load_metrics import LoadCollector
 from extproc.service.metrics import RouterMetrics
-from tests.service.conftest import REPO
+from tests.service.contracts import documented
 from tests.service.streams import POOLS, admin_get, calibrate
-
-ROW = re.compile(r"^\| `(tbr_[a-z_]+)` \| (counter|gauge|histogram) \| ([^|]*) \| ([^|]+) \|")
-
-
-def documented() -> dict[str, tuple[str, frozenset[str]]]:
-    """{family name: (type, labels)} from the table in docs/metrics.md."""
-    out = {}
-    for line in (REPO / "docs" / "metrics.md").read_text().splitlines():
-        m = ROW.match(line)
-        if m:
-            name, kind, labels, unit = m.groups()
-            assert unit.strip(), f"{name}: no unit"
-            family = name.removesuffix("_total") if kind == "counter" else name
-            out[family] = (kind, frozenset(re.findall(r"`([a-z_]+)`", labels)))
-    return out
 
 
 def test_every_metric_object_is_documented_with_its_type_and_labels() -> None:
