@@ -55,6 +55,12 @@ class StreamObserver(Protocol):
     def phase_error(self, phase: str) -> None:
         """An unexpected error while answering ``phase`` (answered with a safe pass-through)."""
 
+    def saturated(self, pool: str, signal: str) -> None:
+        """A routing decision found ``pool`` saturated by ``signal`` (``inflight``, ``waiting``, ``kv_cache``)."""
+
+    def spillover(self, from_pool: str, to_pool: str, signal: str) -> None:
+        """A request went to ``to_pool`` because its preferred ``from_pool`` was saturated by ``signal``."""
+
     def misroute(self, from_pool: str, to_pool: str, outcome: str) -> None:
         """Envoy retried a request routed to ``from_pool`` on ``to_pool`` (``recovered`` or ``retry_failed``)."""
 
@@ -93,6 +99,12 @@ class NullObserver:
         """Record nothing."""
 
     def phase_error(self, phase: str) -> None:
+        """Record nothing."""
+
+    def saturated(self, pool: str, signal: str) -> None:
+        """Record nothing."""
+
+    def spillover(self, from_pool: str, to_pool: str, signal: str) -> None:
         """Record nothing."""
 
     def misroute(self, from_pool: str, to_pool: str, outcome: str) -> None:

@@ -8,18 +8,18 @@ the instance they started with.
 from __future__ import annotations
 
 import logging
-from typing import IO, Any
+from typing import IO
 
 import orjson
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from prometheus_client import CollectorRegistry
 
 from extproc.adapter.observer import NullObserver, StreamObserver
 from extproc.adapter.responses import route_request_body, route_request_headers
 from extproc.config import RouterConfig
 from extproc.core.calibration import InMemoryRatioStore, RatioStore
+from extproc.core.decision import DecisionRecord
 from extproc.core.estimator import Estimator
-from extproc.core.load import LoadMetrics, LoadTracker
+from extproc.core.load import LoadTracker
 from extproc.core.policy import Policy
 from extproc.core.recovery import MisrouteRecovery
 
@@ -57,7 +57,7 @@ class Runtime:
         self.estimator = Estimator(
             estimator=config.estimator, calibration=config.calibration, store=self.store
         )
-        self.load = load if load is not None else LoadTracker(LoadMetrics(CollectorRegistry()))
+        self.load = load if load is not None else LoadTracker()
         self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
         self.recovery = MisrouteRecovery(
             config.recovery, self.policy, self.load, self.store, config.calibration.warmup_samples
@@ -78,12 +78,12 @@ class Runtime:
             return
         self.observer.ratio_updated(model, category, state.mean_bpt, state.dev_bpt, state.samples)
 
-    def log_decision(self, record: dict[str, Any]) -> None:
+    def log_decision(self, record: DecisionRecord) -> None:
         """Append one JSON line to the decision log (no prompt text); errors are logged, not raised."""
         if self.decision_log is None:
             return
         try:
-            self.decision_log.write(orjson.dumps(record) + b"\n")
+            self.decision_log.write(orjson.dumps(record.as_json()) + b"\n")
             self.decision_log.flush()
         except (OSError, ValueError) as exc:
             log.warning("decision log write failed: %s", exc)

@@ -11,6 +11,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from extproc.service.load_metrics import LoadMetrics
+
 __all__ = ["PrometheusObserver", "RouterMetrics"]
 
 _REL_ERROR_BUCKETS = (-0.5, -0.25, -0.1, -0.05, -0.02, 0.0, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
@@ -27,6 +29,8 @@ class RouterMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        self.load = LoadMetrics(r)
+        """Counters of pool load events (scrapes, saturation, spillover, misroutes)."""
         self.decisions = Counter(
             "tbr_routing_decisions",
             "Routing decisions by chosen pool, content category and reason.",
@@ -216,8 +220,18 @@ class PrometheusObserver:
         """``tbr_processing_errors_total{phase}``."""
         self._child("errors", self.metrics.errors, phase).inc()
 
+    def saturated(self, pool: str, signal: str) -> None:
+        """``tbr_pool_saturated_checks_total{pool,signal}``."""
+        self._child("saturated", self.metrics.load.saturated_checks, pool, signal).inc()
+
+    def spillover(self, from_pool: str, to_pool: str, signal: str) -> None:
+        """``tbr_spillover_total{from_pool,to_pool,signal}``."""
+        self._child("spillover", self.metrics.load.spillover, from_pool, to_pool, signal).inc()
+
     def misroute(self, from_pool: str, to_pool: str, outcome: str) -> None:
-        """Counted by the core's load metrics today (``tbr_misroutes_total``); nothing to add here."""
+        """``tbr_misroutes_total{from_pool,to_pool,outcome}``."""
+        self._child("misroutes", self.metrics.load.misroutes, from_pool, to_pool, outcome).inc()
 
     def misroute_calibration(self, pool: str, outcome: str) -> None:
-        """Counted by the core's load metrics today (``tbr_misroute_calibration_total``); nothing to add."""
+        """``tbr_misroute_calibration_total{pool,outcome}``."""
+        self._child("misroute_cal", self.metrics.load.misroute_calibration, pool, outcome).inc()
