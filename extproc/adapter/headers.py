@@ -9,8 +9,12 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from envoy.config.core.v3 import base_pb2 as core
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-__all__ = ["header_value", "plain_headers"]
+__all__ = ["EXT_PROC_ATTRIBUTES", "header_value", "plain_headers", "request_attributes"]
+
+EXT_PROC_ATTRIBUTES = "envoy.filters.http.ext_proc"
+"""Key of ``ProcessingRequest.attributes`` under which Envoy sends the filter's ``request_attributes``."""
 
 
 def header_value(h: core.HeaderValue) -> str:
@@ -46,3 +50,16 @@ def plain_headers(headers: core.HeaderMap, names: Collection[str]) -> dict[str, 
             prev = out.get(key)
             out[key] = value if prev is None else f"{prev}, {value}"
     return out
+
+
+def request_attributes(req: pb.ProcessingRequest) -> dict[str, str]:
+    """The string ``request_attributes`` Envoy attached to ``req`` (e.g. ``request.path``,
+    ``request.method``, ``request.id``), as ``{attribute: value}``; other kinds are skipped.
+
+    Envoy sends them with the first message of the stream, so with request headers SKIPped they
+    come with the ``request_body`` (docs/design/004-one-message.md). Empty when none were sent.
+    """
+    if EXT_PROC_ATTRIBUTES not in req.attributes:
+        return {}
+    fields = req.attributes[EXT_PROC_ATTRIBUTES].fields
+    return {k: v.string_value for k, v in fields.items() if v.WhichOneof("kind") == "string_value"}
