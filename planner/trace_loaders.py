@@ -115,7 +115,7 @@ def _load_azure(path: Path, report: NormalizationReport) -> Trace:
         ts.append(t)
         inp.append(ci)
         out.append(go)
-    return build_trace(ts, inp, out)
+    return build_trace(ts, inp, out, absolute_clock=True)
 
 
 def _load_mooncake(path: Path, report: NormalizationReport) -> Trace:
@@ -213,7 +213,9 @@ def _load_decision_log(path: Path, report: NormalizationReport) -> Trace:
         report.notes.append(f"{used_estimate} rows had no prompt_tokens; used estimated_prompt_tokens")
     if used_reserve:
         report.notes.append(f"{used_reserve} rows had no completion_tokens; used output_reserve_tokens")
-    return build_trace(ts, inp, out, output_budget_tokens=bud, categories=cats, est_input_tokens=est)
+    return build_trace(
+        ts, inp, out, output_budget_tokens=bud, categories=cats, est_input_tokens=est, absolute_clock=True
+    )
 
 
 def read_cdf_points(path: Path) -> list[tuple[int, float]]:
@@ -284,6 +286,7 @@ def load_cdf(
         out.append(max(1, total - li))
     report.rows_read = len(pts)
     report.rows_kept = n_requests
+    report.max_budget_tokens = thresholds[-1]
     report.synthesized = (
         f"{n_requests} requests from {len(pts)} CDF points, Poisson arrivals at {rate_req_per_s:g} req/s, "
         f"input = {input_fraction:g} x total (seed {seed})"

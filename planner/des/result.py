@@ -40,7 +40,9 @@ class SimResult:
     def summary(self) -> dict[str, Any]:
         """Fleet and per-pool metrics after excluding the first ``warmup_fraction`` of arrivals.
 
-        Latencies in seconds (P50/P99, numpy linear percentiles); ``preemptions_per_1000`` = preemption
+        Latencies in seconds (P50/P99, numpy linear percentiles); the steady-state checks of
+        :mod:`planner.steady` use ``p99_ttft_first_half_s``/``p99_ttft_second_half_s`` (the measured
+        requests split in arrival order) and ``p99_ttft_fifths_s``; ``preemptions_per_1000`` = preemption
         events per 1,000 measured requests (the paper's ‰); rates are fractions of measured requests.
         """
         n = self.arrival_s.shape[0]
@@ -54,10 +56,15 @@ class SimResult:
             def pct(a: npt.NDArray[np.float64], q: float) -> float | None:
                 return float(np.percentile(a, q)) if a.size else None
 
+            half = ttft.size // 2
+            fifths = np.array_split(ttft, 5) if ttft.size >= 5 else []
             return {
                 "requests": cnt,
                 "p50_ttft_s": pct(ttft, 50),
                 "p99_ttft_s": pct(ttft, 99),
+                "p99_ttft_first_half_s": pct(ttft[:half], 99),
+                "p99_ttft_second_half_s": pct(ttft[half:], 99) if half else None,
+                "p99_ttft_fifths_s": [pct(x, 99) for x in fifths],
                 "p50_tpot_s": pct(tpot, 50),
                 "p99_tpot_s": pct(tpot, 99),
                 "preemptions_per_1000": 1000.0 * float(self.preemptions[sel].sum()) / cnt if cnt else 0.0,
