@@ -150,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         mu_short_req_per_s=args.mu_short_req_per_s,
         mu_long_req_per_s=args.mu_long_req_per_s,
+        rate_req_per_s=args.rate,
         loaded_max_budget_tokens=report.max_budget_tokens,
     )
     t0 = time.perf_counter()

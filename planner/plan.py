@@ -43,7 +43,8 @@ class PlanInputs:
     ``lb`` is the load balancing inside every pool (homogeneous baseline included); ``lb_compare``
     re-sizes under the other policies; ``jobs`` worker processes; ``mu_short_req_per_s`` /
     ``mu_long_req_per_s`` given per-instance throughputs (the paper's 11.2 / 2.8) for
-    :func:`throughput_sizing`; ``loaded_max_budget_tokens`` the largest budget of the loaded trace
+    :func:`throughput_sizing` at the operator's ``rate_req_per_s`` (default: the trace's rate);
+    ``loaded_max_budget_tokens`` the largest budget of the loaded trace
     before sampling (decides whether a long pool with no sampled request is needed).
     """
 
@@ -67,6 +68,7 @@ class PlanInputs:
     verbose: bool = False
     mu_short_req_per_s: float | None = None
     mu_long_req_per_s: float | None = None
+    rate_req_per_s: float | None = None
     loaded_max_budget_tokens: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -144,12 +146,13 @@ def throughput_sizing(inp: PlanInputs, threshold: int) -> dict[str, Any] | None:
     mu_s, mu_l = inp.mu_short_req_per_s, inp.mu_long_req_per_s
     if mu_s is None or mu_l is None:
         return None
-    lam = inp.trace.rate_req_per_s
+    lam = inp.rate_req_per_s or inp.trace.rate_req_per_s
     alpha = alpha_at_threshold(inp.trace.budget_tokens, threshold)
     homog = math.ceil(lam / mu_l - 1e-9)
     n_s = math.ceil(alpha * lam / mu_s - 1e-9)
     n_l = math.ceil((1.0 - alpha) * lam / mu_l - 1e-9)
     return {
+        "lambda_req_per_s": lam,
         "mu_short_req_per_s": mu_s,
         "mu_long_req_per_s": mu_l,
         "rho": mu_s / mu_l,

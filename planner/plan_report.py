@@ -14,12 +14,12 @@ from planner.fleet_report import format_fleet
 __all__ = ["fmt_alpha", "format_plan"]
 
 
-def fmt_alpha(alpha: float) -> str:
+def fmt_alpha(alpha: float, compact: bool = False) -> str:
     """α with enough digits to tell it from 1 (0.999948 is not 1.0000): at least 4 decimals, and
-    two significant digits of ``1 − α``."""
+    two significant digits of ``1 − α``; exactly 1 prints ``1 (every request)`` (``1`` if compact)."""
     if alpha >= 1.0:
-        return "1 (every request)"
-    digits = max(4, 2 - math.floor(math.log10(1.0 - alpha)))
+        return "1" if compact else "1 (every request)"
+    digits = max(4, 1 - math.floor(math.log10(1.0 - alpha)))
     return f"{alpha:.{digits}f}"
 
 
@@ -160,7 +160,7 @@ def format_plan(res: dict[str, Any], report_lines: list[str]) -> str:
     if ts:
         lines.append(
             f"given throughputs: mu_short {ts['mu_short_req_per_s']:g}, mu_long {ts['mu_long_req_per_s']:g} req/s per "
-            f"instance (rho {ts['rho']:.2f}): homogeneous ceil({res['lambda_req_per_s']:,.0f}/{ts['mu_long_req_per_s']:g}) = "
+            f"instance (rho {ts['rho']:.2f}): homogeneous ceil({ts['lambda_req_per_s']:,.0f}/{ts['mu_long_req_per_s']:g}) = "
             f"{ts['homogeneous_instances']} instances; two-pool {ts['short_instances']} + {ts['long_instances']} = "
             f"{ts['short_instances'] + ts['long_instances']} ({ts['savings']:.1%}); alpha(1-1/rho) = "
             f"{ts['savings_closed_form']:.1%}"
@@ -177,7 +177,7 @@ def format_plan(res: dict[str, Any], report_lines: list[str]) -> str:
         usd = _usd(d["usd_per_year"]) if d and d.get("simulated", True) and d["slo_met"] else "-"
         sav = f"{d['savings_vs_homogeneous']:.1%}" if d and "savings_vs_homogeneous" in d else "-"
         lines.append(
-            f"{s['threshold_tokens']:>11,}{fmt_alpha(s['alpha'])[:10]:>12}{s['rho']:>7.2f}{s['savings_closed_form']:>10.1%}"
+            f"{s['threshold_tokens']:>11,}{fmt_alpha(s['alpha'], compact=True):>12}{s['rho']:>7.2f}{s['savings_closed_form']:>10.1%}"
             f"{s['analytical_short_instances'] + s['analytical_long_instances']:>12}{inst:>10}{usd:>11}{sav:>8}"
         )
     if "des" in res:

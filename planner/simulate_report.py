@@ -43,8 +43,9 @@ def served_pool_index(
 def pool_guards(
     trace: Trace, specs: list[PoolSpec], est_budget_tokens: npt.NDArray[np.int64] | None, slo: Slo
 ) -> list[dict[str, Any]]:
-    """Per pool: λ, μ, load ``λ/(Nμ)``, ``unstable``, the smallest stable size and the run length
-    (``required_trace_requests``: trace requests needed for that pool to reach its run length)."""
+    """Per pool: λ, μ, load ``λ/(Nμ)``, ``unstable``, the smallest stable size and
+    ``required_trace_requests``: trace requests whose span covers the pool's steady-state duration
+    (:attr:`planner.steady.RunLength.steady_duration_s`)."""
     idx = served_pool_index(trace, [s.max_model_len for s in specs], est_budget_tokens)
     lam_total = trace.rate_req_per_s
     out = []
@@ -64,7 +65,7 @@ def pool_guards(
             utilization=load.utilization(s.instances),
             unstable=not load.stable(s.instances),
             min_stable_instances=load.min_stable_instances,
-            required_trace_requests=math.ceil(length.duration_s * lam_total),
+            required_trace_requests=math.ceil(length.steady_duration_s * lam_total),
         )
         out.append(g)
     return out

@@ -89,11 +89,14 @@ def pool_load(trace: Trace, lam_req_per_s: float, profile: PoolProfile, max_mode
 @dataclass(frozen=True)
 class RunLength:
     """How long to simulate a pool: ``duration_s`` of arrivals, of which ``warmup_s`` are not measured;
-    ``requests`` expected arrivals (``λ·duration``)."""
+    ``requests`` expected arrivals (``λ·duration``). ``steady_duration_s`` is the part of the length
+    that steady state needs (warm-up + ``10·(S99 + SLO)``), without the sample-count floor: a run
+    shorter than that has not shown steady state, whatever its request count."""
 
     duration_s: float
     warmup_s: float
     requests: int
+    steady_duration_s: float = 0.0
 
     @property
     def warmup_fraction(self) -> float:
@@ -102,7 +105,7 @@ class RunLength:
 
     def doubled(self) -> RunLength:
         """Twice as long (the warm-up share is kept)."""
-        return RunLength(2 * self.duration_s, 2 * self.warmup_s, 2 * self.requests)
+        return RunLength(2 * self.duration_s, 2 * self.warmup_s, 2 * self.requests, self.steady_duration_s)
 
 
 def run_length(load: PoolLoad, slo_ttft_p99_s: float, *, max_requests: int = 4_000_000) -> RunLength:
@@ -116,7 +119,7 @@ def run_length(load: PoolLoad, slo_ttft_p99_s: float, *, max_requests: int = 4_0
     if lam * dur > max_requests:
         scale = max_requests / (lam * dur)
         dur, warm = dur * scale, warm * scale
-    return RunLength(dur, warm, math.ceil(lam * dur))
+    return RunLength(dur, warm, math.ceil(lam * dur), warm + SERVICE_MULTIPLE * unit)
 
 
 def verdict(
