@@ -248,7 +248,7 @@ def merge_traces(traces: list[Trace]) -> tuple[Trace, str]:
         output_budget_tokens=np.concatenate([t.output_budget_tokens for t in traces]),
         categories=cats,
         est_input_tokens=(
-            np.concatenate([t.est_input_tokens for t in traces])  # type: ignore[misc]
+            np.concatenate([t.est_input_tokens for t in traces if t.est_input_tokens is not None])
             if all(t.est_input_tokens is not None for t in traces)
             else None
         ),
