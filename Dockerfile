@@ -32,8 +32,11 @@ RUN python3 -m venv /opt/tbr \
 FROM deps AS router-build
 COPY README.md ./
 COPY extproc ./extproc
+COPY tbr ./tbr
 COPY mockpool ./mockpool
 COPY planner ./planner
+COPY evaluation ./evaluation
+COPY devstack ./devstack
 RUN pip install --no-deps --no-compile . \
  && python3 -m compileall -q /opt/tbr/lib
 
@@ -47,8 +50,11 @@ RUN python3 requirements.py pyproject.toml pool > pool.txt \
 FROM mockpool-deps AS mockpool-build
 COPY README.md ./
 COPY extproc ./extproc
+COPY tbr ./tbr
 COPY mockpool ./mockpool
 COPY planner ./planner
+COPY evaluation ./evaluation
+COPY devstack ./devstack
 RUN pip install --no-deps --no-compile . \
  && python3 -m compileall -q /opt/tbr/lib
 

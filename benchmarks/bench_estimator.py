@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from extproc.calibration import InMemoryRatioStore
-from extproc.categories import profile_text
+from evaluation.corpus import ReplayRequest, load_requests, request_body
+from evaluation.groundtruth import load_counter
 from extproc.config import CalibrationConfig, EstimatorConfig
-from extproc.estimator import Estimator
-from extproc.evaluation.corpus import ReplayRequest, load_requests, request_body
-from extproc.evaluation.groundtruth import load_counter
-from extproc.request_body import parse_request_body
+from extproc.core.calibration import InMemoryRatioStore
+from extproc.core.categories import profile_text
+from extproc.core.estimator import Estimator
+from extproc.core.request_body import parse_request_body
 
 __all__ = ["bench_section", "main"]
 

@@ -24,9 +24,9 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from benchmarks.bodies import _encoder, prompt_tokens
-from extproc.app import RouterApp
 from extproc.config import parse_config
-from extproc.request_body import parse_request_body
+from extproc.core.request_body import parse_request_body
+from extproc.service.app import RouterApp
 
 __all__ = ["ConvergenceResult", "replay"]
 

@@ -1,7 +1,7 @@
 """In-process micro-benchmarks of the request path (best of several repeats, µs per call).
 
 * JSON: stdlib ``json.loads`` vs ``orjson.loads`` on the benchmark bodies, and
-  :func:`extproc.request_body.parse_request_body` (orjson + reading only the fields the
+  :func:`extproc.core.request_body.parse_request_body` (orjson + reading only the fields the
   estimate needs);
 * the estimate (content classifier + ratio lookup) and the processor's whole 2-message path
   (protobuf parse of both messages, ``handle``, response serialisation);
@@ -23,11 +23,11 @@ from envoy.config.core.v3 import base_pb2 as core
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from benchmarks.bodies import BenchBody
-from extproc import responses as R
+from extproc.adapter import responses as R
+from extproc.adapter.processor import StreamProcessor
+from extproc.adapter.runtime import Runtime
 from extproc.config import parse_config
-from extproc.processor import StreamProcessor
-from extproc.request_body import parse_request_body
-from extproc.router import Router
+from extproc.core.request_body import parse_request_body
 
 __all__ = ["run_micro"]
 
@@ -36,8 +36,8 @@ def _best_us(fn: Callable[[], Any], number: int, repeat: int = 7) -> float:
     return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e6
 
 
-def _router() -> Router:
-    return Router(
+def _router() -> Runtime:
+    return Runtime(
         parse_config(
             {
                 "pools": [

@@ -20,11 +20,11 @@ from typing import Any
 __all__ = ["profile_during", "summarize"]
 
 _GROUPS = (
-    ("router: processor.handle", "handle (extproc/processor.py"),
-    ("router: parse_request_body", "parse_request_body (extproc/request_body.py"),
-    ("router: estimate (classify + ratio)", "estimate (extproc/estimator.py"),
+    ("router: processor.handle", "handle (extproc/adapter/processor.py"),
+    ("router: parse_request_body", "parse_request_body (extproc/core/request_body.py"),
+    ("router: estimate (classify + ratio)", "estimate (extproc/core/estimator.py"),
     ("router: prometheus metrics", "prometheus_client/"),
-    ("router: servicer Process()", "Process (extproc/server.py"),
+    ("router: servicer Process()", "Process (extproc/adapter/server.py"),
     ("grpc aio (Cython/C core)", "grpc/_cython"),
     ("asyncio event loop", "asyncio/"),
 )

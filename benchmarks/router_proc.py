@@ -3,7 +3,7 @@
 ``python -m benchmarks.router_proc --config CFG --port P [--floor] [--uvloop] [--no-gc-freeze]
 [--grpc-option KEY=VALUE ...]`` serves until SIGTERM. It prints ``ready <port>`` once serving.
 
-* router: :class:`extproc.router.Router` + :func:`extproc.server.start_grpc_server` (the same
+* router: :class:`extproc.adapter.runtime.Runtime` + :func:`extproc.adapter.server.start_grpc_server` (the same
   servicer, processor and gRPC options as ``tbr serve``, and ``gc.freeze()`` after start as
   ``RouterApp`` does; no admin HTTP server).
 * ``--floor``: a grpc.aio ext_proc that does no work at all: every message is answered with a
@@ -24,10 +24,10 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from extproc import responses as R
+from extproc.adapter import responses as R
+from extproc.adapter.runtime import Runtime
+from extproc.adapter.server import freeze_startup_objects, start_grpc_server
 from extproc.config import load_config
-from extproc.router import Router
-from extproc.server import freeze_startup_objects, start_grpc_server
 
 
 class FloorServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
@@ -73,7 +73,7 @@ async def _serve(args: argparse.Namespace) -> None:
         await server.start()
         stopper = server.stop
     else:
-        router = Router(cfg)
+        router = Runtime(cfg)
         g = await start_grpc_server(cfg.server, lambda: router, port=args.port, extra_options=options)
         port = g.port
         stopper = g.server.stop

@@ -5,7 +5,7 @@
 1. Starts an upstream Envoy whose two listeners (the short and long pool) answer every request
    with a fixed OpenAI JSON body carrying ``usage`` (``direct_response``: no Python upstream, so
    the router is what is measured), the router, and the front Envoy rendered from
-   ``envoy/envoy.yaml`` (extproc.demo.envoy_runner).
+   ``envoy/envoy.yaml`` (devstack.envoy_runner).
 2. Measures the maximum throughput with ``hey`` (Debian) without a rate limit for
    ``--probe-s`` seconds, then runs ``hey`` rate-limited at ``--load-fraction`` (default 80%)
    of it for ``--duration-s``.
@@ -35,9 +35,9 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from extproc.demo.envoy_runner import EnvoyPorts, EnvoyProcess, envoy_binary
-from extproc.demo.procs import LOOPBACK, free_port
-from extproc.demo.stack import envoy_process, render_router_config, router_process
+from devstack.envoy_runner import EnvoyPorts, EnvoyProcess, envoy_binary
+from devstack.procs import LOOPBACK, free_port
+from devstack.stack import envoy_process, render_router_config, router_process
 
 USAGE_BODY = json.dumps(
     {

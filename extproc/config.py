@@ -84,7 +84,7 @@ class ModelProfile(_Strict):
     """Chat-template framing and tokenizer family of the models whose name matches ``pattern``.
 
     Framing is counted in tokens and added to the text estimate (it is not folded into the
-    bytes/token ratio). ``family`` selects the cold-start priors (``extproc.estimator.FAMILY_PRIORS_BPT``);
+    bytes/token ratio). ``family`` selects the cold-start priors (``extproc.core.estimator.FAMILY_PRIORS_BPT``);
     an unknown family uses the conservative global priors. Values measured per template in
     docs/estimator.md §Framing.
     """

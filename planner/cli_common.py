@@ -169,7 +169,7 @@ def replay_for(
         calibration=cfg.calibration if cfg else None,
     )
     report.notes.append(
-        f"routing on the router's estimates (extproc.estimator) replaying {len(corpus.features)} real prompts "
+        f"routing on the router's estimates (extproc.core.estimator) replaying {len(corpus.features)} real prompts "
         f"({tok} ground truth): prompt-token error mean {stats.mean_rel_error:+.1%}, P1 {stats.p1_rel_error:+.1%}, "
         f"P99 {stats.p99_rel_error:+.1%}, underestimates {stats.under_share:.1%}"
     )

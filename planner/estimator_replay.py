@@ -1,16 +1,16 @@
 """Route trace requests on the router's own token-budget estimates, replaying real prompt text.
 
 Traces carry token counts but no text. Each trace request therefore borrows a real chat request
-from ``shared/data/text`` (the corpus of :mod:`extproc.evaluation.corpus`, 13,932 requests whose
+from ``shared/data/text`` (the corpus of :mod:`evaluation.corpus`, 13,932 requests whose
 true prompt tokens per tokenizer are in ``shared/data/derived/request_token_counts.csv``). The
 borrowed request is the one drawn (seeded) among the ``neighbours`` corpus requests whose true
 prompt-token count is closest to the trace request's ``input_tokens``, so long trace requests
 borrow long documents and short ones short chats.
 
 The borrowed body (compact UTF-8 JSON, ``model`` = the served model name) is parsed by the
-router's :func:`extproc.request_body.parse_request_body` once, and every trace request is then
-estimated by the router's :class:`extproc.estimator.Estimator` in arrival order, exactly as the
-ext_proc server does (store: :meth:`extproc.calibration.InMemoryRatioStore.from_config`). After
+router's :func:`extproc.core.request_body.parse_request_body` once, and every trace request is then
+estimated by the router's :class:`extproc.core.estimator.Estimator` in arrival order, exactly as the
+ext_proc server does (store: :meth:`extproc.core.calibration.InMemoryRatioStore.from_config`). After
 each request the estimator observes the true ``usage.prompt_tokens`` of the borrowed request
 (:meth:`Estimator.observe`, the server's calibration path; feedback delay ignored).
 
@@ -31,17 +31,17 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from extproc.calibration import InMemoryRatioStore
-from extproc.config import CalibrationConfig, EstimatorConfig
-from extproc.estimator import Estimator
-from extproc.evaluation.corpus import (
+from evaluation.corpus import (
     DEFAULT_BODY_MODEL,
     SOURCES,
     load_derived_counts,
     load_requests,
     request_body,
 )
-from extproc.request_body import RequestFeatures, UnreadableRequest, parse_request_body
+from extproc.config import CalibrationConfig, EstimatorConfig
+from extproc.core.calibration import InMemoryRatioStore
+from extproc.core.estimator import Estimator
+from extproc.core.request_body import RequestFeatures, UnreadableRequest, parse_request_body
 from planner.trace import Trace, TraceError
 
 __all__ = ["PromptCorpus", "ReplayStats", "load_prompt_corpus", "replay_estimates"]
@@ -94,7 +94,7 @@ def load_prompt_corpus(
         data_dir: the shared data directory (holds ``text/`` and ``derived/``).
         tokenizer: ground-truth column family: ``llama3``, ``qwen3`` or ``cl100k``.
         model: the ``model`` field written into every body (selects the router's framing profile).
-        sources: corpus source ids to use (default: all of :data:`extproc.evaluation.corpus.SOURCES`).
+        sources: corpus source ids to use (default: all of :data:`evaluation.corpus.SOURCES`).
 
     Raises:
         TraceError: the directory or a needed file is missing, or ``tokenizer`` is unknown.

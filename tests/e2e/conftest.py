@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from extproc.cli import SUBCOMMAND_MODULES
-from extproc.demo.envoy_runner import EnvoyPorts, EnvoyProcess
-from extproc.demo.procs import ManagedProcess, free_port
-from extproc.demo.stack import envoy_process, pool_process, render_router_config, router_process
+from devstack.envoy_runner import EnvoyPorts, EnvoyProcess
+from devstack.procs import ManagedProcess, free_port
+from devstack.stack import envoy_process, pool_process, render_router_config, router_process
+from tbr.cli import SUBCOMMAND_MODULES
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO.parent / "shared" / "data"
@@ -44,10 +44,7 @@ def data_dir() -> Path | None:
 
 def router_available() -> bool:
     """True when ``tbr serve`` exists in this checkout (the lead's ext_proc server)."""
-    return (
-        "extproc.cmd_serve" in SUBCOMMAND_MODULES
-        and importlib.util.find_spec("extproc.cmd_serve") is not None
-    )
+    return "tbr.cmd_serve" in SUBCOMMAND_MODULES and importlib.util.find_spec("tbr.cmd_serve") is not None
 
 
 @dataclass(frozen=True)
@@ -99,7 +96,7 @@ def pools(e2e_dir: Path) -> Iterator[Pools]:
 @pytest.fixture(scope="session")
 def router(pools: Pools, e2e_dir: Path) -> Iterator[Router]:
     if not router_available():
-        pytest.skip("the ext_proc server (extproc.cmd_serve, `tbr serve`) is not in this checkout yet")
+        pytest.skip("the ext_proc server (tbr.cmd_serve, `tbr serve`) is not in this checkout yet")
     grpc_port, admin_port = free_port(), free_port()
     decision_log = e2e_dir / "decisions.jsonl"
     cfg = render_router_config(

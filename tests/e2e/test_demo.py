@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from extproc.cmd_demo import _read_decisions
-from extproc.demo.replay import replay
-from extproc.demo.summary import SummaryInputs, build_summary
-from extproc.demo.workload import build_workload
+from tbr.cmd_demo import _read_decisions
+from tbr.demo.replay import replay
+from tbr.demo.summary import SummaryInputs, build_summary
+from tbr.demo.workload import build_workload
 from tests.e2e.client import MODEL
 from tests.e2e.conftest import REPO, Gateway, Router
 
@@ -61,7 +61,7 @@ def test_tbr_demo_cli_on_builtin_sample(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "extproc",
+            "tbr",
             "demo",
             "--data",
             str(tmp_path / "absent"),

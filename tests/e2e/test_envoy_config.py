@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 import yaml
 
-from extproc.demo.envoy_runner import (
+from devstack.envoy_runner import (
     DEFAULT_ENVOY_CONFIG,
     EnvoyPorts,
     render_envoy_config,
     validate_envoy_config,
     write_envoy_config,
 )
-from extproc.demo.stack import DEFAULT_ROUTER_CONFIG
+from devstack.stack import DEFAULT_ROUTER_CONFIG
 
 pytestmark = pytest.mark.envoy
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from extproc.demo.workload import long_prompt, short_prompt
+from tbr.demo.workload import long_prompt, short_prompt
 from tests.e2e.client import chat
 from tests.e2e.conftest import Gateway, data_dir
 

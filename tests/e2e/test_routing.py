@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from extproc.demo.workload import long_prompt, short_prompt
+from tbr.demo.workload import long_prompt, short_prompt
 from tests.e2e.client import MODEL, chat
 from tests.e2e.conftest import Gateway, Router, data_dir
 
@@ -96,7 +96,7 @@ def test_body_over_one_mebibyte_is_budgeted_not_rejected_by_envoy(gateway: Gatew
     """Over Envoy's default 1 MiB buffer: the raised per-connection limit and the router's 8 MiB gRPC
     message size let the router read it (no 413, no fail-open); it exceeds every pool, so it goes to
     the long pool, whose own max_model_len check answers vLLM's 400."""
-    from extproc.demo.builtin_sample import generated_long_document
+    from tbr.demo.builtin_sample import generated_long_document
 
     text = generated_long_document(1_100_000, seed=9)  # > 1 MiB
     before = gateway.envoy.stats("ext_proc.tbr.failure_mode_allowed")

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from extproc.app import RouterApp
 from extproc.config import parse_config
+from extproc.service.app import RouterApp
 from tests.hardening.helpers import CONFIG
 
 

@@ -18,9 +18,9 @@ import httpx
 import pytest
 import yaml
 
-from extproc.demo.envoy_runner import EnvoyPorts, EnvoyProcess
-from extproc.demo.procs import ManagedProcess, free_port
-from extproc.demo.stack import envoy_process, pool_process, render_router_config, router_process
+from devstack.envoy_runner import EnvoyPorts, EnvoyProcess
+from devstack.procs import ManagedProcess, free_port
+from devstack.stack import envoy_process, pool_process, render_router_config, router_process
 
 pytestmark = pytest.mark.envoy
 

@@ -12,12 +12,12 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from extproc.adapter.processor import StreamProcessor
+from extproc.adapter.runtime import Runtime
 from extproc.config import parse_config
-from extproc.encoding import DecodeError, make_decoder
-from extproc.processor import StreamProcessor
-from extproc.request_body import RequestFeatures, UnreadableRequest, parse_request_body
-from extproc.router import Router
-from extproc.sse import SSEUsageReader
+from extproc.core.encoding import DecodeError, make_decoder
+from extproc.core.request_body import RequestFeatures, UnreadableRequest, parse_request_body
+from extproc.core.sse import SSEUsageReader
 from tests.hardening.helpers import CONFIG
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -175,7 +175,7 @@ def test_decoders_raise_only_decode_error(encoding: str, chunks: list[bytes]) ->
 
 # -- scripted ext_proc message sequences --------------------------------------------------------
 
-ROUTER = Router(parse_config(CONFIG))
+ROUTER = Runtime(parse_config(CONFIG))
 
 header_key = st.one_of(
     st.sampled_from(

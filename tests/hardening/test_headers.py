@@ -11,15 +11,13 @@ import pytest
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from extproc.app import RouterApp
 from extproc.config import parse_config
-from tests.hardening.helpers import (
+from extproc.service.app import RouterApp
+from tests.hardening.helpers import CONFIG, Counts, metrics_text, sample
+from tests.pb import (
     CHAT_HEADERS,
-    CONFIG,
-    Counts,
     chat_body,
     headers,
-    metrics_text,
     phase_of,
     req_body,
     req_headers,
@@ -27,7 +25,6 @@ from tests.hardening.helpers import (
     resp_headers,
     routed_pool,
     run_stream,
-    sample,
 )
 
 

@@ -10,16 +10,9 @@ import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from extproc.app import RouterApp
-from tests.hardening.helpers import (
-    Counts,
-    chat_body,
-    phase_of,
-    req_body,
-    req_headers,
-    resp_body,
-    resp_headers,
-)
+from extproc.service.app import RouterApp
+from tests.hardening.helpers import Counts
+from tests.pb import chat_body, phase_of, req_body, req_headers, resp_body, resp_headers
 
 TEXT = "the router must never lose a stream. " * 20
 USAGE_EVENT = b'data: {"choices":[],"usage":{"prompt_tokens":200}}\n\n'
@@ -210,12 +203,12 @@ async def test_server_stop_with_open_streams_drains_and_zeroes_gauge() -> None:
 async def test_processing_error_is_answered_for_its_phase(shared_app: RouterApp, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A bug inside a phase handler (simulated by a classifier that raises) is counted in
     tbr_processing_errors_total and answered with the safe default for that phase: long pool."""
-    import extproc.estimator
+    import extproc.core.estimator
 
     def boom(sample: bytes) -> object:
         raise RuntimeError("injected fault")
 
-    monkeypatch.setattr(extproc.estimator, "profile_text", boom)
+    monkeypatch.setattr(extproc.core.estimator, "profile_text", boom)
     c = Counts(shared_app)
     ch, call = await _open(shared_app)
     out = await _send(call, [req_headers(), req_body(chat_body("hi", max_tokens=3))])

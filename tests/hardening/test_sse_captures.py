@@ -14,8 +14,8 @@ from pathlib import Path
 import brotli
 import pytest
 
-from extproc.encoding import make_decoder
-from extproc.sse import SSEUsageReader
+from extproc.core.encoding import make_decoder
+from extproc.core.sse import SSEUsageReader
 
 CAPTURES = sorted((Path(__file__).parent / "captures").glob("*.sse"))
 

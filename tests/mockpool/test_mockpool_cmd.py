@@ -15,10 +15,10 @@ import time
 import httpx
 import pytest
 
-from extproc.cli import SUBCOMMAND_MODULES
 from mockpool import cmd
 from mockpool.server import PoolThread, bind_socket
 from mockpool.settings import PoolSettings
+from tbr.cli import SUBCOMMAND_MODULES
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -64,7 +64,7 @@ def test_bad_settings_exit_2() -> None:
 
 
 def test_cli_process_serves_and_stops() -> None:
-    code = "import sys; from extproc.cli import main; sys.exit(main(sys.argv[1:]))"
+    code = "import sys; from tbr.cli import main; sys.exit(main(sys.argv[1:]))"
     registered = all(importlib.util.find_spec(m) is not None for m in SUBCOMMAND_MODULES)
     if not registered:  # other subcommands not on this branch yet: drive mockpool.cmd directly
         code = (

@@ -36,7 +36,7 @@ def test_missing_corpus_is_a_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not (DATA / "text").is_dir(), reason="../shared/data/text corpus not present")
 def test_replay_uses_router_estimator_and_calibrates() -> None:
-    """Estimates come from extproc.estimator on real bodies: errors shrink once keys are warm, long
+    """Estimates come from extproc.core.estimator on real bodies: errors shrink once keys are warm, long
     trace requests borrow long prompts, and the result is deterministic per seed."""
     corpus = load_prompt_corpus(
         DATA, sources=("lmsys", "mt_bench_en", "wildchat_ru", "humaneval", "longbench_v2")

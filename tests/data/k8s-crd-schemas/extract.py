@@ -1,7 +1,7 @@
 """Extract the openAPIV3Schema of selected kinds from CustomResourceDefinition YAML files.
 
 Writes ``<group>/<kind>_<version>.json`` (descriptions removed, keys sorted) next to this file;
-tests/ops/test_kustomize.py validates the rendered custom resources against them.
+tests/deploy/test_kustomize.py validates the rendered custom resources against them.
 
     python tests/data/k8s-crd-schemas/extract.py CRD.yaml [CRD.yaml ...] --kinds group/Kind/version ...
 

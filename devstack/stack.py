@@ -1,0 +1,231 @@
+"""The whole local stack on loopback, in start order: two mock pools, the router, Envoy.
+
+Used by ``tbr demo`` (:class:`Stack`) and by the end-to-end tests (the ``*_process`` builders as
+session fixtures). Each builder returns an unstarted :class:`ManagedProcess`; entering it starts
+the child and waits until it is ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from devstack.envoy_runner import DEFAULT_ENVOY_CONFIG, EnvoyPorts, EnvoyProcess, write_envoy_config
+from devstack.procs import LOOPBACK, ManagedProcess, free_port, http_ok, tcp_open
+
+__all__ = [
+    "DEFAULT_ROUTER_CONFIG",
+    "Stack",
+    "StackOptions",
+    "envoy_process",
+    "pool_process",
+    "render_router_config",
+    "router_process",
+]
+
+DEFAULT_ROUTER_CONFIG = Path(__file__).resolve().parents[1] / "config" / "router.yaml"
+"""``config/router.yaml`` of this checkout."""
+
+_TBR = [sys.executable, "-m", "tbr"]
+
+
+def pool_process(
+    name: str, port: int, max_model_len: int, *, log_dir: Path, extra_args: tuple[str, ...] = ()
+) -> ManagedProcess:
+    """``tbr mock-pool`` named ``name`` on ``127.0.0.1:port``; ready when ``GET /health`` is 200."""
+    argv = [
+        *_TBR,
+        "mock-pool",
+        "--name",
+        name,
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(max_model_len),
+        "--log-level",
+        "warning",
+        *extra_args,
+    ]
+    return ManagedProcess(
+        f"pool-{name}",
+        argv,
+        log_path=log_dir / f"pool-{name}.log",
+        ready=lambda: http_ok(f"http://{LOOPBACK}:{port}/health"),
+    )
+
+
+def render_router_config(
+    *,
+    grpc_port: int,
+    admin_port: int,
+    short_max_model_len: int,
+    long_max_model_len: int,
+    decision_log_path: Path | None = None,
+    source: Path = DEFAULT_ROUTER_CONFIG,
+) -> dict[str, Any]:
+    """``config/router.yaml`` with loopback ports, the pools' limits and an optional decision log.
+
+    Raises:
+        ValueError: the source has no pool named ``short`` or ``long``.
+    """
+    cfg: dict[str, Any] = yaml.safe_load(source.read_text(encoding="utf-8"))
+    limits = {"short": short_max_model_len, "long": long_max_model_len}
+    names = {p["name"] for p in cfg["pools"]}
+    if not set(limits) <= names:
+        raise ValueError(f"{source}: expected pools named 'short' and 'long', found {sorted(names)}")
+    for pool in cfg["pools"]:
+        if pool["name"] in limits:
+            pool["max_model_len"] = limits[pool["name"]]
+    cfg.setdefault("server", {}).update(grpc_host=LOOPBACK, grpc_port=grpc_port)
+    cfg.setdefault("admin", {}).update(host=LOOPBACK, port=admin_port, enabled=True)
+    if decision_log_path is not None:
+        cfg["decision_log_path"] = str(decision_log_path)
+    return cfg
+
+
+def router_process(config_path: Path, grpc_port: int, admin_port: int, *, log_dir: Path) -> ManagedProcess:
+    """``tbr serve`` on a rendered config; ready when its gRPC port accepts connections and admin
+    ``GET /readyz`` answers 200."""
+    argv = [
+        *_TBR,
+        "serve",
+        "--config",
+        str(config_path),
+        "--grpc-port",
+        str(grpc_port),
+        "--admin-port",
+        str(admin_port),
+    ]
+    return ManagedProcess(
+        "router",
+        argv,
+        log_path=log_dir / "router.log",
+        ready=lambda: tcp_open(grpc_port) and http_ok(f"http://{LOOPBACK}:{admin_port}/readyz"),
+    )
+
+
+def envoy_process(
+    ports: EnvoyPorts, *, log_dir: Path, tag: str = "envoy", source: Path = DEFAULT_ENVOY_CONFIG
+) -> EnvoyProcess:
+    """Envoy on ``envoy/envoy.yaml`` rendered for ``ports`` (config written to ``log_dir/<tag>.yaml``)."""
+    cfg = write_envoy_config(log_dir / f"{tag}.yaml", ports=ports, source=source)
+    proc = EnvoyProcess(cfg, admin_port=ports.admin, log_path=log_dir / f"{tag}.log")
+    proc.name = tag
+    return proc
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """What :class:`Stack` starts.
+
+    Attributes:
+        short_max_model_len / long_max_model_len: the pools' vLLM ``max_model_len`` (tokens).
+        start_router: False leaves the ext_proc port unbound (Envoy then fails open to long).
+        decision_log: True makes the router write its JSON Lines decision log in the work dir.
+        pool_args: extra ``tbr mock-pool`` arguments for both pools.
+        router_config / envoy_config: the files to render.
+    """
+
+    short_max_model_len: int = 8192
+    long_max_model_len: int = 65536
+    start_router: bool = True
+    decision_log: bool = False
+    pool_args: tuple[str, ...] = ()
+    router_config: Path = DEFAULT_ROUTER_CONFIG
+    envoy_config: Path = DEFAULT_ENVOY_CONFIG
+
+
+@dataclass
+class Stack:
+    """Pools → router → Envoy on free loopback ports, stopped in reverse order on exit.
+
+    Attributes (valid inside the ``with`` block): ``ports``, ``processes`` (started, in order),
+    ``envoy``, ``base_url`` (``http://127.0.0.1:<listener>/v1``), ``router_admin_url``,
+    ``decision_log_path`` (None unless ``options.decision_log``).
+
+    Raises:
+        StartupError: from ``__enter__`` when a process fails to start (everything started so
+            far is stopped first).
+    """
+
+    work_dir: Path
+    options: StackOptions = field(default_factory=StackOptions)
+    processes: list[ManagedProcess] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.ports = EnvoyPorts(
+            listener=free_port(),
+            admin=free_port(),
+            router_grpc=free_port(),
+            short_pool=free_port(),
+            long_pool=free_port(),
+        )
+        self.router_admin_port = free_port()
+        self.router_admin_url = f"http://{LOOPBACK}:{self.router_admin_port}"
+        self.base_url = f"http://{LOOPBACK}:{self.ports.listener}/v1"
+        self.decision_log_path: Path | None = (
+            self.work_dir / "decisions.jsonl" if self.options.decision_log else None
+        )
+        self._exit = contextlib.ExitStack()
+        self.envoy: EnvoyProcess | None = None
+
+    def _start(self, proc: ManagedProcess) -> None:
+        self._exit.enter_context(proc)
+        self.processes.append(proc)
+
+    def __enter__(self) -> Stack:
+        o = self.options
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            pools = [
+                pool_process(name, port, limit, log_dir=self.work_dir, extra_args=o.pool_args)
+                for name, port, limit in (
+                    ("short", self.ports.short_pool, o.short_max_model_len),
+                    ("long", self.ports.long_pool, o.long_max_model_len),
+                )
+            ]
+            for pool in pools:  # both load their tokenizer at the same time (~3 s each)
+                pool.launch()
+                self._exit.callback(pool.stop)
+                self.processes.append(pool)
+            for pool in pools:
+                pool.wait_ready()
+            if o.start_router:
+                cfg = render_router_config(
+                    grpc_port=self.ports.router_grpc,
+                    admin_port=self.router_admin_port,
+                    short_max_model_len=o.short_max_model_len,
+                    long_max_model_len=o.long_max_model_len,
+                    decision_log_path=self.decision_log_path,
+                    source=o.router_config,
+                )
+                cfg_path = self.work_dir / "router.yaml"
+                cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+                self._start(
+                    router_process(
+                        cfg_path, self.ports.router_grpc, self.router_admin_port, log_dir=self.work_dir
+                    )
+                )
+            self.envoy = envoy_process(self.ports, log_dir=self.work_dir, source=o.envoy_config)
+            self._start(self.envoy)
+        except BaseException:
+            self._exit.close()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._exit.close()
+
+    def logs(self, lines: int = 40) -> str:
+        """Tail of every process log, for error reports."""
+        return "\n".join(p.log_tail(lines) for p in self.processes)

@@ -1,5 +1,0 @@
-import sys
-
-from extproc.cli import main
-
-sys.exit(main())

@@ -1,0 +1,435 @@
+"""Per-stream ext_proc state machine: one :class:`StreamProcessor` per HTTP request.
+
+Phases, in the order Envoy sends them with envoy/envoy.yaml's processing mode:
+
+1. ``request_headers`` (SEND): remember ``:path``, ``:method`` and ``x-request-id``. Requests
+   we do not budget (other paths or methods, or no body) are routed right here and the body is
+   skipped via ``mode_override``. The calibration sample (``calibration.sample_rate``) is drawn
+   here; with ``calibration.skip_unsampled_responses`` an unsampled request gets a
+   ``mode_override`` that turns the response phases off, so it costs Envoy and the router two
+   messages instead of three or four (docs/performance.md).
+2. ``request_body`` (BUFFERED): parse, classify, estimate, choose the pool; answer with the
+   routing header and ``clear_route_cache``. Unreadable bodies go to the largest pool.
+3. ``response_headers`` (SEND): on 2xx, ask for the body — BUFFERED for JSON, STREAMED for
+   ``text/event-stream`` (and drop ``content-length``) — via ``mode_override``.
+4. ``response_body``: read ``usage.prompt_tokens`` (decoding gzip/br/deflate/zstd copies) and
+   calibrate once, at end of stream.
+
+The processor never raises to the server: any unexpected error is counted and answered with a
+pass-through for the phase that was sent (for ``request_body``: the largest pool). Responses
+are never altered except for the documented ``content-length`` removal on SSE.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import random
+import time
+from typing import Any
+
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+from extproc.adapter import responses as R
+from extproc.adapter.runtime import Runtime
+from extproc.core.decision import DecisionRecord
+from extproc.core.encoding import DecodeError, StreamDecoder, make_decoder
+from extproc.core.estimator import TokenBudget
+from extproc.core.policy import PoolDecision
+from extproc.core.recovery import parse_attempt_count
+from extproc.core.request_body import UnreadableRequest, endpoint_for_path, parse_request_body
+from extproc.core.sse import SSEUsageReader, usage_from_json
+
+__all__ = ["StreamProcessor", "header_value"]
+
+log = logging.getLogger(__name__)
+
+_MAX_JSON_RESPONSE_BYTES = 16 << 20
+
+
+@functools.lru_cache(maxsize=4096)
+def _child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, cached: prometheus_client's ``labels()`` takes a lock and
+    builds a tuple on every call (~5 µs), several times per request on the hot path. Label
+    values here are bounded sets (phases, pools, categories, reasons), so the cache is too."""
+    return metric.labels(*labels)
+
+
+def header_value(h: Any) -> str:
+    """Value of an Envoy ``HeaderValue``: ``raw_value`` (what Envoy sends) else ``value``.
+
+    Non-UTF-8 bytes are replaced, never raised on.
+    """
+    raw: bytes = h.raw_value
+    if raw:
+        return raw.decode("utf-8", "replace")
+    value: str = h.value
+    return value
+
+
+class StreamProcessor:
+    """Handles the messages of one ext_proc stream (one HTTP request/response exchange).
+
+    Args:
+        router: the runtime the stream started with (a reload does not affect this stream).
+        rng: source for calibration sampling (seeded in tests).
+    """
+
+    __slots__ = (
+        "_decoder",
+        "_json_buf",
+        "_sse",
+        "budget",
+        "calibrated",
+        "category",
+        "completion_tokens",
+        "counted_pool",
+        "endpoint",
+        "exchange_done",
+        "method",
+        "path",
+        "pool",
+        "prompt_tokens",
+        "reason",
+        "request_id",
+        "retried_to",
+        "rng",
+        "router",
+        "sampled",
+        "status",
+        "t_start",
+    )
+
+    def __init__(self, router: Runtime, rng: random.Random | None = None) -> None:
+        self.router = router
+        self.rng = rng
+        self.path = ""
+        self.method = ""
+        self.request_id = ""
+        self.endpoint: str | None = None
+        self.budget: TokenBudget | None = None
+        self.pool = ""
+        self.reason = ""
+        self.category = ""
+        self.status = 0
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        self.calibrated = False
+        self.sampled: bool | None = None
+        self.exchange_done = False
+        self.counted_pool: str | None = None
+        self.retried_to: str | None = None
+        self._sse: SSEUsageReader | None = None
+        self._json_buf: bytearray | None = None
+        self._decoder: StreamDecoder | None = None
+        self.t_start = time.time()
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def _note_exchange_end(
+        self, phase: str | None, req: pb.ProcessingRequest, resp: pb.ProcessingResponse
+    ) -> None:
+        """Set :attr:`exchange_done` once the answer just given is the last message Envoy will send
+        for this HTTP exchange. Envoy then resets the ext_proc stream (gRPC CANCELLED) rather than
+        half-closing it, so only this flag tells a finished exchange from a client abort."""
+        if phase == "response_headers":
+            self.exchange_done = resp is not R.READ_SSE_RESPONSE and resp is not R.READ_JSON_RESPONSE
+        elif phase == "response_body":
+            self.exchange_done = req.response_body.end_of_stream
+        elif phase == "response_trailers":
+            self.exchange_done = True
+        elif phase == "request_headers":
+            # Routed at request_headers (unhandled path / no body): response phases are skipped.
+            self.exchange_done = resp in self.router.header_responses.values()
+        elif phase == "request_body":
+            # Unsampled request whose response phases were turned off at request_headers.
+            self.exchange_done = (
+                self.sampled is False and self.router.config.calibration.skip_unsampled_responses
+            )
+
+    def handle(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
+        """Answer one message; always returns a response for the phase that was sent."""
+        phase = req.WhichOneof("request")
+        t0 = time.perf_counter()
+        try:
+            if phase == "request_headers":
+                resp = self.on_request_headers(req.request_headers)
+            elif phase == "request_body":
+                resp = self.on_request_body(req.request_body)
+            elif phase == "response_headers":
+                resp = self.on_response_headers(req.response_headers)
+            elif phase == "response_body":
+                resp = self.on_response_body(req.response_body)
+            elif phase == "request_trailers":
+                resp = R.CONTINUE_REQUEST_TRAILERS
+            elif phase == "response_trailers":
+                self.finish_response()
+                resp = R.CONTINUE_RESPONSE_TRAILERS
+            else:
+                # Not a phase (unknown oneof): answering nothing would stall Envoy; a
+                # request-headers continue is the least harmful well-formed answer.
+                phase = "unknown"
+                resp = R.CONTINUE_REQUEST_HEADERS
+        except Exception:
+            self.router.metrics.errors.labels(phase or "unknown").inc()
+            log.exception("error in phase %s (request_id=%s)", phase, self.request_id)
+            resp = self._safe_answer(phase)
+        self._note_exchange_end(phase, req, resp)
+        _child(self.router.metrics.phase_seconds, phase or "unknown").observe(time.perf_counter() - t0)
+        return resp
+
+    def _safe_answer(self, phase: str | None) -> pb.ProcessingResponse:
+        if phase == "request_headers":
+            return R.CONTINUE_REQUEST_HEADERS
+        if phase == "request_body":
+            return self._route_fallback("internal_error", body=True)
+        if phase == "response_headers":
+            return R.CONTINUE_RESPONSE_HEADERS
+        if phase == "response_body":
+            return R.CONTINUE_RESPONSE_BODY
+        if phase == "response_trailers":
+            return R.CONTINUE_RESPONSE_TRAILERS
+        if phase == "request_trailers":
+            return R.CONTINUE_REQUEST_TRAILERS
+        return R.CONTINUE_REQUEST_HEADERS
+
+    # -- request path -----------------------------------------------------------------------
+
+    def on_request_headers(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
+        """Record the request line; route bodiless or unhandled requests immediately."""
+        for h in msg.headers.headers:
+            key = h.key
+            if key == ":path":
+                self.path = header_value(h)
+            elif key == ":method":
+                self.method = header_value(h)
+            elif key == "x-request-id":
+                self.request_id = header_value(h)[:128]
+        self.endpoint = endpoint_for_path(self.path) if self.method == "POST" else None
+        if self.endpoint is None:
+            return self._route_fallback("unsupported_path", body=False)
+        if msg.end_of_stream:
+            return self._route_fallback("body_empty", body=False)
+        self.sampled = self._draw_sample()
+        if self.sampled or not self.router.config.calibration.skip_unsampled_responses:
+            return R.CONTINUE_REQUEST_HEADERS
+        return R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
+
+    def on_request_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
+        """Budget the request and set the routing header (BUFFERED: the whole body at once)."""
+        if self.endpoint is None or self.pool:
+            # Already routed (at request_headers, or by an earlier body message: STREAMED
+            # chunks or a duplicate). Routing again would double-count the decision.
+            return R.CONTINUE_REQUEST_BODY
+        r = self.router
+        try:
+            features = parse_request_body(
+                msg.body, self.endpoint, sample_bytes=r.config.estimator.sample_bytes
+            )
+        except UnreadableRequest as exc:
+            # A first chunk that is not the whole body (STREAMED / BUFFERED_PARTIAL) rarely
+            # parses: it is routed to the largest pool like any body we cannot read.
+            reason = exc.reason if msg.end_of_stream else "body_incomplete"
+            return self._route_fallback(reason, body=True)
+        budget = r.estimator.estimate(features)
+        decision = r.policy.choose(budget.total_tokens)
+        self.budget = budget
+        self.pool = decision.pool.name
+        self.reason = decision.reason
+        self.category = budget.key[1]
+        self._count_inflight()
+        if decision.saturated:
+            self._count_saturation(decision)
+        _child(r.metrics.decisions, self.pool, self.category, self.reason).inc()
+        _child(r.metrics.budget_tokens, self.pool).observe(budget.total_tokens)
+        return r.body_responses[self.pool]
+
+    def _count_saturation(self, decision: PoolDecision) -> None:
+        """Count the saturated pools a spillover decision saw, and the spillover itself."""
+        m = self.router.metrics.load
+        for pool, signal in decision.saturated:
+            m.saturated_checks.labels(pool, signal).inc()
+        if decision.preferred is not None:
+            m.spillover.labels(decision.preferred.name, decision.pool.name, decision.signal).inc()
+
+    def _route_fallback(self, reason: str, *, body: bool) -> pb.ProcessingResponse:
+        r = self.router
+        decision = r.policy.unreadable(reason)
+        self.pool = decision.pool.name
+        self.reason = reason
+        self.category = "unknown"
+        self._count_inflight()
+        r.metrics.decisions.labels(self.pool, "unknown", reason).inc()
+        if reason != "unsupported_path":
+            r.metrics.unreadable.labels(reason).inc()
+        return r.body_responses[self.pool] if body else r.header_responses[self.pool]
+
+    def _count_inflight(self) -> None:
+        """Count this request against its pool until :meth:`finish` (once per stream)."""
+        if self.counted_pool is None:
+            self.counted_pool = self.pool
+            self.router.load.acquire(self.pool)
+
+    # -- response path ----------------------------------------------------------------------
+
+    def _draw_sample(self) -> bool:
+        """Whether this request's response is read for calibration (``calibration.sample_rate``)."""
+        rate = self.router.config.calibration.sample_rate
+        if rate >= 1.0:
+            return True
+        if rate <= 0.0:
+            return False
+        return (self.rng or random).random() < rate
+
+    def _wants_calibration(self) -> bool:
+        if self.budget is None or self.calibrated:
+            return False
+        if self.retried_to is not None:
+            return True  # a misroute is always read (docs/design/003-misroute-recovery.md)
+        if self.sampled is None:  # no request_headers seen (not Envoy's order): draw now
+            self.sampled = self._draw_sample()
+        return self.sampled
+
+    def on_response_headers(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
+        """On 2xx, ask Envoy for the body in the mode that suits its content type."""
+        content_type = ""
+        encoding = ""
+        attempts = ""
+        attempt_header = self.router.config.recovery.attempt_count_header
+        for h in msg.headers.headers:
+            key = h.key.lower()
+            if key == ":status":
+                try:
+                    self.status = int(header_value(h))
+                except ValueError:
+                    self.status = 0
+            elif key == "content-type":
+                content_type = header_value(h).lower()
+            elif key == "content-encoding":
+                # Several content-encoding fields form one list, in order (RFC 9110 §5.3).
+                value = header_value(h)
+                encoding = f"{encoding}, {value}" if encoding else value
+            elif key == attempt_header:
+                attempts = header_value(h)
+        if attempts and self.counted_pool is not None and self.retried_to is None:
+            retry = self.router.recovery.on_retried(
+                self.counted_pool, parse_attempt_count(attempts), self.status
+            )
+            if retry is not None:
+                self.retried_to = retry.to_pool
+                self.router.metrics.load.misroutes.labels(retry.from_pool, retry.to_pool, retry.outcome).inc()
+        m = self.router.metrics
+        if not 200 <= self.status < 300:
+            if self.budget is not None:
+                m.calibration.labels("non_2xx").inc()
+            return R.CONTINUE_RESPONSE_HEADERS
+        if msg.end_of_stream or not self._wants_calibration():
+            if self.budget is not None and msg.end_of_stream:
+                m.calibration.labels("no_body").inc()
+            return R.CONTINUE_RESPONSE_HEADERS
+        decoder = make_decoder(encoding)
+        if decoder is None:
+            m.calibration.labels("unsupported_encoding").inc()
+            return R.CONTINUE_RESPONSE_HEADERS
+        self._decoder = decoder
+        if content_type.startswith("text/event-stream"):
+            self._sse = SSEUsageReader()
+            return R.READ_SSE_RESPONSE
+        if "json" in content_type:
+            self._json_buf = bytearray()
+            return R.READ_JSON_RESPONSE
+        m.calibration.labels("unsupported_content_type").inc()
+        return R.CONTINUE_RESPONSE_HEADERS
+
+    def on_response_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
+        """Read usage from the body copy; calibrate at end of stream. The body passes unchanged."""
+        if self._decoder is not None and not self.calibrated:
+            try:
+                data = self._decoder.decode(msg.body)
+            except DecodeError:
+                self.router.metrics.calibration.labels("decode_error").inc()
+                self._decoder = None
+                self._sse = None
+                self._json_buf = None
+                data = b""
+            if self._sse is not None:
+                self._sse.feed(data)
+            elif self._json_buf is not None:
+                if len(self._json_buf) + len(data) <= _MAX_JSON_RESPONSE_BYTES:
+                    self._json_buf += data
+                else:
+                    self._json_buf = None
+                    self.router.metrics.calibration.labels("response_too_large").inc()
+        if msg.end_of_stream:
+            self.finish_response()
+        return R.CONTINUE_RESPONSE_BODY
+
+    def finish_response(self) -> None:
+        """Read the final usage and calibrate; idempotent (exactly once per request)."""
+        if self.calibrated or self.budget is None:
+            return
+        if self._sse is not None:
+            self._sse.close()
+            self.prompt_tokens = self._sse.prompt_tokens
+            self.completion_tokens = self._sse.completion_tokens
+        elif self._json_buf is not None:
+            self.prompt_tokens, self.completion_tokens = usage_from_json(bytes(self._json_buf))
+        else:
+            return
+        self._sse = None
+        self._json_buf = None
+        self._decoder = None
+        self.calibrated = True
+        r = self.router
+        if self.prompt_tokens is None:
+            r.metrics.calibration.labels("no_usage").inc()
+            return
+        before = r.store.get(self.budget.key) if self.retried_to is not None else None
+        obs = r.estimator.observe(self.budget, self.prompt_tokens)
+        if obs is None:
+            r.metrics.calibration.labels("not_text_dominated").inc()
+            return
+        r.metrics.calibration.labels("applied").inc()
+        r.metrics.rel_error.labels(obs.key[1]).observe(obs.rel_error)
+        if self.retried_to is not None and self.counted_pool is not None:
+            dev_before = before.dev_bpt if before is not None else 0.0
+            for outcome in r.recovery.on_usage(
+                self.budget, self.counted_pool, self.retried_to, self.prompt_tokens, dev_before
+            ):
+                r.metrics.load.misroute_calibration.labels(self.counted_pool, outcome).inc()
+        r.publish_ratio(*obs.key)
+
+    def finish(self, end: str) -> None:
+        """The stream ended (``end``: ``complete``, ``cancelled`` or ``error``); record the decision.
+
+        A usage already read from a stream the client aborted still calibrates (it is a true
+        count of the prompt). Called exactly once by the server.
+        """
+        if self._sse is not None and self._sse.prompt_tokens is not None:
+            self.finish_response()
+        r = self.router
+        if self.counted_pool is not None:
+            counted, self.counted_pool = self.retried_to or self.counted_pool, None
+            r.load.release(counted)
+        _child(r.metrics.streams, end).inc()
+        if r.decision_log is not None and self.pool:
+            b = self.budget
+            r.log_decision(
+                DecisionRecord(
+                    ts_s=self.t_start,
+                    request_id=self.request_id,
+                    model=b.key[0] if b else "",
+                    category=self.category,
+                    pool=self.pool,
+                    reason=self.reason,
+                    estimated_prompt_tokens=b.prompt_tokens if b else None,
+                    output_reserve_tokens=b.output_reserve_tokens if b else None,
+                    n_sequences=b.n_sequences if b else None,
+                    budget_tokens=b.total_tokens if b else None,
+                    status=self.status or None,
+                    prompt_tokens=self.prompt_tokens,
+                    completion_tokens=self.completion_tokens,
+                    end=end,
+                    retried_to_pool=self.retried_to,
+                )
+            )

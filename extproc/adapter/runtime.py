@@ -1,0 +1,91 @@
+"""The per-config runtime: everything one ext_proc stream needs, built once from the config.
+
+A :class:`Runtime` is immutable in use: a config reload builds a new one (sharing the ratio
+store and metrics so learned ratios survive) and swaps the reference; streams already open keep
+the instance they started with.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import IO
+
+import orjson
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+from extproc.adapter.responses import route_request_body, route_request_headers
+from extproc.config import RouterConfig
+from extproc.core.calibration import InMemoryRatioStore, RatioStore
+from extproc.core.decision import DecisionRecord
+from extproc.core.estimator import Estimator
+from extproc.core.load import LoadTracker
+from extproc.core.policy import Policy
+from extproc.core.recovery import MisrouteRecovery
+from extproc.service.metrics import RouterMetrics
+
+__all__ = ["Runtime"]
+
+log = logging.getLogger(__name__)
+
+
+class Runtime:
+    """Runtime objects shared by all streams: config, estimator, policy, metrics, prebuilt replies.
+
+    Args:
+        config: the validated configuration.
+        store: the ratio store (kept across reloads); a new in-memory store when None.
+        metrics: the metrics (kept across reloads); new ones when None.
+        estimator: an existing estimator whose model keys are kept across reloads.
+        load: the process-wide pool load tracker (kept across reloads); a new one when None.
+    """
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        *,
+        store: RatioStore | None = None,
+        metrics: RouterMetrics | None = None,
+        decision_log: IO[bytes] | None = None,
+        load: LoadTracker | None = None,
+    ) -> None:
+        self.config = config
+        self.store: RatioStore = (
+            store if store is not None else InMemoryRatioStore.from_config(config.calibration)
+        )
+        self.metrics = metrics if metrics is not None else RouterMetrics()
+        self.estimator = Estimator(
+            estimator=config.estimator, calibration=config.calibration, store=self.store
+        )
+        self.load = load if load is not None else LoadTracker()
+        self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
+        self.recovery = MisrouteRecovery(
+            config.recovery, self.policy, self.load, self.store, config.calibration.warmup_samples
+        )
+        self.routing_header = config.routing_header
+        self.decision_log = decision_log
+        self.body_responses: dict[str, pb.ProcessingResponse] = {
+            p.name: route_request_body(config.routing_header, p.header_value) for p in config.pools
+        }
+        self.header_responses: dict[str, pb.ProcessingResponse] = {
+            p.name: route_request_headers(config.routing_header, p.header_value) for p in config.pools
+        }
+
+    def publish_ratio(self, model: str, category: str) -> None:
+        """Export the current learned ratio of a key as gauges."""
+        state = self.store.get((model, category))
+        if state is None:
+            return
+        m = self.metrics
+        m.ratio.labels(model, category).set(state.mean_bpt)
+        m.ratio_dev.labels(model, category).set(state.dev_bpt)
+        m.ratio_samples.labels(model, category).set(state.samples)
+
+    def log_decision(self, record: DecisionRecord) -> None:
+        """Append one JSON line to the decision log (no prompt text); errors are logged, not raised."""
+        if self.decision_log is None:
+            return
+        try:
+            self.decision_log.write(orjson.dumps(record.as_json()) + b"\n")
+            self.decision_log.flush()
+        except (OSError, ValueError) as exc:
+            log.warning("decision log write failed: %s", exc)

@@ -1,0 +1,291 @@
+"""Token-budget estimate of a request, and calibration from its response (arXiv 2604.09613 §3).
+
+``L_total = prompt_tokens_est + n_sequences · output_reserve`` where
+
+``prompt_tokens_est = ceil(ratio_bytes / c*_k) + framing + structure + images · image_tokens
++ audio · audio_tokens + exact_token_ids``
+
+* ``ratio_bytes`` = UTF-8 bytes of the decoded prompt text plus the compact JSON of the tool
+  schemas, minus the ASCII digits, punctuation and newlines; a request with tools is in the
+  ``tools`` category (its ratio is learned per model: the Qwen3 template re-serialises schemas
+  with spaces, Llama-3 does not).
+* ``structure`` = digits, punctuation and newlines at the model's tokens per character: BPE
+  pre-tokenisers split them from words, so their tokens per byte are far higher than those of
+  letters, and numeric/markup-heavy text would otherwise get a ratio far below its category's
+  (docs/estimator.md §Structure).
+* ``c*_k`` is the conservative learned ratio of the request's (model, category) key, or the
+  category's conservative prior for the model's tokenizer family during warm-up
+  (:mod:`extproc.core.calibration`, docs/estimator.md).
+* ``framing`` = chat-template tokens from the model's :class:`~extproc.config.ModelProfile`
+  (per message, per request, per tool, tool boilerplate), modelled so it does not pollute the ratio.
+* ``n_sequences · output_reserve`` is the KV footprint of the generated tokens: vLLM keeps one
+  KV sequence per choice (``n`` / ``best_of``).
+
+Calibration subtracts the modelled non-text parts from ``usage.prompt_tokens`` and learns
+``c_obs = ratio_bytes / ratio_tokens`` only when the ratio part dominates (so images and token-id
+prompts do not poison text ratios), weighting each observation by ``min(1, ratio_tokens /
+weight_ref_tokens)``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from extproc.config import CalibrationConfig, EstimatorConfig
+from extproc.core.calibration import RatioKey, RatioState, RatioStore
+from extproc.core.categories import TextProfile, profile_text
+from extproc.core.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
+from extproc.core.request_body import RequestFeatures
+
+__all__ = [
+    "CATEGORY_PRIORS_BPT",
+    "FAMILY_PRIORS_BPT",
+    "Estimator",
+    "Framing",
+    "Observation",
+    "TokenBudget",
+]
+
+_MIN_TEXT_SHARE = 0.5
+"""Calibrate only when text is at least this share of the modelled prompt tokens."""
+
+TOOLS_CATEGORY = "tools"
+ALL_CATEGORY = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """Chat-template framing of one model (tokens) and its tokenizer family ('' = unknown)."""
+
+    family: str
+    message_tokens: int
+    request_tokens: int
+    tool_tokens: int
+    per_tool_tokens: int
+    digit_tokens: float
+    punct_tokens: float = 1.0
+    newline_tokens: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class TokenBudget:
+    """The routing estimate of one request (all counts in tokens).
+
+    Attributes:
+        key: (model key, category) whose ratio was used.
+        ratio_bpt: the bytes/token ratio applied to the text.
+        text_bytes: UTF-8 bytes of prompt text.
+        fixed_prompt_tokens: prompt tokens not estimated with the ratio (framing, digits,
+            punctuation, newlines, media, token ids).
+        prompt_tokens: estimated prompt tokens (text + fixed).
+        output_reserve_tokens: per-sequence output reserve.
+        n_sequences: sequences generated.
+        total_tokens: ``prompt_tokens + n_sequences · output_reserve_tokens``.
+        warm: the learned ratio (not the prior) was used.
+        ratio_bytes: bytes the ratio applies to (text + tool schemas − digits, punctuation
+            and newlines).
+        central_prompt_tokens: the prompt estimate with the central ratio ĉ (not the
+            conservative one): the learner's accuracy, reported by the evaluation.
+    """
+
+    key: RatioKey
+    ratio_bpt: float
+    text_bytes: int
+    fixed_prompt_tokens: int
+    prompt_tokens: int
+    output_reserve_tokens: int
+    n_sequences: int
+    total_tokens: int
+    warm: bool
+    ratio_bytes: int = 0
+    central_prompt_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One calibration observation: ``c_obs`` for ``key`` and the signed relative error of the
+    prompt estimate, ``(estimated − actual) / actual``."""
+
+    key: RatioKey
+    c_obs_bpt: float
+    rel_error: float
+    state: RatioState
+
+
+class Estimator:
+    """Estimates budgets and learns ratios; one instance serves all streams of a process.
+
+    Args:
+        estimator: estimator parameters.
+        calibration: calibration parameters (β is applied by ``store``; γ and warm-up here).
+        store: where ratios live.
+    """
+
+    def __init__(
+        self, *, estimator: EstimatorConfig, calibration: CalibrationConfig, store: RatioStore
+    ) -> None:
+        self.cfg = estimator
+        self.cal = calibration
+        self.store = store
+        self._models: dict[str, str] = {}
+        self._framing: dict[str, Framing] = {}
+        self._profiles = [(re.compile(p.pattern, re.IGNORECASE), p) for p in estimator.model_profiles]
+
+    def model_key(self, model: str) -> str:
+        """Bounded model key: the first ``max_models`` distinct names, then ``_other``."""
+        key = self._models.get(model)
+        if key is None:
+            key = model if len(self._models) < self.cfg.max_models else "_other"
+            if len(model) > 128:
+                key = "_other"
+            if len(self._models) < 4 * self.cfg.max_models:
+                self._models[model] = key
+        return key
+
+    def framing(self, model_key: str) -> Framing:
+        """The :class:`Framing` of a model key: first matching profile, else the config defaults."""
+        fr = self._framing.get(model_key)
+        if fr is None:
+            c = self.cfg
+            fr = Framing(
+                "",
+                c.message_framing_tokens,
+                c.request_framing_tokens,
+                c.tool_framing_tokens,
+                0,
+                c.digit_tokens_per_digit,
+                c.punct_tokens_per_char,
+                c.newline_tokens_per_char,
+            )
+            if model_key != "_other":
+                for rx, p in self._profiles:
+                    if rx.search(model_key):
+                        fr = Framing(
+                            p.family,
+                            p.message_framing_tokens,
+                            p.request_framing_tokens,
+                            p.tool_framing_tokens,
+                            p.per_tool_tokens,
+                            p.digit_tokens_per_digit,
+                            p.punct_tokens_per_char,
+                            p.newline_tokens_per_char,
+                        )
+                        break
+            self._framing[model_key] = fr
+        return fr
+
+    def prior(self, key: RatioKey) -> float:
+        """Cold-start ratio of a key: the family prior, else the global conservative prior."""
+        if not self.cfg.family_priors:
+            return self.cfg.prior_bytes_per_token
+        family = self.framing(key[0]).family
+        table = FAMILY_PRIORS_BPT.get(family, CATEGORY_PRIORS_BPT)
+        value = table.get(key[1])
+        if value is None:
+            value = CATEGORY_PRIORS_BPT.get(key[1], self.cfg.prior_bytes_per_token)
+        return value
+
+    def _routing(self, key: RatioKey) -> tuple[float, float, bool]:
+        """``(conservative ratio, central ratio, warm)`` of a key."""
+        floor = self.cfg.min_bytes_per_token
+        state = self.store.get(key)
+        if state is None or state.samples < max(1, self.cal.warmup_samples):
+            prior = max(self.prior(key), floor)
+            central = state.mean_bpt if state is not None else prior
+            return prior, max(central, floor), False
+        if self.cal.learner == "quantile" and state.low_bpt > 0.0:
+            ratio = state.low_bpt
+        else:
+            ratio = state.mean_bpt - self.cal.gamma * state.dev_bpt
+        return max(ratio, floor), max(state.mean_bpt, floor), True
+
+    def routing_ratio(self, key: RatioKey) -> tuple[float, bool]:
+        """Return ``(c*, warm)``: the learned conservative ratio after warm-up, else the prior."""
+        ratio, _, warm = self._routing(key)
+        return ratio, warm
+
+    def fixed_tokens(self, f: RequestFeatures) -> int:
+        """Modelled non-ratio prompt tokens: template framing, media, token ids."""
+        c = self.cfg
+        fixed = f.exact_prompt_tokens + f.n_images * c.image_tokens + f.n_audio * c.audio_tokens
+        if f.endpoint == "chat":
+            fr = self.framing(self.model_key(f.model))
+            fixed += fr.request_tokens + fr.message_tokens * f.n_messages
+            if f.n_tools:
+                fixed += fr.tool_tokens + fr.per_tool_tokens * f.n_tools
+        return fixed
+
+    def _category(self, f: RequestFeatures, prof: TextProfile | None) -> str:
+        """Content category of a request: ``tools`` when it defines tools, else the text class."""
+        if not self.cfg.per_category:
+            return ALL_CATEGORY
+        if f.n_tools:
+            return TOOLS_CATEGORY
+        return prof.category if prof is not None else "no_letters"
+
+    def _structure(self, f: RequestFeatures, prof: TextProfile | None) -> tuple[int, int]:
+        """``(bytes, tokens)`` of the text budgeted outside the ratio: ASCII digits (and, with
+        ``count_punctuation``, ASCII punctuation and newlines), counted in the classifier sample
+        and scaled to the whole text, at the model's tokens per character."""
+        if prof is None or not f.text_bytes:
+            return 0, 0
+        fr = self.framing(self.model_key(f.model))
+        digits = prof.digits if self.cfg.count_digits else 0
+        punct, newlines = (prof.punctuation, prof.newlines) if self.cfg.count_punctuation else (0, 0)
+        in_sample = digits + punct + newlines
+        if not in_sample:
+            return 0, 0
+        # scale the sample counts to the whole text (never more bytes than the text has)
+        scale = min(max(1.0, f.text_bytes / len(f.sample)), f.text_bytes / in_sample)
+        tokens = digits * fr.digit_tokens + (punct * fr.punct_tokens + newlines * fr.newline_tokens) * (
+            self.cfg.code_structure_scale if prof.category == "code" else 1.0
+        )
+        return round(in_sample * scale), math.ceil(tokens * scale)
+
+    def estimate(self, f: RequestFeatures) -> TokenBudget:
+        """Compute the :class:`TokenBudget` of a parsed request."""
+        prof = profile_text(f.sample) if f.sample else None
+        key = (self.model_key(f.model), self._category(f, prof))
+        ratio, central, warm = self._routing(key)
+        structure_bytes, structure_tokens = self._structure(f, prof)
+        fixed = self.fixed_tokens(f) + structure_tokens
+        ratio_bytes = f.text_bytes + f.tool_schema_bytes - structure_bytes
+        prompt = math.ceil(ratio_bytes / ratio) + fixed
+        reserve = (
+            self.cfg.default_output_reserve_tokens if f.max_output_tokens is None else f.max_output_tokens
+        )
+        total = prompt + f.n_sequences * reserve
+        return TokenBudget(
+            key=key,
+            ratio_bpt=ratio,
+            text_bytes=f.text_bytes,
+            fixed_prompt_tokens=fixed,
+            prompt_tokens=prompt,
+            output_reserve_tokens=reserve,
+            n_sequences=f.n_sequences,
+            total_tokens=total,
+            warm=warm,
+            ratio_bytes=ratio_bytes,
+            central_prompt_tokens=math.ceil(ratio_bytes / central) + fixed,
+        )
+
+    def observe(self, budget: TokenBudget, prompt_tokens: int) -> Observation | None:
+        """Learn from the served ``usage.prompt_tokens`` of a request estimated as ``budget``.
+
+        Returns None (and learns nothing) when the observation carries no usable text signal:
+        no text, non-positive usage, or a prompt dominated by non-text parts.
+        """
+        nbytes = budget.ratio_bytes or budget.text_bytes
+        if prompt_tokens <= 0 or nbytes <= 0:
+            return None
+        ratio_tokens = prompt_tokens - budget.fixed_prompt_tokens
+        if ratio_tokens <= 0 or ratio_tokens < _MIN_TEXT_SHARE * prompt_tokens:
+            return None
+        c_obs = nbytes / ratio_tokens
+        ref = self.cal.weight_ref_tokens
+        weight = min(1.0, ratio_tokens / ref) if ref > 0 else 1.0
+        state = self.store.observe(budget.key, c_obs, weight)
+        rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
+        return Observation(key=budget.key, c_obs_bpt=c_obs, rel_error=rel, state=state)

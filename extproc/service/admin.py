@@ -1,0 +1,78 @@
+"""Admin HTTP endpoints (Starlette, served by uvicorn in the router's event loop).
+
+* ``GET /metrics``: Prometheus text exposition of the router's registry.
+* ``GET /healthz``: liveness (the process and its event loop answer).
+* ``GET /readyz``: readiness (gRPC listener up, config loaded, not shutting down); 503 otherwise.
+* ``GET /ratios``: learned bytes-per-token ratios as JSON (model, category, ĉ, σ̂, c*, samples),
+  plus the store's state (``memory`` or ``redis``, Redis reachability, queue length).
+
+Binds to loopback by default (``admin.host``); it exposes no prompt text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from extproc.adapter.runtime import Runtime
+
+__all__ = ["build_admin_app", "ratios_view"]
+
+
+def ratios_view(router: Runtime) -> list[dict[str, object]]:
+    """Rows of the learned-ratio table, sorted by (model, category)."""
+    rows: list[dict[str, object]] = []
+    for (model, category), state in sorted(router.store.items()):
+        ratio, warm = router.estimator.routing_ratio((model, category))
+        rows.append(
+            {
+                "model": model,
+                "category": category,
+                "mean_bytes_per_token": round(state.mean_bpt, 4),
+                "dev_bytes_per_token": round(state.dev_bpt, 4),
+                "routing_bytes_per_token": round(ratio, 4),
+                "warm": warm,
+                "samples": state.samples,
+            }
+        )
+    return rows
+
+
+def build_admin_app(
+    get_router: Callable[[], Runtime],
+    is_ready: Callable[[], bool],
+    status: Callable[[], Mapping[str, object]] | None = None,
+) -> Starlette:
+    """The admin application; ``get_router`` returns the current runtime (swapped on reload),
+    ``status`` the operational state shown with the ratios."""
+
+    async def metrics(_: Request) -> Response:
+        return Response(generate_latest(get_router().metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(_: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    async def readyz(_: Request) -> Response:
+        if is_ready():
+            return PlainTextResponse("ready\n")
+        return PlainTextResponse("not ready\n", status_code=503)
+
+    async def ratios(_: Request) -> Response:
+        body: dict[str, object] = {"ratios": ratios_view(get_router())}
+        if status is not None:
+            body["status"] = dict(status())
+        return JSONResponse(body)
+
+    return Starlette(
+        routes=[
+            Route("/metrics", metrics),
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/ratios", ratios),
+        ]
+    )

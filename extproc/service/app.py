@@ -1,0 +1,289 @@
+"""The router process: builds the object graph from a config and runs it until told to stop.
+
+:class:`RouterApp` owns the gRPC server, the admin HTTP server, the ratio store and the
+decision log. ``async with RouterApp(cfg) as app`` starts everything (ports of 0 are replaced
+by the bound ones: ``app.grpc_port``, ``app.admin_port``); leaving the block shuts down
+gracefully: readiness off (gRPC health of the ext_proc service, ``/readyz``; liveness stays
+on) for ``server.shutdown_delay_s``, then the listener closes and in-flight streams get
+``server.grace_period_s``; ratios are pushed to Redis, or persisted to
+``calibration.snapshot_path`` when Redis is not used.
+
+The ratio store is the in-memory one, or :class:`~extproc.service.redis_store.RedisRatioStore` when
+``calibration.redis_url`` is set. With ``config_path``, :meth:`RouterApp.request_reload` and
+(with ``watch_config``) file changes reload the configuration (:mod:`extproc.service.reload`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import httpx
+import uvicorn
+
+from extproc.adapter.runtime import Runtime
+from extproc.adapter.server import GrpcServer, freeze_startup_objects, start_grpc_server
+from extproc.config import RouterConfig
+from extproc.core.calibration import InMemoryRatioStore
+from extproc.core.categories import CATEGORIES
+from extproc.core.load import LoadTracker
+from extproc.service.admin import build_admin_app
+from extproc.service.load_metrics import LoadCollector
+from extproc.service.metrics import RouterMetrics
+from extproc.service.redis_store import RedisRatioStore
+from extproc.service.reload import ConfigReloader
+from extproc.service.scrape import PoolScraper
+from extproc.service.snapshot import load_snapshot, save_snapshot
+
+__all__ = ["RouterApp"]
+
+log = logging.getLogger(__name__)
+
+
+class _AdminServer(uvicorn.Server):
+    """uvicorn without its signal handlers: the router owns SIGTERM/SIGHUP (uvicorn would
+    replace them with ``signal.signal`` and re-raise the signal after serving)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class RouterApp:
+    """A running router (gRPC ext_proc + admin HTTP).
+
+    Args:
+        config: validated configuration.
+        grpc_port: override of ``config.server.grpc_port`` (0 = any free port).
+        admin_port: override of ``config.admin.port`` (0 = any free port).
+        config_path: the file ``config`` came from; enables reloads.
+        watch_config: reload when ``config_path`` changes (needs ``config_path``).
+        http_client: client for scraping pool ``/metrics`` (spillover); one is built (and
+            closed on stop) when None and a scrape is configured.
+
+    Building it does no I/O.
+    """
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        *,
+        grpc_port: int | None = None,
+        admin_port: int | None = None,
+        config_path: str | Path | None = None,
+        watch_config: bool = False,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.config = config
+        self._grpc_port_req = grpc_port
+        self._admin_port_req = admin_port
+        self._config_path = config_path
+        self._watch_config = watch_config
+        self.metrics = RouterMetrics()
+        cal = config.calibration
+        self.store: InMemoryRatioStore | RedisRatioStore
+        self.config_generation = 0
+        self.redis: RedisRatioStore | None = None
+        self.memory: InMemoryRatioStore | None = None
+        if cal.redis_url:
+            self.redis = RedisRatioStore(
+                url=cal.redis_url,
+                params=InMemoryRatioStore.from_config(cal).params,
+                metrics=self.metrics,
+                key_prefix=cal.redis_key_prefix,
+                sync_interval_s=cal.redis_sync_interval_s,
+                timeout_s=cal.redis_timeout_s,
+                queue_max=cal.redis_queue_max,
+                max_keys=config.estimator.max_models * (len(CATEGORIES) + 2),
+            )
+            self.store = self.redis
+        else:
+            self.memory = InMemoryRatioStore.from_config(cal)
+            self.store = self.memory
+            self.metrics.store_up.set(1)  # nothing shared that could be down
+        self.reloader: ConfigReloader | None = None
+        self.load = LoadTracker()
+        self.metrics.registry.register(LoadCollector(self.load))
+        self._http_client = http_client
+        self._own_http_client = False
+        self.scraper: PoolScraper | None = None
+        self._decision_log: IO[bytes] | None = None
+        self.router: Runtime | None = None
+        self.grpc: GrpcServer | None = None
+        self._admin: uvicorn.Server | None = None
+        self._admin_task: asyncio.Task[None] | None = None
+        self._admin_sock: socket.socket | None = None
+        self.grpc_port = 0
+        self.admin_port = 0
+        self.ready = False
+
+    def current_router(self) -> Runtime:
+        """The runtime new streams use."""
+        assert self.router is not None, "RouterApp not started"
+        return self.router
+
+    def _publish(self, key: tuple[str, str]) -> None:
+        if self.router is not None:
+            self.router.publish_ratio(*key)
+
+    async def start(self) -> None:
+        """Restore ratios (snapshot, or first Redis pull), open the decision log, start gRPC then
+        admin HTTP, then the config watcher."""
+        cfg = self.config
+        snap = cfg.calibration.snapshot_path
+        if snap and self.memory is not None:
+            try:
+                n = load_snapshot(self.memory, snap)
+                log.info("restored %d learned ratios from %s", n, snap)
+            except ValueError as exc:
+                # Keep the bad file for inspection instead of overwriting it at shutdown.
+                aside = Path(f"{snap}.invalid")
+                with contextlib.suppress(OSError):
+                    Path(snap).replace(aside)  # noqa: ASYNC240 (once, at start)
+                log.error("ignoring ratio snapshot (moved to %s): %s", aside, exc)
+        if self.redis is not None:
+            self.redis.on_update = self._publish
+            await self.redis.start()
+        if cfg.decision_log_path:
+            self._decision_log = open(cfg.decision_log_path, "ab")  # noqa: SIM115, ASYNC230 (closed in stop(); once at start)
+        self._install(cfg)
+        self._start_scraper()
+        self.grpc = await start_grpc_server(cfg.server, self.current_router, port=self._grpc_port_req)
+        self.grpc_port = self.grpc.port
+        if cfg.admin.enabled:
+            await self._start_admin()
+        if self._config_path is not None:
+            self.reloader = ConfigReloader(
+                self._config_path,
+                current=lambda: self.current_router().config,
+                apply=self._install,
+                on_outcome=lambda outcome: self.metrics.config_reloads.labels(outcome).inc(),
+            )
+            if self._watch_config:
+                self.reloader.start_watching()
+        freeze_startup_objects()  # GC pauses over startup objects (docs/performance.md)
+        self.ready = True
+        self.metrics.ready.set(1)
+
+    def _install(self, cfg: RouterConfig) -> None:
+        """Build a Runtime for ``cfg`` on the shared store and metrics and make it current."""
+        params = InMemoryRatioStore.from_config(cfg.calibration).params
+        self.store.beta = params.beta
+        self.store.params = params
+        router = Runtime(
+            cfg, store=self.store, metrics=self.metrics, decision_log=self._decision_log, load=self.load
+        )
+        # Models already learned keep their keys across reloads/restarts (most observed first),
+        # so the bounded model set (estimator.max_models) does not grow with each reload.
+        samples: dict[str, int] = {}
+        for (model, _), state in self.store.items():
+            samples[model] = samples.get(model, 0) + state.samples
+        for model in sorted(samples, key=lambda m: -samples[m]):
+            if model != "_other":
+                router.estimator.model_key(model)
+        for key, _ in self.store.items():
+            router.publish_ratio(*key)
+        self.router = router
+        self.config_generation += 1
+        self.metrics.config_generation.set(self.config_generation)
+
+    def request_reload(self) -> str:
+        """Reload the config file now (SIGHUP); returns ``applied``, ``invalid``, ``unchanged`` or
+        ``disabled`` (no config file)."""
+        if self.reloader is None:
+            return "disabled"
+        return self.reloader.reload(force=True)
+
+    def status(self) -> dict[str, object]:
+        """Operational state for the admin view: store kind and health, config generation."""
+        out: dict[str, object] = {
+            "ready": self.ready,
+            "store": "redis" if self.redis is not None else "memory",
+            "config_generation": self.config_generation,
+        }
+        if self.redis is not None:
+            out["redis_up"] = self.redis.up
+            out["redis_queue_length"] = self.redis.queue_length
+        return out
+
+    def _start_scraper(self) -> None:
+        """Scrape pool /metrics when spillover is on and some pool has a ``metrics_url``."""
+        cfg = self.config
+        if not cfg.spillover.enabled or not any(p.metrics_url for p in cfg.pools):
+            return
+        if self._http_client is None:
+            self._http_client = httpx.AsyncClient(timeout=cfg.spillover.scrape_timeout_s)
+            self._own_http_client = True
+        self.scraper = PoolScraper(cfg.pools, cfg.spillover, self.load, self._http_client, self.metrics.load)
+        self.scraper.start()
+
+    async def _start_admin(self) -> None:
+        cfg = self.config.admin
+        port = cfg.port if self._admin_port_req is None else self._admin_port_req
+        sock = socket.socket(socket.AF_INET6 if ":" in cfg.host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((cfg.host, port))
+        self._admin_sock = sock
+        self.admin_port = sock.getsockname()[1]
+        app = build_admin_app(self.current_router, lambda: self.ready, self.status)
+        server = _AdminServer(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+        self._admin = server
+        self._admin_task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            if self._admin_task.done():
+                self._admin_task.result()
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        """Graceful shutdown: not ready (shutdown delay), stop accepting, drain streams (grace
+        period), push or persist ratios."""
+        self.ready = False
+        self.metrics.ready.set(0)
+        if self.reloader is not None:
+            await self.reloader.stop()
+        if self.grpc is not None:
+            await self.grpc.set_serving(False)
+            if self.config.server.shutdown_delay_s > 0:
+                log.info("not ready; closing the listener in %.1f s", self.config.server.shutdown_delay_s)
+                await asyncio.sleep(self.config.server.shutdown_delay_s)
+            log.info("draining %d in-flight streams", self.grpc.servicer.active_streams)
+            await self.grpc.stop(self.config.server.grace_period_s)
+        if self._admin is not None and self._admin_task is not None:
+            self._admin.should_exit = True
+            await self._admin_task
+        if self._admin_sock is not None:
+            self._admin_sock.close()
+        if self.redis is not None:
+            await self.redis.close()
+        if self.scraper is not None:
+            await self.scraper.stop()
+        if self._own_http_client and self._http_client is not None:
+            await self._http_client.aclose()
+        snap = self.config.calibration.snapshot_path
+        if snap and self.memory is not None:
+            try:
+                save_snapshot(self.memory, Path(snap))
+                log.info("saved %d learned ratios to %s", len(self.memory.items()), snap)
+            except OSError as exc:
+                log.error("cannot save ratio snapshot %s: %s", snap, exc)
+        if self._decision_log is not None:
+            self._decision_log.close()
+
+    async def __aenter__(self) -> RouterApp:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()  # release whatever started (listeners, Redis task, files)
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()

@@ -1,0 +1,149 @@
+"""Prometheus metrics of the router (prometheus-client), on their own registry.
+
+Every label takes values from a bounded set: pools (config), categories
+(:data:`extproc.core.categories.CATEGORIES`), reasons (fixed strings in the code), models (capped by
+``estimator.max_models``) and phases. docs/metrics.md lists each metric with type, labels, unit.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from extproc.service.load_metrics import LoadMetrics
+
+__all__ = ["RouterMetrics"]
+
+_REL_ERROR_BUCKETS = (-0.5, -0.25, -0.1, -0.05, -0.02, 0.0, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+_PHASE_BUCKETS = (5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
+
+
+class RouterMetrics:
+    """All router metrics, registered on ``registry`` (a fresh one by default).
+
+    Args:
+        registry: where to register; tests and multiple routers in one process use their own.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.load = LoadMetrics(r)
+        """Counters of pool load events (scrapes, saturation, spillover, misroutes)."""
+        self.decisions = Counter(
+            "tbr_routing_decisions",
+            "Routing decisions by chosen pool, content category and reason.",
+            ["pool", "category", "reason"],
+            registry=r,
+        )
+        self.unreadable = Counter(
+            "tbr_unreadable_requests",
+            "Requests the router could not budget (sent to the largest pool), by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.rel_error = Histogram(
+            "tbr_prompt_estimate_relative_error",
+            "Signed relative error of the prompt-token estimate, (estimated - actual) / actual.",
+            ["category"],
+            buckets=_REL_ERROR_BUCKETS,
+            registry=r,
+        )
+        self.budget_tokens = Histogram(
+            "tbr_budget_tokens",
+            "Estimated total token budget (prompt + output reserve) of routed requests.",
+            ["pool"],
+            buckets=(256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072),
+            registry=r,
+        )
+        self.ratio = Gauge(
+            "tbr_ratio_bytes_per_token",
+            "Learned EMA bytes-per-token ratio (ĉ) per model and category.",
+            ["model", "category"],
+            registry=r,
+        )
+        self.ratio_dev = Gauge(
+            "tbr_ratio_deviation_bytes_per_token",
+            "Learned EMA absolute deviation (σ̂) of the ratio per model and category.",
+            ["model", "category"],
+            registry=r,
+        )
+        self.ratio_samples = Gauge(
+            "tbr_ratio_samples",
+            "Observations folded into the ratio per model and category.",
+            ["model", "category"],
+            registry=r,
+        )
+        self.calibration = Counter(
+            "tbr_calibration_events",
+            "Outcome of reading usage from responses: applied, or why nothing was learned.",
+            ["outcome"],
+            registry=r,
+        )
+        self.inflight = Gauge("tbr_inflight_streams", "ext_proc streams currently open.", registry=r)
+        self.streams = Counter(
+            "tbr_streams",
+            "ext_proc streams ended, by how they ended.",
+            ["end"],
+            registry=r,
+        )
+        self.phase_seconds = Histogram(
+            "tbr_phase_processing_seconds",
+            "Router CPU time spent answering one ext_proc message, by phase.",
+            ["phase"],
+            buckets=_PHASE_BUCKETS,
+            registry=r,
+        )
+        self.errors = Counter(
+            "tbr_processing_errors",
+            "Unexpected errors while processing a phase (answered with a safe pass-through).",
+            ["phase"],
+            registry=r,
+        )
+        self.config_reloads = Counter(
+            "tbr_config_reloads",
+            "Configuration reload attempts by outcome (applied, invalid, unchanged).",
+            ["outcome"],
+            registry=r,
+        )
+        self.config_generation = Gauge(
+            "tbr_config_generation",
+            "Number of configurations applied since start (1 = the initial one).",
+            registry=r,
+        )
+        self.ready = Gauge(
+            "tbr_ready",
+            "1 while the router accepts new streams (readiness), 0 while starting or draining.",
+            registry=r,
+        )
+        self.store_up = Gauge(
+            "tbr_ratio_store_up",
+            "1 when the shared (Redis) ratio store answered its last operation, else 0.",
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "tbr_ratio_store_errors",
+            "Failed shared-store operations (push of observations, pull of ratios).",
+            ["operation"],
+            registry=r,
+        )
+        self.store_pushed = Counter(
+            "tbr_ratio_store_pushed_observations",
+            "Observations applied to the shared store by its server-side learner script.",
+            registry=r,
+        )
+        self.store_dropped = Counter(
+            "tbr_ratio_store_dropped_observations",
+            "Observations dropped (oldest first) because the push queue was full while the store was down.",
+            registry=r,
+        )
+        self.store_queue = Gauge(
+            "tbr_ratio_store_queue_length",
+            "Observations waiting to be pushed to the shared store.",
+            registry=r,
+        )
+        self.store_sync_seconds = Histogram(
+            "tbr_ratio_store_sync_seconds",
+            "Wall time of one pull of every shared ratio into the local cache.",
+            buckets=(1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0),
+            registry=r,
+        )

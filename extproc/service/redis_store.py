@@ -1,0 +1,399 @@
+"""Redis-backed :class:`~extproc.core.calibration.RatioStore` shared by router replicas.
+
+The request path never waits for Redis. Each replica keeps a local
+:class:`~extproc.core.calibration.InMemoryRatioStore` that ``get`` reads and ``observe`` updates at
+once; every observation is also queued and a background task, every ``sync_interval_s``:
+
+1. **pushes** queued observations in batches to a Lua script that applies the same learner as
+   :func:`~extproc.core.calibration.learn` (weighted EMA of ĉ and σ̂, low-quantile tracker) atomically
+   on the server (EVALSHA; the script is
+   (re)loaded automatically, e.g. after a Redis restart). Each batch carries an id the script
+   records (``SET NX``, 1 h TTL), so a batch retried after a lost reply is applied once; then
+2. **pulls** the shared ratios into the local cache when they changed (one ``GET`` of a version
+   counter the script increments; one ``HGETALL`` when it moved), re-folding the observations
+   still queued locally so a replica always sees its own writes.
+
+Consistency model: eventual. The shared state of a key is the EMA of all observations of all
+replicas in the order the Redis server executed their batches (per-observation order is kept
+within a batch); replicas see each other's observations within about one ``sync_interval_s``.
+Between pulls a replica's local state can differ from the shared one by its own recent
+observations; the next pull replaces it (last writer wins at the server).
+
+Redis unavailable: routing continues on the local cache; the failure is logged once and counted
+(``tbr_ratio_store_errors_total``, ``tbr_ratio_store_up 0``); observations queue up to
+``queue_max`` (oldest dropped first, counted); retries back off from 0.1 s to 5 s; on recovery the
+queue is flushed and pulls resume.
+
+Redis layout (``prefix`` defaults to ``tbr:``): hash ``{prefix}ratios`` with one field per key,
+``{category}:{model}`` → ``"{mean_bpt} {dev_bpt} {samples} {low_bpt}"`` (bytes/token as ``%.17g``);
+``{prefix}ratios-version`` (integer, +1 per applied batch); ``{prefix}batch:{id}`` markers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from extproc.core.calibration import InMemoryRatioStore, LearnerParams, RatioKey, RatioState, learn
+from extproc.service.metrics import RouterMetrics
+
+__all__ = ["EMA_BATCH_LUA", "RedisRatioStore"]
+
+log = logging.getLogger(__name__)
+
+EMA_BATCH_LUA = """
+-- Server-side twin of extproc.core.calibration.learn (weighted EMA of the ratio and its absolute
+-- deviation, SGD tracker of the low log-residual quantile).
+-- KEYS[1]: marker of this batch (idempotent retries); KEYS[2]: ratios hash; KEYS[3]: version.
+-- ARGV[1..5]: beta, quantile, quantile_step, initial_margin, initial_rel_dev; ARGV[6]: marker TTL;
+-- then per observation i = 1..n: ARGV[3i+4] field, ARGV[3i+5] bytes/token, ARGV[3i+6] weight.
+-- Applied in order, atomically, at most once per batch id.
+if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', tonumber(ARGV[6])) then
+  return 0
+end
+local beta, qa, qstep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local margin, rel = tonumber(ARGV[4]), tonumber(ARGV[5])
+local n_obs = (#ARGV - 6) / 3
+for i = 1, n_obs do
+  local field = ARGV[3 * i + 4]
+  local c = tonumber(ARGV[3 * i + 5])
+  local w = tonumber(ARGV[3 * i + 6])
+  local mean, dev, n, low = nil, nil, nil, nil
+  local v = redis.call('HGET', KEYS[2], field)
+  if v then
+    local a, b, k, l = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
+    mean, dev, n, low = tonumber(a), tonumber(b), tonumber(k), tonumber(l)
+  end
+  if mean == nil or dev == nil or n == nil or n < 1 then
+    mean, dev, n, low = c, c * rel, 1, c * (1 - margin)
+  else
+    local mean0 = mean
+    local step = (1 - beta) * w
+    mean = mean0 + step * (c - mean0)
+    dev = dev + step * (math.abs(c - mean0) - dev)
+    local q
+    if low ~= nil and low > 0 then q = math.log(low / mean0) else q = math.log(1 - margin) end
+    local below = 0
+    if math.log(c / mean0) < q then below = 1 end
+    q = q + qstep * w * (qa - below)
+    if q > 0 then q = 0 end
+    n = n + 1
+    low = mean * math.exp(q)
+  end
+  redis.call('HSET', KEYS[2], field, string.format('%.17g %.17g %d %.17g', mean, dev, n, low))
+end
+redis.call('INCR', KEYS[3])
+return n_obs
+"""
+
+_BATCH_MAX = 512
+_BATCH_MARKER_TTL_S = 3600
+_BACKOFF_MIN_S = 0.1
+_BACKOFF_MAX_S = 5.0
+
+
+class RedisRatioStore:
+    """Shared ratio store: local cache for the request path, Redis behind it (module docstring).
+
+    Args:
+        url: Redis URL (``redis://host:port/db``, ``unix:///path``).
+        params: learner parameters (applied locally and by the server-side script).
+        metrics: where store health is counted.
+        key_prefix: prefix of the Redis hashes.
+        sync_interval_s: push/pull period in seconds.
+        timeout_s: connect and command timeout in seconds.
+        queue_max: observations kept while Redis is down (oldest dropped beyond it).
+        max_keys: most keys pulled into the local cache (bounds metric label cardinality).
+        client: an existing ``redis.asyncio.Redis`` (tests); built from ``url`` when None.
+
+    Building it does no I/O; :meth:`start` connects, :meth:`close` flushes and disconnects.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        params: LearnerParams,
+        metrics: RouterMetrics,
+        key_prefix: str = "tbr:",
+        sync_interval_s: float = 1.0,
+        timeout_s: float = 1.0,
+        queue_max: int = 10_000,
+        max_keys: int = 4096,
+        client: aioredis.Redis | None = None,
+    ) -> None:
+        self.local = InMemoryRatioStore(beta=params.beta, params=params)
+        self.metrics = metrics
+        self.prefix = key_prefix
+        self.sync_interval_s = sync_interval_s
+        self.timeout_s = timeout_s
+        self.queue_max = queue_max
+        self.max_keys = max_keys
+        self.on_update: Callable[[RatioKey], None] | None = None
+        """Called with each key whose local state changed after a pull (e.g. to publish gauges)."""
+        self._url = url
+        self._client = client
+        self._script: Any = None
+        self._queue: deque[tuple[RatioKey, float, float]] = deque()
+        self._batch: list[tuple[RatioKey, float, float]] = []
+        """The batch being pushed; kept (with its id) until Redis confirms it, then retried as is."""
+        self._batch_id = ""
+        self._version: str | None = None
+        """Version counter value of the last pull (None: pull everything next time)."""
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self.up = False
+        self._down_logged = False
+        self._cap_logged = False
+        self.last_sync_ok_s = 0.0
+
+    # -- RatioStore (synchronous, request path) -------------------------------------------
+
+    @property
+    def beta(self) -> float:
+        """EMA decay β (local and server-side)."""
+        return self.local.beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self.local.beta = value
+
+    @property
+    def params(self) -> LearnerParams:
+        """Learner parameters sent with each pushed batch and used locally (settable on reload)."""
+        return self.local.params
+
+    @params.setter
+    def params(self, value: LearnerParams) -> None:
+        self.local.params = value
+        self.local.beta = value.beta
+
+    def get(self, key: RatioKey) -> RatioState | None:
+        """See :meth:`extproc.core.calibration.RatioStore.get` (local cache, no I/O)."""
+        return self.local.get(key)
+
+    def observe(self, key: RatioKey, c_obs: float, weight: float = 1.0) -> RatioState:
+        """Fold ``c_obs`` (weight in (0, 1]) locally now and queue it for Redis (drop-oldest when
+        full).
+
+        Raises:
+            ValueError: ``c_obs`` is not a positive finite number (nothing is queued).
+        """
+        state = self.local.observe(key, c_obs, weight)
+        w = min(1.0, max(weight, 1e-6)) if math.isfinite(weight) else 1.0
+        if self._queue and len(self._queue) >= self.queue_max:
+            self._queue.popleft()
+            self.metrics.store_dropped.inc()
+        self._queue.append((key, c_obs, w))
+        self.metrics.store_queue.set(self.queue_length)
+        return state
+
+    def items(self) -> list[tuple[RatioKey, RatioState]]:
+        """See :meth:`extproc.core.calibration.RatioStore.items` (local cache)."""
+        return self.local.items()
+
+    @property
+    def queue_length(self) -> int:
+        """Observations not yet confirmed by Redis (at most ``queue_max`` + one batch)."""
+        return len(self._queue) + len(self._batch)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, do a first sync (bounded by the timeout; failure is counted, not raised),
+        and start the background sync task."""
+        if self._client is None:
+            self._client = aioredis.from_url(
+                self._url,
+                decode_responses=True,
+                socket_timeout=self.timeout_s,
+                socket_connect_timeout=self.timeout_s,
+                retry=Retry(NoBackoff(), 0),
+            )
+        self._script = self._client.register_script(EMA_BATCH_LUA)
+        await self.sync_once()
+        self._task = asyncio.create_task(self._run(), name="redis-ratio-sync")
+        self._task.add_done_callback(_log_unexpected_end)
+
+    async def close(self) -> None:
+        """Stop the background task, try one last push (bounded by the timeout), disconnect."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._client is not None:
+            if self.queue_length:
+                try:
+                    await asyncio.wait_for(self._push(), timeout=max(self.timeout_s, 0.1) * 2)
+                except (RedisError, OSError, TimeoutError) as exc:
+                    log.warning(
+                        "could not push %d ratio observations at shutdown: %s", self.queue_length, exc
+                    )
+            await self._client.aclose()
+            self._client = None
+
+    def kick(self) -> None:
+        """Ask the background task to sync now instead of at the next period."""
+        self._wake.set()
+
+    # -- background sync --------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = _BACKOFF_MIN_S
+        while True:
+            delay = self.sync_interval_s if self.up else backoff
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            self._wake.clear()
+            ok = await self.sync_once()
+            backoff = _BACKOFF_MIN_S if ok else min(backoff * 2, _BACKOFF_MAX_S)
+
+    async def sync_once(self) -> bool:
+        """Push queued observations, then pull every shared ratio. Returns True on success.
+
+        Never raises (except cancellation): the background task must outlive any failure."""
+        op = "push"
+        try:
+            await self._push()
+            op = "pull"
+            await self._pull()
+        except (RedisError, OSError, TimeoutError) as exc:
+            self.metrics.store_errors.labels(op).inc()
+            self._set_up(False, f"{op}: {exc.__class__.__name__}: {exc}")
+            return False
+        except Exception as exc:  # a bug or an unexpected reply: count, log with traceback, go on
+            self.metrics.store_errors.labels(op).inc()
+            log.exception("unexpected error syncing the shared ratio store (%s)", op)
+            self._set_up(False, f"{op}: {exc.__class__.__name__}")
+            return False
+        self._set_up(True, "")
+        self.last_sync_ok_s = time.time()
+        return True
+
+    def _set_up(self, up: bool, why: str) -> None:
+        if up and not self.up and self._down_logged:
+            log.warning("shared ratio store %s reachable again; resuming sync", self._redacted_url())
+            self._down_logged = False
+        if not up and not self._down_logged:
+            log.warning(
+                "shared ratio store %s unreachable (%s); routing on local ratios, retrying with backoff",
+                self._redacted_url(),
+                why,
+            )
+            self._down_logged = True
+        self.up = up
+        self.metrics.store_up.set(1 if up else 0)
+
+    def _redacted_url(self) -> str:
+        url = self._url
+        if "@" in url:
+            scheme, _, rest = url.partition("://")
+            url = f"{scheme}://***@{rest.rpartition('@')[2]}"
+        return url
+
+    async def _push(self) -> None:
+        """Send queued observations in batches. A batch that failed (even if Redis applied it
+        before the reply was lost) is retried with the same id, which the script applies at
+        most once: observations are applied exactly once while markers live (1 h)."""
+        assert self._script is not None
+        while self._batch or self._queue:
+            if not self._batch:
+                self._batch = [self._queue.popleft() for _ in range(min(_BATCH_MAX, len(self._queue)))]
+                self._batch_id = uuid.uuid4().hex
+            batch = self._batch
+            p = self.params
+            args: list[object] = [
+                repr(p.beta),
+                repr(p.quantile),
+                repr(p.quantile_step),
+                repr(p.initial_margin),
+                repr(p.initial_rel_dev),
+                _BATCH_MARKER_TTL_S,
+            ]
+            for (model, category), c, w in batch:
+                args += [f"{category}:{model}", repr(c), repr(w)]
+            await self._script(
+                keys=[f"{self.prefix}batch:{self._batch_id}", self._hash, self._version_key], args=args
+            )
+            self._batch = []
+            self.metrics.store_pushed.inc(len(batch))
+            self.metrics.store_queue.set(self.queue_length)
+
+    @property
+    def _hash(self) -> str:
+        return f"{self.prefix}ratios"
+
+    @property
+    def _version_key(self) -> str:
+        return f"{self.prefix}ratios-version"
+
+    async def _pull(self) -> None:
+        """Refresh the local cache from Redis if the shared version moved since the last pull."""
+        client = self._client
+        assert client is not None
+        t0 = time.perf_counter()
+        version = _text(await client.get(self._version_key))
+        if version is not None and version == self._version:
+            return
+        rows = {_text(f) or "": _text(v) or "" for f, v in (await client.hgetall(self._hash)).items()}
+        pending: dict[RatioKey, list[tuple[float, float]]] = {}
+        for k, c, w in (*self._batch, *self._queue):
+            pending.setdefault(k, []).append((c, w))
+        accepted = 0
+        for field, value in rows.items():
+            category, sep, model = field.partition(":")
+            state = _parse_state(value)
+            if not sep or not category or not model or state is None:
+                continue
+            key = (model, category)
+            if self.local.get(key) is None and accepted >= self.max_keys:
+                if not self._cap_logged:
+                    log.warning("more than %d shared ratio keys; ignoring the rest", self.max_keys)
+                    self._cap_logged = True
+                continue
+            accepted += 1
+            for c, w in pending.get(key, ()):
+                state = learn(state, c, self.params, w)
+            if self.local.get(key) != state:
+                self.local.put(key, state)
+                if self.on_update is not None:
+                    self.on_update(key)
+        self._version = version
+        self.metrics.store_sync_seconds.observe(time.perf_counter() - t0)
+
+
+def _log_unexpected_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("shared ratio store sync task died", exc_info=task.exception())
+
+
+def _text(value: bytes | str | None) -> str | None:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _parse_state(value: str) -> RatioState | None:
+    """A RatioState from ``"{mean_bpt} {dev_bpt} {samples} {low_bpt}"``, or None if malformed."""
+    parts = value.split(" ")
+    if len(parts) != 4:
+        return None
+    try:
+        mean, dev, n, low = float(parts[0]), float(parts[1]), int(parts[2]), float(parts[3])
+    except ValueError:
+        return None
+    finite = math.isfinite(mean) and math.isfinite(dev) and math.isfinite(low)
+    if not (finite and mean > 0 and dev >= 0 and n >= 1 and 0.0 <= low <= mean):
+        return None
+    return RatioState(mean, dev, n, low)

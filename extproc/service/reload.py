@@ -1,0 +1,144 @@
+"""Configuration reload without dropping streams or learned ratios.
+
+A reload (file change seen by ``watchfiles``, or SIGHUP) reads and validates the file, then
+builds a new :class:`~extproc.adapter.runtime.Router` that shares the running ratio store and metrics
+and swaps it in; streams already open keep the Router they started with. An invalid file keeps
+the running configuration (logged, counted in ``tbr_config_reloads_total{outcome="invalid"}``).
+
+Settings bound at start (listeners, TLS, Redis settings, snapshot path, decision log, the pool
+``/metrics`` scraper) are not changed by a reload; a changed value is logged as needing a
+restart and otherwise ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from watchfiles import awatch
+
+from extproc.config import ConfigError, RouterConfig, load_config
+
+__all__ = ["ConfigReloader", "restart_only_changes"]
+
+log = logging.getLogger(__name__)
+
+
+def restart_only_changes(old: RouterConfig, new: RouterConfig) -> list[str]:
+    """Names of changed settings that only take effect after a restart."""
+    changed = []
+    if old.server != new.server:
+        changed.append("server")
+    if old.admin != new.admin:
+        changed.append("admin")
+    if old.decision_log_path != new.decision_log_path:
+        changed.append("decision_log_path")
+    # The pool /metrics scraper is started once (thresholds themselves do reload).
+    for field in ("enabled", "scrape_interval_s", "scrape_timeout_s"):
+        if getattr(old.spillover, field) != getattr(new.spillover, field):
+            changed.append(f"spillover.{field} (scraping)")
+    if [p.metrics_url for p in old.pools] != [p.metrics_url for p in new.pools]:
+        changed.append("pools[].metrics_url (scraping)")
+    for field in (
+        "redis_url",
+        "redis_key_prefix",
+        "redis_sync_interval_s",
+        "redis_timeout_s",
+        "redis_queue_max",
+        "snapshot_path",
+    ):
+        if getattr(old.calibration, field) != getattr(new.calibration, field):
+            changed.append(f"calibration.{field}")
+    return changed
+
+
+class ConfigReloader:
+    """Reloads ``path`` on demand (:meth:`reload`) and, when watching, on every change.
+
+    Args:
+        path: the YAML file the router was started with.
+        current: returns the configuration in use.
+        apply: installs a validated new configuration (builds and swaps the Router).
+        on_outcome: called with ``applied``, ``invalid`` or ``unchanged`` after each attempt.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        current: Callable[[], RouterConfig],
+        apply: Callable[[RouterConfig], None],
+        on_outcome: Callable[[str], None],
+    ) -> None:
+        self.path = Path(path)
+        self._current = current
+        self._apply = apply
+        self._on_outcome = on_outcome
+        self._digest = self._file_digest()
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+
+    def _file_digest(self) -> bytes | None:
+        try:
+            return hashlib.sha256(self.path.read_bytes()).digest()
+        except OSError:
+            return None
+
+    def reload(self, *, force: bool = False) -> str:
+        """Re-read the file and apply it if valid; returns the outcome (never raises on bad input).
+
+        ``force`` reloads even when the file's bytes did not change (SIGHUP).
+        """
+        digest = self._file_digest()
+        if not force and digest is not None and digest == self._digest:
+            outcome = "unchanged"
+        else:
+            try:
+                new = load_config(self.path)
+            except ConfigError as exc:
+                log.error("config reload rejected, keeping the running configuration: %s", exc)
+                outcome = "invalid"
+            else:
+                ignored = restart_only_changes(self._current(), new)
+                if ignored:
+                    log.warning("config reload: %s changed; takes effect after a restart", ", ".join(ignored))
+                self._apply(new)
+                self._digest = digest
+                outcome = "applied"
+                log.info("config reloaded from %s", self.path)
+        self._on_outcome(outcome)
+        return outcome
+
+    def start_watching(self) -> None:
+        """Start a task reloading on every change of the file (or of its directory entry, which
+        covers editors that replace files and Kubernetes ConfigMap symlink swaps)."""
+        self._task = asyncio.create_task(self._watch(), name="config-watch")
+
+    async def _watch(self) -> None:
+        target = self.path.resolve()
+        directory = self.path.parent.resolve()
+
+        def relevant(_change: object, changed: str) -> bool:
+            p = Path(changed)
+            return p == target or p.name == self.path.name or p.name.startswith("..")
+
+        try:
+            async for _ in awatch(
+                directory, watch_filter=relevant, debounce=200, step=50, stop_event=self._stop
+            ):
+                self.reload()
+        except Exception:
+            log.exception("config file watcher stopped; SIGHUP still reloads")
+
+    async def stop(self) -> None:
+        """Stop watching."""
+        self._stop.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, timeout=2.0)
+            except TimeoutError:
+                self._task.cancel()
+            self._task = None

@@ -1,0 +1,5 @@
+import sys
+
+from tbr.cli import main
+
+sys.exit(main())

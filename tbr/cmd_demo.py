@@ -1,0 +1,163 @@
+"""``tbr demo``: start pools, router and Envoy on loopback, replay real requests, print a summary.
+
+Prompts come from ``--data`` (default ``../shared/data``, read in place); without it a small
+built-in sample is used and the summary says so. Exit code 0 when no request was misrouted
+harmfully and every request got an answer from a pool, else 1 (2 when the stack cannot start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from extproc.config import load_config
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``tbr demo``."""
+    p = subparsers.add_parser("demo", help="replay real requests through Envoy + router + two stand-in pools")
+    p.add_argument("--data", default="../shared/data", help="shared data directory (default %(default)s)")
+    p.add_argument("--requests", type=int, default=500, help="requests to replay (default %(default)s)")
+    p.add_argument("--concurrency", type=int, default=8, help="requests in flight (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="workload seed (default %(default)s)")
+    p.add_argument("--short-max-model-len", type=int, default=8192, help="short pool limit (tokens)")
+    p.add_argument("--long-max-model-len", type=int, default=65536, help="long pool limit (tokens)")
+    p.add_argument("--model", default="Qwen/Qwen3-8B", help="model name sent in requests")
+    p.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this path")
+    p.add_argument(
+        "--envoy-config", type=Path, default=None, help="Envoy config to render (default envoy/envoy.yaml)"
+    )
+    p.add_argument("--work-dir", type=Path, default=None, help="keep configs and logs here (default: temp)")
+    p.set_defaults(func=run)
+
+
+def _read_decisions(path: Path | None, expected: int, timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
+    """Decision-log records by request_id; waits briefly for streams that are still closing."""
+    out: dict[str, dict[str, Any]] = {}
+    if path is None:
+        return out
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out.clear()
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line being written
+                if isinstance(rec, dict) and rec.get("request_id"):
+                    out[str(rec["request_id"])] = rec
+        if len(out) >= expected or time.monotonic() > deadline:
+            return out
+        time.sleep(0.1)
+
+
+def _progress(total: int) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="replaying", unit="req", disable=not sys.stderr.isatty(), file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo (see module docstring)."""
+    from devstack.procs import StartupError
+    from devstack.stack import DEFAULT_ROUTER_CONFIG, Stack, StackOptions
+    from tbr.demo.replay import Outcome, replay
+    from tbr.demo.summary import SummaryInputs, build_summary, format_summary
+    from tbr.demo.workload import build_workload
+
+    if args.requests < 1 or args.concurrency < 1:
+        print("--requests and --concurrency must be >= 1", file=sys.stderr)
+        return 2
+    if not 0 < args.short_max_model_len < args.long_max_model_len:
+        print("need 0 < --short-max-model-len < --long-max-model-len", file=sys.stderr)
+        return 2
+    data_dir = Path(args.data).resolve()
+    workload = build_workload(
+        data_dir, n_requests=args.requests, seed=args.seed, long_max_model_len=args.long_max_model_len
+    )
+    if workload.builtin:
+        source = f"built-in sample ({data_dir} not found): a few texts written for this project"
+        print(f"tbr demo: {data_dir} not found; running on the small built-in sample", file=sys.stderr)
+    else:
+        source = f"real requests from {data_dir} (read in place)"
+    reserve = load_config(DEFAULT_ROUTER_CONFIG).estimator.default_output_reserve_tokens
+    options = StackOptions(
+        short_max_model_len=args.short_max_model_len,
+        long_max_model_len=args.long_max_model_len,
+        decision_log=True,
+        **({"envoy_config": args.envoy_config} if args.envoy_config else {}),
+    )
+    with tempfile.TemporaryDirectory(prefix="tbr-demo-") as tmp:
+        work_dir = args.work_dir or Path(tmp)
+        print(f"tbr demo: starting pools, router and Envoy (logs in {work_dir})", file=sys.stderr)
+        try:
+            with Stack(work_dir, options) as stack:
+                bar = _progress(len(workload.requests))
+
+                def done(_: Outcome) -> None:
+                    bar.update(1)
+
+                t0 = time.perf_counter()
+                outcomes = asyncio.run(
+                    replay(
+                        stack.base_url,
+                        workload.requests,
+                        model=args.model,
+                        concurrency=args.concurrency,
+                        on_done=done,
+                    )
+                )
+                elapsed = time.perf_counter() - t0
+                bar.close()
+                answered = sum(o.pool is not None for o in outcomes)
+                decisions = _read_decisions(stack.decision_log_path, answered)
+                ratios = httpx.get(f"{stack.router_admin_url}/ratios", timeout=5.0).json()["ratios"]
+                assert stack.envoy is not None
+                envoy_stats = stack.envoy.stats("ext_proc.tbr.")
+                envoy_stats.update(
+                    stack.envoy.stats(
+                        r"cluster\.(short|long)_pool\.upstream_(rq_5xx|rq_retry|cx_destroy_remote_with_active_rq|rq_pending_failure_eject|cx_connect_fail)$"
+                    )
+                )
+        except StartupError as exc:
+            print(f"tbr demo: could not start the stack:\n{exc}", file=sys.stderr)
+            return 2
+    summary = build_summary(
+        SummaryInputs(
+            outcomes=outcomes,
+            decisions=decisions,
+            ratios=ratios,
+            envoy_stats=envoy_stats,
+            short_max_model_len=args.short_max_model_len,
+            long_max_model_len=args.long_max_model_len,
+            default_output_reserve_tokens=reserve,
+            data_source=source,
+            builtin=workload.builtin,
+            elapsed_s=elapsed,
+            concurrency=args.concurrency,
+        )
+    )
+    print(format_summary(summary))
+    if args.json is not None:
+        args.json.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"summary written to {args.json}")
+    ok = summary["harmful_misroutes"] == 0 and summary["failed_requests"] == 0
+    if ok:
+        print(f"OK: {summary['requests']} requests answered, zero harmful misroutes")
+    else:
+        print(
+            f"FAILED: {summary['harmful_misroutes']} harmful misroutes, "
+            f"{summary['failed_requests']} requests without a pool's answer"
+        )
+    return 0 if ok else 1

@@ -1,0 +1,91 @@
+"""``tbr serve --config PATH``: run the ext_proc router until SIGTERM / SIGINT.
+
+Signals: SIGTERM/SIGINT start a graceful shutdown (not ready, drain in-flight streams within
+``server.grace_period_s``, persist ratios); a second one exits at once. SIGHUP reloads the
+configuration file (as does any change of the file unless ``--no-watch``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from typing import TYPE_CHECKING
+
+from extproc.config import ConfigError, load_config
+from extproc.service.logs import configure_logging
+
+if TYPE_CHECKING:  # imported in run(): `tbr --help` and the other subcommands skip gRPC's import cost
+    from extproc.service.app import RouterApp
+
+log = logging.getLogger("extproc.serve")
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``tbr serve``."""
+    p = subparsers.add_parser("serve", help="run the ext_proc router")
+    p.add_argument("--config", required=True, help="router YAML configuration")
+    p.add_argument(
+        "--grpc-port", type=int, default=None, help="override server.grpc_port (0 = any free port)"
+    )
+    p.add_argument("--admin-port", type=int, default=None, help="override admin.port (0 = any free port)")
+    p.add_argument(
+        "--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    p.add_argument("--log-format", default="json", choices=["json", "text"], help="log line format")
+    p.add_argument(
+        "--no-watch",
+        dest="watch",
+        action="store_false",
+        help="do not reload when the config file changes (SIGHUP still reloads)",
+    )
+    p.set_defaults(func=run)
+
+
+async def _serve(app: RouterApp) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_stop(sig: signal.Signals) -> None:
+        if stop.is_set():
+            log.warning("second %s: exiting without draining", sig.name)
+            os._exit(1)
+        log.info("%s received: shutting down gracefully", sig.name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_stop, sig)
+    loop.add_signal_handler(signal.SIGHUP, lambda: log.info("SIGHUP: reload %s", app.request_reload()))
+    async with app:
+        print(f"tbr serve: grpc_port={app.grpc_port} admin_port={app.admin_port}", flush=True)
+        log.info("serving", extra={"grpc_port": app.grpc_port, "admin_port": app.admin_port})
+        await stop.wait()
+    log.info("stopped")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the config (exit 2 with the errors if invalid) and serve; 0 after a clean stop."""
+    configure_logging(args.log_level, args.log_format)
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(f"{args.config}: {exc}", file=sys.stderr)
+        return 2
+    from extproc.service.app import RouterApp
+
+    app = RouterApp(
+        cfg,
+        grpc_port=args.grpc_port,
+        admin_port=args.admin_port,
+        config_path=args.config,
+        watch_config=args.watch,
+    )
+    try:
+        asyncio.run(_serve(app))
+    except (OSError, RuntimeError) as exc:
+        log.error("cannot serve: %s", exc)
+        return 1
+    return 0

@@ -1,0 +1,180 @@
+"""In-flight accounting and retry detection through the real grpc.aio server (scripted ext_proc
+streams, no Envoy): the count is taken at the routing decision and given back exactly once, for
+every kind of ending."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import pytest
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+from extproc.config import parse_config
+from extproc.core.calibration import RatioState
+from extproc.core.categories import classify_text
+from extproc.service.app import RouterApp
+from tests import pb as tpb
+from tests.pb import headers
+
+CONFIG: dict[str, Any] = {
+    "pools": [
+        {"name": "short", "max_model_len": 4096, "header_value": "short"},
+        {"name": "medium", "max_model_len": 16384, "header_value": "medium"},
+        {"name": "long", "max_model_len": 65536, "header_value": "long"},
+    ],
+    "admin": {"enabled": False},
+    "server": {"grace_period_s": 0.5},
+}
+POST = {":method": "POST", ":path": "/v1/chat/completions", "x-request-id": "r"}
+
+
+def body(text: str = "hello", max_tokens: int = 16) -> pb.ProcessingRequest:
+    return tpb.req_body(tpb.chat_body(text, max_tokens=max_tokens))
+
+
+def resp_headers(status: int, **extra: str) -> pb.ProcessingRequest:
+    return tpb.resp_headers({":status": str(status), "content-type": "application/json", **extra})
+
+
+def resp_body(prompt_tokens: int) -> pb.ProcessingRequest:
+    return tpb.resp_body(tpb.usage_body(prompt_tokens), eos=True)
+
+
+@pytest.fixture
+async def app() -> AsyncIterator[RouterApp]:
+    async with RouterApp(parse_config(CONFIG), grpc_port=0) as running:
+        yield running
+
+
+async def wait_zero(app: RouterApp, timeout_s: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while app.load.total_inflight() != 0:
+        assert asyncio.get_running_loop().time() < deadline, dict(app.load._inflight)
+        await asyncio.sleep(0.01)
+
+
+async def test_count_held_from_decision_until_each_kind_of_end(app: RouterApp) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
+        stub = pb_grpc.ExternalProcessorStub(ch)
+
+        # 1. complete exchange (JSON response read to the end)
+        call = stub.Process()
+        await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
+        await call.read()
+        await call.write(body())
+        await call.read()
+        assert app.load.inflight("short") == 1  # counted at the routing decision
+        await call.write(resp_headers(200))
+        await call.read()
+        await call.write(resp_body(12))
+        await call.read()
+        await call.done_writing()
+        await wait_zero(app)
+
+        # 2. cancelled by Envoy (client went away) after routing, before any response
+        call = stub.Process()
+        await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
+        await call.read()
+        await call.write(body("x" * 40000))
+        await call.read()
+        assert app.load.total_inflight() == 1
+        call.cancel()
+        await wait_zero(app)
+
+        # 3. routed at request headers (unsupported path, bodiless POST) and stream closed
+        for hdrs in ({":method": "GET", ":path": "/v1/models"}, POST):
+            call = stub.Process()
+            await call.write(pb.ProcessingRequest(request_headers=headers(hdrs, eos=True)))
+            await call.read()
+            assert app.load.total_inflight() == 1
+            await call.done_writing()
+            assert await call.read() == grpc.aio.EOF
+            await wait_zero(app)
+
+        # 4. headers only, then the stream closes before the body (no decision: nothing counted)
+        call = stub.Process()
+        await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
+        await call.read()
+        assert app.load.total_inflight() == 0
+        await call.done_writing()
+        await wait_zero(app)
+
+        # 5. many concurrent streams, half cancelled
+        calls = []
+        for i in range(20):
+            c = stub.Process()
+            await c.write(pb.ProcessingRequest(request_headers=headers(POST)))
+            await c.read()
+            await c.write(body())
+            await c.read()
+            calls.append((i, c))
+        assert app.load.inflight("short") == 20
+        for i, c in calls:
+            if i % 2:
+                c.cancel()
+            else:
+                await c.done_writing()
+        await wait_zero(app)
+    assert (
+        app.metrics.registry.get_sample_value("tbr_pool_accounting_errors_total", {"pool": "short"}) is None
+    )
+
+
+async def test_retried_response_moves_the_count_and_ratchets_the_ratio(app: RouterApp) -> None:
+    """Envoy retried on medium (attempt count 2) and usage proves the prompt overflowed short."""
+    # no punctuation/digits: the estimator budgets those outside the ratio (text_bytes == ratio_bytes)
+    text = "Plain English words for a prompt that is much longer than the router thinks " * 100
+    key = ("m", classify_text(text.encode()))
+    app.store.put(key, RatioState(mean_bpt=40.0, dev_bpt=0.0, samples=50))  # stale: under-estimates
+    true_prompt = 4500  # ≈ 7,800 bytes / 1.75 B/token: does not fit short (4,096)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
+        call = pb_grpc.ExternalProcessorStub(ch).Process()
+        await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
+        await call.read()
+        await call.write(body(text))
+        routed = await call.read()
+        assert routed.request_body.response.header_mutation.set_headers[0].header.raw_value == b"short"
+        await call.write(resp_headers(200, **{"x-envoy-attempt-count": "2"}))
+        await call.read()
+        assert (app.load.inflight("short"), app.load.inflight("medium")) == (0, 1)
+        await call.write(resp_body(true_prompt))
+        await call.read()
+        await call.done_writing()
+    await wait_zero(app)
+    reg = app.metrics.registry
+    labels = {"from_pool": "short", "to_pool": "medium", "outcome": "recovered"}
+    assert reg.get_sample_value("tbr_misroutes_total", labels) == 1
+    assert (
+        reg.get_sample_value("tbr_misroute_calibration_total", {"pool": "short", "outcome": "ratcheted"}) == 1
+    )
+    state = app.store.get(key)
+    assert state is not None
+    fixed = 5 + 5  # request + one message framing (estimator defaults)
+    c_obs = len(text.encode()) / (true_prompt - fixed)
+    assert state.mean_bpt == pytest.approx(c_obs)
+    assert state.mean_bpt - 2.0 * state.dev_bpt <= c_obs  # conservative ratio now below the truth
+    assert state.mean_bpt - 2.0 * state.dev_bpt >= 0.5 * c_obs  # and not absurdly low
+
+
+async def test_failed_retry_is_counted_not_calibrated(app: RouterApp) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
+        call = pb_grpc.ExternalProcessorStub(ch).Process()
+        await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
+        await call.read()
+        await call.write(body())
+        await call.read()
+        await call.write(resp_headers(400, **{"x-envoy-attempt-count": "2"}))
+        await call.read()
+        await call.done_writing()
+    await wait_zero(app)
+    reg = app.metrics.registry
+    labels = {"from_pool": "short", "to_pool": "medium", "outcome": "retry_failed"}
+    assert reg.get_sample_value("tbr_misroutes_total", labels) == 1
+    assert (
+        reg.get_sample_value("tbr_misroute_calibration_total", {"pool": "short", "outcome": "ratcheted"})
+        is None
+    )

@@ -1,0 +1,149 @@
+"""End to end through the real Envoy (envoy/envoy-3pools.yaml), the real router and three stand-in
+vLLM pools, with the openai client: spillover starts while the short pool is held saturated and
+stops after release; a forced underestimate is recovered on the next larger pool (client sees 200)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai import AsyncOpenAI
+
+from extproc.core.categories import classify_text
+from tests.e2e.harness import Stack, three_pool_stack
+
+pytestmark = pytest.mark.envoy
+
+SMALL = [{"role": "user", "content": "Say hello."}]
+ROUTER_BASE: dict[str, Any] = {"server": {"grace_period_s": 0.5}}
+
+
+def client(stack: Stack) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=20.0)
+
+
+async def served_by(c: AsyncOpenAI, messages: list[dict[str, str]], max_tokens: int = 8) -> tuple[str, str]:
+    """(x-served-by-pool, x-envoy-attempt-count) of one chat completion that must succeed."""
+    raw = await c.chat.completions.with_raw_response.create(
+        model="m",
+        messages=messages,  # type: ignore[arg-type]
+        max_tokens=max_tokens,
+    )
+    raw.parse()
+    return raw.headers["x-served-by-pool"], raw.headers.get("x-envoy-attempt-count", "")
+
+
+def metric(stack: Stack, name: str, labels: dict[str, str]) -> float:
+    value = stack.app.metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+@pytest.mark.parametrize(
+    ("signal", "router", "pool_settings", "scrape", "busy"),
+    [
+        pytest.param(
+            "inflight",
+            {"spillover": {"enabled": True}, "pools": {"short": {"max_inflight": 2}}},
+            {},
+            False,
+            (2, 0),
+            id="router_inflight_count",
+        ),
+        pytest.param(
+            "waiting",
+            {"spillover": {"enabled": True, "max_waiting": 1, "scrape_interval_s": 0.05}},
+            {"short": {"max_num_seqs": 1}},
+            True,
+            (1, 1),
+            id="vllm_num_requests_waiting",
+        ),
+    ],
+)
+async def test_spillover_starts_when_short_pool_saturated_and_stops_after_release(
+    tmp_path: Path,
+    signal: str,
+    router: dict[str, Any],
+    pool_settings: dict[str, dict[str, Any]],
+    scrape: bool,
+    busy: tuple[int, int],
+) -> None:
+    async with three_pool_stack(
+        tmp_path, router_overrides={**ROUTER_BASE, **router}, pool_overrides=pool_settings, scrape=scrape
+    ) as stack:
+        c = client(stack)
+        assert (await served_by(c, SMALL))[0] == "short"  # not saturated: shortest fit
+
+        await stack.pool_admin("short", "hold")
+        held = [asyncio.create_task(served_by(c, SMALL)) for _ in range(2)]
+        await stack.wait_pool("short", running=busy[0], waiting=busy[1])
+        if scrape:
+            await asyncio.sleep(0.3)  # a few scrape intervals
+        spilled = [await served_by(c, SMALL) for _ in range(3)]
+        assert [s for s, _ in spilled] == ["medium"] * 3  # next larger, never the long pool
+        assert (
+            metric(
+                stack, "tbr_spillover_total", {"from_pool": "short", "to_pool": "medium", "signal": signal}
+            )
+            == 3
+        )
+
+        await stack.pool_admin("short", "release")
+        assert [s for s, _ in await asyncio.gather(*held)] == ["short", "short"]
+        if scrape:
+            await asyncio.sleep(0.3)
+        assert (await served_by(c, SMALL))[0] == "short"  # spillover stopped
+        assert (
+            metric(
+                stack, "tbr_spillover_total", {"from_pool": "short", "to_pool": "medium", "signal": signal}
+            )
+            == 3
+        )
+        await c.close()
+        await asyncio.sleep(0.1)
+        assert stack.app.load.total_inflight() == 0
+
+
+PROSE = "The quick brown fox jumps over the lazy dog while the farmer counts his sheep. " * 260
+
+
+async def test_forced_underestimate_is_recovered_on_the_next_larger_pool(tmp_path: Path) -> None:
+    """A stale snapshot claims 40 bytes/token for this key: the 4,169-token prompt (Qwen3) is
+    budgeted at 541 tokens and sent to short (4,096). The short pool answers vLLM's context-length 400, Envoy
+    retries once on medium, the client gets medium's 200; the router ratchets the ratio so that the
+    same request then goes straight to medium."""
+    key_category = classify_text(PROSE.encode())
+    snapshot = tmp_path / "ratios.json"
+    snapshot.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "ratios": [
+                    {"model": "m", "category": key_category, "mean_bpt": 40.0, "dev_bpt": 0.0, "samples": 50}
+                ],
+            }
+        ),
+        encoding="utf-8",
+    )
+    router = {**ROUTER_BASE, "calibration": {"snapshot_path": str(snapshot)}}
+    async with three_pool_stack(tmp_path, router_overrides=router) as stack:
+        c = client(stack)
+        messages = [{"role": "user", "content": PROSE}]
+        pool, attempts = await served_by(c, messages, max_tokens=16)
+        assert (pool, attempts) == ("medium", "2")
+        short = await stack.pool_stats("short")
+        assert short["requests"]["/v1/chat/completions"] == {"400": 1}  # the rejected first attempt
+
+        labels = {"from_pool": "short", "to_pool": "medium", "outcome": "recovered"}
+        assert metric(stack, "tbr_misroutes_total", labels) == 1
+        assert metric(stack, "tbr_misroute_calibration_total", {"pool": "short", "outcome": "ratcheted"}) == 1
+        state = stack.app.store.get(("m", key_category))
+        assert state is not None and state.mean_bpt < 6.0  # ratcheted to the true ratio (~4 B/token)
+
+        pool, attempts = await served_by(c, messages, max_tokens=16)
+        assert (pool, attempts) == ("medium", "1")  # routed right the first time now
+        await c.close()
+        await asyncio.sleep(0.1)
+        assert stack.app.load.total_inflight() == 0

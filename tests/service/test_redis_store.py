@@ -1,0 +1,167 @@
+"""Shared calibration across replicas through a real redis-server (issue 5, item 4)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+
+import pytest
+import redis.asyncio as aioredis
+
+from devstack.redis import RedisServer
+from extproc.config import parse_config
+from extproc.core.calibration import InMemoryRatioStore, LearnerParams
+from extproc.service.app import RouterApp
+from extproc.service.metrics import RouterMetrics
+from extproc.service.redis_store import RedisRatioStore
+from tests.service.streams import POOLS, TEXT_8000, calibrate, ratios, route_of
+
+pytestmark = pytest.mark.redis
+
+
+def redis_config(url: str) -> dict[str, object]:
+    return {
+        "pools": POOLS,
+        "calibration": {"warmup_samples": 3, "redis_url": url, "redis_sync_interval_s": 0.05},
+    }
+
+
+async def wait_for(cond: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.02)
+
+
+async def test_calibration_learned_on_one_replica_routes_the_other(redis_server: RedisServer) -> None:
+    cfg = parse_config(redis_config(redis_server.url))
+    async with (
+        RouterApp(cfg, grpc_port=0, admin_port=0) as a,
+        RouterApp(cfg, grpc_port=0, admin_port=0) as b,
+    ):
+        # Both start at the prior (~4 bytes/token): 8000 bytes fit the short pool.
+        assert await route_of(b.grpc_port, TEXT_8000) == "short"
+        # Replica A sees the pool report ~1 byte/token for this text, three times (warm-up 3).
+        await calibrate(a.grpc_port, TEXT_8000, prompt_tokens=8010, times=3)
+        assert await route_of(a.grpc_port, TEXT_8000) == "long"
+
+        async def b_learned() -> bool:
+            return any(r["samples"] == 3 for r in await ratios(b.admin_port))
+
+        await wait_for(b_learned)
+        (row_a,) = await ratios(a.admin_port)
+        (row_b,) = await ratios(b.admin_port)
+        assert row_b == row_a
+        assert row_b["warm"] is True and float(row_b["mean_bytes_per_token"]) < 1.05  # type: ignore[arg-type]
+        # B never saw a response, yet routes by A's calibration.
+        assert await route_of(b.grpc_port, TEXT_8000) == "long"
+        metrics_b = await _metrics(b.admin_port)
+        assert "tbr_ratio_store_up 1.0" in metrics_b
+        assert 'tbr_ratio_bytes_per_token{category="latin",model="m"}' in metrics_b
+
+
+async def _metrics(port: int) -> str:
+    from tests.service.streams import admin_get
+
+    return (await admin_get(port, "/metrics")).text
+
+
+async def test_server_side_ema_matches_local_formula(redis_server: RedisServer) -> None:
+    """The Lua script and calibration.ema_update agree, observation by observation."""
+    metrics = RouterMetrics()
+    params = LearnerParams(beta=0.8, quantile=0.2, quantile_step=0.05, initial_margin=0.1)
+    store = RedisRatioStore(url=redis_server.url, params=params, metrics=metrics, sync_interval_s=60)
+    reference = InMemoryRatioStore(beta=0.8, params=params)
+    await store.start()
+    try:
+        for c, w in ((3.1, 1.0), (4.7, 0.5), (2.2, 1.0), (5.0, 0.25), (3.3, 1.0), (1.9, 1.0)):
+            store.observe(("m", "code"), c, w)
+            reference.observe(("m", "code"), c, w)
+        assert await store.sync_once()
+        client = aioredis.from_url(redis_server.url, decode_responses=True)
+        mean, dev, samples, low = (await client.hget("tbr:ratios", "code:m")).split()
+        version = await client.get("tbr:ratios-version")
+        await client.aclose()
+        ref = reference.get(("m", "code"))
+        assert ref is not None
+        assert float(mean) == pytest.approx(ref.mean_bpt, rel=1e-12)
+        assert float(dev) == pytest.approx(ref.dev_bpt, rel=1e-12)
+        assert float(low) == pytest.approx(ref.low_bpt, rel=1e-12) and 0 < ref.low_bpt < ref.mean_bpt
+        assert int(samples) == 6 and version == "1"  # one batch
+        assert store.get(("m", "code")) == pytest.approx(ref)  # local cache pulled back
+    finally:
+        await store.close()
+
+
+async def test_redis_down_keeps_routing_counts_and_recovers(redis_server: RedisServer) -> None:
+    cfg = parse_config(redis_config(redis_server.url))
+    async with RouterApp(cfg, grpc_port=0, admin_port=0) as app:
+        assert app.redis is not None and app.redis.up
+        redis_server.stop()
+        # Routing and local learning continue while Redis is down.
+        await calibrate(app.grpc_port, TEXT_8000, prompt_tokens=8010, times=3)
+        assert await route_of(app.grpc_port, TEXT_8000) == "long"
+
+        async def down_counted() -> bool:
+            text = await _metrics(app.admin_port)
+            return "tbr_ratio_store_up 0.0" in text and "tbr_ratio_store_errors_total{" in text
+
+        await wait_for(down_counted)
+        assert app.redis.queue_length == 3
+        redis_server.start()  # same port, empty data set: the queued observations are replayed
+
+        async def recovered() -> bool:
+            return app.redis is not None and app.redis.up and app.redis.queue_length == 0
+
+        await wait_for(recovered, timeout_s=8.0)
+        client = aioredis.from_url(redis_server.url, decode_responses=True)
+        value = await client.hget("tbr:ratios", "latin:m")
+        await client.aclose()
+        assert int(value.split()[2]) == 3
+        assert "tbr_ratio_store_up 1.0" in await _metrics(app.admin_port)
+
+
+async def test_unreachable_redis_at_start_still_serves() -> None:
+    from devstack.procs import free_port
+
+    cfg = parse_config(redis_config(f"redis://127.0.0.1:{free_port()}/0"))
+    t0 = time.monotonic()
+    async with RouterApp(cfg, grpc_port=0, admin_port=0) as app:
+        assert time.monotonic() - t0 < 3.0
+        assert app.redis is not None and not app.redis.up
+        assert await route_of(app.grpc_port, "hello") == "short"
+
+
+async def test_retried_batch_is_applied_once(redis_server: RedisServer) -> None:
+    """A batch whose reply was lost is retried with the same id and not applied twice."""
+    store = RedisRatioStore(
+        url=redis_server.url, params=LearnerParams(), metrics=RouterMetrics(), sync_interval_s=60
+    )
+    await store.start()
+    try:
+        store.observe(("m", "latin"), 4.0)
+        store._batch = [store._queue.popleft()]
+        store._batch_id = "fixed-id"
+        assert await store.sync_once()  # applied; pretend the reply was lost:
+        store._batch = [(("m", "latin"), 4.0, 1.0)]
+        store._batch_id = "fixed-id"
+        assert await store.sync_once()
+        assert store.queue_length == 0
+        client = aioredis.from_url(redis_server.url, decode_responses=True)
+        value = await client.hget("tbr:ratios", "latin:m")
+        await client.aclose()
+        assert int(value.split()[2]) == 1
+    finally:
+        await store.close()
+
+
+def test_queue_is_bounded_drop_oldest() -> None:
+    metrics = RouterMetrics()
+    store = RedisRatioStore(url="redis://127.0.0.1:1/0", params=LearnerParams(), metrics=metrics, queue_max=4)
+    for i in range(10):
+        store.observe(("m", "latin"), 1.0 + i)
+    assert store.queue_length == 4
+    assert [c for _, c, _ in store._queue] == [7.0, 8.0, 9.0, 10.0]
+    assert metrics.store_dropped._value.get() == 6

@@ -1,0 +1,88 @@
+"""Config reload on file change and SIGHUP, keeping streams and learned ratios (issue 5, item 3)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import yaml
+
+from extproc.config import load_config
+from extproc.service.app import RouterApp
+from tests.pb import json_response_msgs, request_msgs
+from tests.service.streams import POOLS, TEXT_8000, admin_get, calibrate, ratios, route_of
+
+
+def write_config(path: Path, short_max_model_len: int) -> None:
+    pools = [dict(POOLS[0], max_model_len=short_max_model_len), POOLS[1]]
+    path.write_text(yaml.safe_dump({"pools": pools, "calibration": {"warmup_samples": 3}}))
+
+
+async def test_file_change_reroutes_without_restart_and_keeps_ratios(tmp_path: Path) -> None:
+    cfg_path = tmp_path / "router.yaml"
+    write_config(cfg_path, 8192)
+    app = RouterApp(load_config(cfg_path), grpc_port=0, admin_port=0, config_path=cfg_path, watch_config=True)
+    async with app:
+        # Learn ~1 byte/token: 8000 bytes now budget > 8192 tokens → long pool.
+        await calibrate(app.grpc_port, TEXT_8000, prompt_tokens=8010, times=3)
+        assert await route_of(app.grpc_port, TEXT_8000) == "long"
+        before = await ratios(app.admin_port)
+        # A stream opened before the reload keeps its Router.
+        import grpc
+        from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
+            call = pb_grpc.ExternalProcessorStub(ch).Process()
+            msgs = request_msgs(TEXT_8000, request_id="inflight")
+            await call.write(msgs[0])
+            await call.read()
+
+            write_config(cfg_path, 16384)  # the short pool now takes 16k-token budgets
+            deadline = time.monotonic() + 5.0
+            while await route_of(app.grpc_port, TEXT_8000) != "short":
+                assert time.monotonic() < deadline, "reload not applied within 5 s"
+                await asyncio.sleep(0.05)
+
+            await call.write(msgs[1])  # the old stream still decides with the old config
+            body = await call.read()
+            assert body.request_body.response.header_mutation.set_headers[0].header.raw_value == b"long"
+            for m in json_response_msgs(8010):
+                await call.write(m)
+                await call.read()
+            await call.done_writing()
+
+        after = await ratios(app.admin_port)
+        assert after[0]["mean_bytes_per_token"] == before[0]["mean_bytes_per_token"]
+        assert after[0]["samples"] == 4  # the in-flight stream's usage was still learned
+        metrics = (await admin_get(app.admin_port, "/metrics")).text
+        assert 'tbr_config_reloads_total{outcome="applied"} 1.0' in metrics
+        assert "tbr_config_generation 2.0" in metrics
+
+
+async def test_invalid_config_keeps_running_one_and_is_counted(tmp_path: Path) -> None:
+    cfg_path = tmp_path / "router.yaml"
+    write_config(cfg_path, 8192)
+    async with RouterApp(load_config(cfg_path), grpc_port=0, admin_port=0, config_path=cfg_path) as app:
+        cfg_path.write_text("pools:\n  - name: short\n    max_model_len: -5\n")
+        assert app.request_reload() == "invalid"
+        assert app.current_router().config.pools[0].max_model_len == 8192
+        assert await route_of(app.grpc_port, "hello") == "short"
+        write_config(cfg_path, 8192)
+        assert app.request_reload() == "applied"  # SIGHUP forces a reload of unchanged bytes
+        assert app.reloader is not None and app.reloader.reload() == "unchanged"
+        metrics = (await admin_get(app.admin_port, "/metrics")).text
+        assert 'tbr_config_reloads_total{outcome="invalid"} 1.0' in metrics
+        assert 'tbr_config_reloads_total{outcome="applied"} 1.0' in metrics
+        assert 'tbr_config_reloads_total{outcome="unchanged"} 1.0' in metrics
+
+
+async def test_model_keys_survive_reloads(tmp_path: Path) -> None:
+    """Reloads do not reset the bounded model-key map (max_models stays a bound)."""
+    cfg_path = tmp_path / "router.yaml"
+    cfg_path.write_text(yaml.safe_dump({"pools": POOLS, "estimator": {"max_models": 1}}))
+    async with RouterApp(load_config(cfg_path), grpc_port=0, admin_port=0, config_path=cfg_path) as app:
+        await calibrate(app.grpc_port, "hello there " * 40, prompt_tokens=130)  # model "m"
+        assert app.request_reload() == "applied"
+        assert app.current_router().estimator.model_key("m") == "m"
+        assert app.current_router().estimator.model_key("another") == "_other"
