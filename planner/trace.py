@@ -2,7 +2,7 @@
 
 A :class:`Trace` is a set of parallel numpy arrays sorted by arrival time (seconds, first arrival at 0).
 Every change a loader or :func:`normalize` makes is counted in a :class:`NormalizationReport`, which the
-CLI prints with every result (style.md §7 item 10: nothing changes silently).
+CLI prints with every result (nothing changes silently).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class Trace:
 
     @property
     def budget_tokens(self) -> IntArray:
-        """``L_total = input + output budget`` per request (method.md §3.1), tokens."""
+        """``L_total = input + output budget`` per request (docs/method.md §3.1), tokens."""
         return self.input_tokens + self.output_budget_tokens
 
     @property
@@ -158,7 +158,7 @@ class Trace:
 
     @property
     def rate_req_per_s(self) -> float:
-        """Mean arrival rate ``N / (t_last - t_first)`` (data-stats.md §4 definition), req/s."""
+        """Mean arrival rate ``N / (t_last - t_first)`` (docs/data.md §4.1 definition), req/s."""
         d = self.duration_s
         return len(self) / d if d > 0 else float("inf")
 

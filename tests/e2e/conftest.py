@@ -1,4 +1,4 @@
-"""Real-process fixtures: mock pools → router → Envoy on loopback (styles.md §6 habit 7).
+"""Real-process fixtures: mock pools → router → Envoy on loopback.
 
 Session-scoped, started in that order and each waited on (HTTP /health, TCP, Envoy /ready).
 Every process log is attached to a failing test's report (and only then shown). Everything is

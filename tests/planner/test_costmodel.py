@@ -1,4 +1,4 @@
-"""Closed-form functions against hand-worked examples (style.md habit 12)."""
+"""Closed-form functions against hand-worked examples."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_kv_sizing_llama3_70b_on_8_a100() -> None:
 
 
 def test_max_num_seqs_paper_numbers() -> None:
-    # 65,536 blocks x 16 tokens: 16 sequences at 64K, 128 at 8K (method.md §2 "16 vs 128").
+    # 65,536 blocks x 16 tokens: 16 sequences at 64K, 128 at 8K (docs/method.md §2 "16 vs 128").
     assert max_num_seqs(1_048_576, 65_536, 256) == 16
     assert max_num_seqs(1_048_576, 8_192, 256) == 128
     assert max_num_seqs(1_048_576, 1_024, 256) == 256
