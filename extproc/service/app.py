@@ -35,7 +35,7 @@ from extproc.core.categories import CATEGORIES
 from extproc.core.load import LoadTracker
 from extproc.service.admin import build_admin_app
 from extproc.service.load_metrics import LoadCollector
-from extproc.service.metrics import RouterMetrics
+from extproc.service.metrics import PrometheusObserver, RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
 from extproc.service.scrape import PoolScraper
@@ -86,6 +86,7 @@ class RouterApp:
         self._config_path = config_path
         self._watch_config = watch_config
         self.metrics = RouterMetrics()
+        self.observer = PrometheusObserver(self.metrics)
         cal = config.calibration
         self.store: InMemoryRatioStore | RedisRatioStore
         self.config_generation = 0
@@ -177,7 +178,7 @@ class RouterApp:
         self.store.beta = params.beta
         self.store.params = params
         router = Runtime(
-            cfg, store=self.store, metrics=self.metrics, decision_log=self._decision_log, load=self.load
+            cfg, store=self.store, observer=self.observer, decision_log=self._decision_log, load=self.load
         )
         # Models already learned keep their keys across reloads/restarts (most observed first),
         # so the bounded model set (estimator.max_models) does not grow with each reload.
@@ -231,7 +232,9 @@ class RouterApp:
         sock.bind((cfg.host, port))
         self._admin_sock = sock
         self.admin_port = sock.getsockname()[1]
-        app = build_admin_app(self.current_router, lambda: self.ready, self.status)
+        app = build_admin_app(
+            self.current_router, lambda: self.ready, self.status, registry=self.metrics.registry
+        )
         server = _AdminServer(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
         self._admin = server
         self._admin_task = asyncio.create_task(server.serve(sockets=[sock]))
