@@ -155,12 +155,13 @@ def test_plan_sizes_pools_on_served_requests_when_estimates_misroute() -> None:
             long_max_model_len=65536,
             slo=Slo(2.0),
             sweep_thresholds=(),
-            sweep_des_top=0,
             est_input_tokens=est,
+            jobs=1,
         )
     )
     d = res["des_two_pool"]
     assert d["slo_met"] and d["long_instances"] >= 1
-    fleet = d["summary"]["fleet"]
-    assert fleet["rejection_rate"] == 0.0
-    assert fleet["misroute_rate"] == pytest.approx(float((inp[120:] == 7000).mean()), abs=1e-9)
+    long_ = d["pools"]["long"]
+    assert long_["load"]["lam_req_per_s"] == pytest.approx(trace.rate_req_per_s * float((inp == 7000).mean()))
+    for pool in d["pools"].values():
+        assert pool["block"]["rejection_rate"] == 0.0
