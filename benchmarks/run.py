@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             script = work / "wrk_prof.lua"
             write_wrk_script(script, stack.body_files["1KB"], stack.headers("1KB"))
             prof: dict[str, Any] = {}
-            for name in ("route", "floor"):
+            for name in ("route", "floor", "route_1msg", "floor_1msg"):
                 raw = work / f"spy_{name}.txt"
                 try:
                     profile_during(

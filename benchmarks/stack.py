@@ -166,7 +166,7 @@ class Stack:
                 self.router_pids[v.name] = self.router_pids[v.shares]
         for ports in self.router_ports.values():
             for port in ports:
-                wait_tcp(port, 30.0)
+                wait_tcp(port, 180.0)  # ~20 router processes import grpc at once on 2 shared cores
         listeners = []
         for v in self.variants.values():
             self.ports[v.name] = free_port()
