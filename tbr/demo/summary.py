@@ -265,12 +265,12 @@ def format_summary(s: dict[str, Any]) -> str:
         add(f"  {cat:<14} {_fmt_pct(p)}")
     add("")
     add("learned value per (model, content kind) from the router's GET /ratios:")
-    add(
-        "  mean = learned modelled/true prompt tokens (1.0: the run-cost model is exact; below 1: the text"
-    )
+    add("  mean = learned modelled/true prompt tokens (1.0: the run-cost model is exact; below 1: the text")
     add("  costs more tokens than modelled); dev = its mean absolute deviation; routing = the conservative")
     add("  value the router divides the modelled tokens by now (prior blended in over the first samples);")
-    add("  samples = observations learned; warm = past warm-up (the learned value, not the cold prior, routes)")
+    add(
+        "  samples = observations learned; warm = past warm-up (the learned value, not the cold prior, routes)"
+    )
     add(f"  {'model':<24} {'kind':<12} {'mean':>7} {'dev':>7} {'routing':>8} {'samples':>8} warm")
     for r in s["learned_ratios"]:
         add(
