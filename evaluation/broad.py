@@ -194,3 +194,23 @@ def render_modes(title: str, result: dict[str, Any], thresholds: list[int], *, p
             for w in result["worst"]
         ]
     return "\n".join(lines) + "\n"
+
+
+def render_seed_summary(report: dict[str, Any], thresholds: list[int]) -> str:
+    """Markdown: per tokenizer and mode, harmful / wasteful at each threshold as the worst and the mean
+    over the seeds of a ``tbr eval-estimator --corpus`` report (``{"tokenizers": {name: [per seed]}}``)."""
+    head = "|tokenizer|mode|seeds|n|" + "|".join(
+        f"B={b}: harmful worst (mean) / wasteful worst (mean)" for b in thresholds
+    )
+    lines = [head + "|", "|" + "---|" * (4 + len(thresholds))]
+    for name, rows in report["tokenizers"].items():
+        for mode in ("cold", "online"):
+            cells = [name, mode, str(len(rows)), str(rows[0][mode]["all"]["n"])]
+            for b in thresholds:
+                h = [r[mode]["all"][str(b)][2] for r in rows]
+                w = [r[mode]["all"][str(b)][3] for r in rows]
+                cells.append(
+                    f"{100 * max(h):.2f}% ({100 * sum(h) / len(h):.2f}%) / {100 * max(w):.2f}% ({100 * sum(w) / len(w):.2f}%)"
+                )
+            lines.append("|" + "|".join(cells) + "|")
+    return "\n".join(lines) + "\n"

@@ -67,7 +67,14 @@ def _ints(text: str) -> list[int]:
 
 def run_corpus(args: argparse.Namespace, names: list[str], thresholds: list[int], seeds: list[int]) -> int:
     """``--corpus``: cold and online per tokenizer, per seed (overall) and per content kind (first seed)."""
-    from evaluation.broad import body_items, body_truth, evaluate_modes, load_bodies, render_modes
+    from evaluation.broad import (
+        body_items,
+        body_truth,
+        evaluate_modes,
+        load_bodies,
+        render_modes,
+        render_seed_summary,
+    )
     from evaluation.groundtruth import SERVED_MODELS
 
     shared = args.corpus == "shared"
@@ -105,6 +112,8 @@ def run_corpus(args: argparse.Namespace, names: list[str], thresholds: list[int]
             print(render_modes(f"{name}, seed {seed}", result, thresholds, per_kind=k == 0))
             sys.stdout.flush()
         report["tokenizers"][name] = per_seed
+    print("## Over all seeds\n")
+    print(render_seed_summary(report, thresholds))
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(report, indent=1, default=float), encoding="utf-8")
     return 0
