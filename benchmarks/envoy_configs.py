@@ -5,7 +5,8 @@ fields a benchmark needs changed (nothing of it is restated here).
   after it, on its own port, HCM ``stat_prefix`` = the variant name). A variant either drops the
   ext_proc filter (the bare-Envoy baseline) or keeps the file's filter pointed at its own ext_proc
   cluster (a clone of the file's ``ext_proc`` cluster over the variant's router processes), with
-  ``allow_mode_override`` and ``processing_mode`` fields as the variant asks. ``short_pool`` and
+  ``allow_mode_override`` and ``processing_mode`` fields as the variant asks, or the one-message
+  design (:func:`_one_message`). ``short_pool`` and
   ``long_pool`` point at the stand-in upstream. Routes, retries, timeouts, buffer limits and
   circuit breakers are the file's.
 * :func:`upstream_bootstrap`: the fast fixed upstream (:mod:`devstack.fixed_upstream`), an Envoy
@@ -34,6 +35,7 @@ from devstack.procs import LOOPBACK
 __all__ = ["BODY_HEADER", "ListenerSpec", "front_bootstrap", "upstream_bootstrap"]
 
 BODY_HEADER = "x-bench-body"
+ROUTING_HEADER = "x-tbr-pool"
 _EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
 
 
@@ -48,6 +50,10 @@ class ListenerSpec:
         allow_mode_override: as in envoy/envoy.yaml (True); False shows the cost of the
             response-headers message that the override turns off.
         processing_mode: overrides of the filter's processing_mode fields.
+        one_message: the one-message design (docs/design/004-one-message.md): request headers
+            SKIP, ``request_attributes`` for the request line, the decision in dynamic metadata
+            (namespace ``tbr``) with an ``envoy.filters.http.buffer`` filter after ext_proc, and
+            the short route matching that metadata instead of the routing header.
     """
 
     name: str
@@ -55,6 +61,39 @@ class ListenerSpec:
     ext_proc_ports: list[int] = field(default_factory=list)
     allow_mode_override: bool = True
     processing_mode: dict[str, str] = field(default_factory=dict)
+    one_message: bool = False
+
+
+_BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
+ONE_MESSAGE_ATTRIBUTES = ["request.path", "request.method", "request.id"]
+
+
+def _one_message(hcm: dict[str, Any], ext_proc: dict[str, Any], buffer_limit_bytes: int) -> None:
+    """Turn the listener's HCM (edited in place) into the one-message design."""
+    typed = ext_proc["typed_config"]
+    typed["processing_mode"].update(request_header_mode="SKIP", response_header_mode="SKIP")
+    typed["request_attributes"] = ONE_MESSAGE_ATTRIBUTES
+    typed["metadata_options"] = {"receiving_namespaces": {"untyped": ["tbr"]}}
+    # Holds the request headers until the body is complete, so the route is picked after the
+    # ext_proc body answer set the metadata (and raises the stream's buffer limit to this).
+    filters = hcm["http_filters"]
+    buffer = {
+        "name": "envoy.filters.http.buffer",
+        "typed_config": {"@type": _BUFFER, "max_request_bytes": buffer_limit_bytes},
+    }
+    filters.insert(filters.index(ext_proc) + 1, buffer)
+    for vhost in hcm["route_config"]["virtual_hosts"]:
+        for route in vhost["routes"]:
+            match = route["match"]
+            if any(h.get("name") == ROUTING_HEADER for h in match.get("headers", [])):
+                del match["headers"]
+                match["dynamic_metadata"] = [
+                    {
+                        "filter": "tbr",
+                        "path": [{"key": "pool"}],
+                        "value": {"string_match": {"exact": "short"}},
+                    }
+                ]
 
 
 def _variant_listener(template: dict[str, Any], spec: ListenerSpec) -> dict[str, Any]:
@@ -73,6 +112,8 @@ def _variant_listener(template: dict[str, Any], spec: ListenerSpec) -> dict[str,
     typed = ext_proc["typed_config"]
     typed["grpc_service"]["envoy_grpc"]["cluster_name"] = f"{CLUSTER_EXT_PROC}_{spec.name}"
     typed["allow_mode_override"] = spec.allow_mode_override
+    if spec.one_message:
+        _one_message(hcm, ext_proc, listener["per_connection_buffer_limit_bytes"])
     typed["processing_mode"].update(spec.processing_mode)
     return listener
 

@@ -42,6 +42,8 @@ class Variant:
         shares: use the router processes of this other variant instead of starting new ones.
         sizes: body labels this variant is measured with.
         skip_unsampled: router ``calibration.skip_unsampled_responses``.
+        one_message: the listener uses the one-message design (``ListenerSpec.one_message``).
+        processing_mode: overrides of the ext_proc filter's processing_mode fields.
     """
 
     name: str
@@ -54,6 +56,8 @@ class Variant:
     shares: str | None = None
     sizes: tuple[str, ...] = ("1KB",)
     skip_unsampled: bool = True
+    one_message: bool = False
+    processing_mode: dict[str, str] = field(default_factory=dict)
 
 
 def router_config(sample_rate: float, port: int, skip_unsampled: bool = True) -> dict[str, object]:
@@ -80,7 +84,7 @@ def router_proc(
     cfg.write_text(yaml.safe_dump(router_config(sample_rate, port, skip_unsampled)))
     argv = [sys.executable, "-m", "benchmarks.router_proc", "--config", str(cfg), "--port", str(port), *flags]
     proc = ManagedProcess(
-        name, argv, log_path=workdir / f"{name}.log", ready=lambda: tcp_open(port), ready_timeout_s=120.0
+        name, argv, log_path=workdir / f"{name}.log", ready=lambda: tcp_open(port), ready_timeout_s=180.0
     )
     return proc, port
 
@@ -157,6 +161,7 @@ class Stack:
             ports, procs = [], []
             for i in range(v.processes):
                 flags = ["--floor"] if v.kind == "floor" else []
+                flags += ["--one-message"] if v.kind == "floor" and v.one_message else []
                 proc, port = router_proc(
                     f"router_{v.name}_{i}",
                     self.workdir,
@@ -186,6 +191,8 @@ class Stack:
                     port=self.ports[v.name],
                     ext_proc_ports=self.router_ports.get(v.name, []),
                     allow_mode_override=v.allow_mode_override,
+                    one_message=v.one_message,
+                    processing_mode=v.processing_mode,
                 )
             )
         self.front_admin = free_port()
