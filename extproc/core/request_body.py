@@ -255,6 +255,34 @@ def _content(content: Any, text: _Text, counts: list[int]) -> None:
             raise UnreadableRequest("unknown_content_part")
 
 
+def _tool_calls(calls: Any, text: _Text, counts: list[int]) -> None:
+    """An assistant's ``tool_calls``: name and arguments as the template prints them."""
+    for call in calls or ():
+        counts[2] += 1
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            text.add(str(fn.get("name") or ""))
+            text.add(_arguments_text(fn.get("arguments")))
+        else:
+            text.add(_json_text(call))
+
+
+def _message(msg: dict[str, Any], text: _Text, counts: list[int], reasoning: list[str]) -> None:
+    """Every field of one message the template can render (module docstring of the estimator)."""
+    for field, value in msg.items():
+        if field == "content":
+            _content(value, text, counts)
+        elif field == "tool_calls":
+            _tool_calls(value, text, counts)
+        elif field in ("reasoning", "reasoning_content"):
+            if value is not None and not (field == "reasoning_content" and "reasoning" in msg):
+                reasoning.append(_json_text(value))  # vLLM passes one of them, as both names
+        elif field != "role" and value is not None:
+            if field not in VLLM_MESSAGE_FIELDS:
+                counts[3] += 1
+            text.add(_json_text(value))
+
+
 def _messages(messages: Any, text: _Text, counts: list[int], reasoning: list[str]) -> int:
     """Walk ``messages``; counts = [images, audio, tool calls, unknown fields]."""
     if not isinstance(messages, list):
@@ -264,25 +292,7 @@ def _messages(messages: Any, text: _Text, counts: list[int], reasoning: list[str
     for msg in messages:
         if not isinstance(msg, dict):
             raise UnreadableRequest("bad_field_type", "message")
-        for field, value in msg.items():
-            if field == "content":
-                _content(value, text, counts)
-            elif field == "tool_calls":
-                for call in value or ():
-                    counts[2] += 1
-                    fn = call.get("function") if isinstance(call, dict) else None
-                    if isinstance(fn, dict):
-                        text.add(str(fn.get("name") or ""))
-                        text.add(_arguments_text(fn.get("arguments")))
-                    else:
-                        text.add(_json_text(call))
-            elif field in ("reasoning", "reasoning_content"):
-                if value is not None and not (field == "reasoning_content" and "reasoning" in msg):
-                    reasoning.append(_json_text(value))  # vLLM passes one of them, as both names
-            elif field != "role" and value is not None:
-                if field not in VLLM_MESSAGE_FIELDS:
-                    counts[3] += 1
-                text.add(_json_text(value))
+        _message(msg, text, counts, reasoning)
     return len(messages)
 
 
@@ -315,6 +325,19 @@ def _prompt(prompt: Any, text: _Text) -> int:
             longest = max(longest, len(p))
         return longest
     raise UnreadableRequest("bad_field_type", "prompt")
+
+
+def _tool_defs(parsed: dict[str, Any]) -> list[Any]:
+    """``tools`` and legacy ``functions`` definitions, in that order."""
+    tool_defs: list[Any] = []
+    for name in ("tools", "functions"):
+        value = parsed.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise UnreadableRequest("bad_field_type", name)
+        tool_defs.extend(value)
+    return tool_defs
 
 
 def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> RequestFeatures:
@@ -358,15 +381,7 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
     else:
         raise UnreadableRequest("unsupported_path")
 
-    tools = parsed.get("tools")
-    functions = parsed.get("functions")
-    tool_defs: list[Any] = []
-    for value, name in ((tools, "tools"), (functions, "functions")):
-        if value is None:
-            continue
-        if not isinstance(value, list):
-            raise UnreadableRequest("bad_field_type", name)
-        tool_defs.extend(value)
+    tool_defs = _tool_defs(parsed)
     tool_schema_bytes = len(orjson.dumps(tool_defs)) if tool_defs else 0
     template_texts = []
     for field in ("documents", "chat_template_kwargs"):
