@@ -10,10 +10,12 @@ Phases, in the order Envoy sends them with envoy/envoy.yaml's processing mode:
    messages instead of three or four (docs/performance.md).
 2. ``request_body`` (BUFFERED): parse, classify, estimate, choose the pool; answer with the
    routing header and ``clear_route_cache``. Unreadable bodies go to the largest pool.
-3. ``response_headers`` (SEND): on 2xx, ask for the body — BUFFERED for JSON, STREAMED for
-   ``text/event-stream`` (and drop ``content-length``) — via ``mode_override``.
-4. ``response_body``: read ``usage.prompt_tokens`` (decoding gzip/br/deflate/zstd copies) and
-   calibrate once, at end of stream.
+3. ``response_headers`` (SEND): on 2xx, ask for the body STREAMED via ``mode_override`` (for
+   ``text/event-stream`` also drop ``content-length``). JSON is streamed too, never BUFFERED:
+   Envoy fails a buffered body above its buffer limit with 500, which would change what the
+   client gets.
+4. ``response_body``: read ``usage.prompt_tokens`` (decoding gzip/br/deflate/zstd copies) in
+   bounded memory whatever the body size, and calibrate once, at end of stream.
 
 The processor never raises to the server: any unexpected error is counted and answered with a
 pass-through for the phase that was sent (for ``request_body``: the largest pool). Responses
@@ -36,13 +38,11 @@ from extproc.core.encoding import DecodeError, StreamDecoder, make_decoder
 from extproc.core.estimator import TokenBudget
 from extproc.core.recovery import parse_attempt_count
 from extproc.core.request_body import UnreadableRequest, endpoint_for_path, parse_request_body
-from extproc.core.sse import SSEUsageReader, usage_from_json
+from extproc.core.sse import JSONUsageReader, SSEUsageReader
 
 __all__ = ["StreamProcessor", "header_value"]
 
 log = logging.getLogger(__name__)
-
-_MAX_JSON_RESPONSE_BYTES = 16 << 20
 
 
 @functools.lru_cache(maxsize=4096)
@@ -75,7 +75,7 @@ class StreamProcessor:
 
     __slots__ = (
         "_decoder",
-        "_json_buf",
+        "_json",
         "_sse",
         "budget",
         "calibrated",
@@ -118,7 +118,7 @@ class StreamProcessor:
         self.counted_pool: str | None = None
         self.retried_to: str | None = None
         self._sse: SSEUsageReader | None = None
-        self._json_buf: bytearray | None = None
+        self._json: JSONUsageReader | None = None
         self._decoder: StreamDecoder | None = None
         self.t_start = time.time()
 
@@ -321,7 +321,7 @@ class StreamProcessor:
             self._sse = SSEUsageReader()
             return R.READ_SSE_RESPONSE
         if "json" in content_type:
-            self._json_buf = bytearray()
+            self._json = JSONUsageReader()
             return R.READ_JSON_RESPONSE
         m.calibration.labels("unsupported_content_type").inc()
         return R.CONTINUE_RESPONSE_HEADERS
@@ -335,16 +335,12 @@ class StreamProcessor:
                 self.router.metrics.calibration.labels("decode_error").inc()
                 self._decoder = None
                 self._sse = None
-                self._json_buf = None
+                self._json = None
                 data = b""
             if self._sse is not None:
                 self._sse.feed(data)
-            elif self._json_buf is not None:
-                if len(self._json_buf) + len(data) <= _MAX_JSON_RESPONSE_BYTES:
-                    self._json_buf += data
-                else:
-                    self._json_buf = None
-                    self.router.metrics.calibration.labels("response_too_large").inc()
+            elif self._json is not None:
+                self._json.feed(data)
         if msg.end_of_stream:
             self.finish_response()
         return R.CONTINUE_RESPONSE_BODY
@@ -357,12 +353,14 @@ class StreamProcessor:
             self._sse.close()
             self.prompt_tokens = self._sse.prompt_tokens
             self.completion_tokens = self._sse.completion_tokens
-        elif self._json_buf is not None:
-            self.prompt_tokens, self.completion_tokens = usage_from_json(bytes(self._json_buf))
+        elif self._json is not None:
+            self._json.close()
+            self.prompt_tokens = self._json.prompt_tokens
+            self.completion_tokens = self._json.completion_tokens
         else:
             return
         self._sse = None
-        self._json_buf = None
+        self._json = None
         self._decoder = None
         self.calibrated = True
         r = self.router

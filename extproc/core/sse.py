@@ -22,10 +22,10 @@ from typing import Any
 import orjson
 
 __all__ = [
+    "JSONUsageReader",
     "SSEUsageReader",
     "completion_tokens_of",
     "prompt_tokens_of",
-    "usage_from_json",
 ]
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r|\n\r\n|\r\n\n")
@@ -55,16 +55,93 @@ def completion_tokens_of(obj: Any) -> int | None:
     return None
 
 
-def usage_from_json(body: bytes) -> tuple[int | None, int | None]:
-    """``(usage.prompt_tokens, usage.completion_tokens)`` of a complete JSON response body; each
-    None when absent or unreadable."""
-    if b'"usage"' not in body:
-        return None, None
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None, None
-    return prompt_tokens_of(obj), completion_tokens_of(obj)
+_USAGE_KEY = re.compile(rb'"usage"\s*:\s*\{')
+_STRING_OR_BRACE = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}]')
+
+
+def _object_at(data: bytes, start: int) -> bytes | None:
+    """The JSON object starting at ``data[start]`` (a ``{``) up to its matching ``}``, skipping
+    braces inside strings; None when it does not end within ``data``."""
+    depth = 0
+    for m in _STRING_OR_BRACE.finditer(data, start):
+        tok = m.group()
+        if tok == b"{":
+            depth += 1
+        elif tok == b"}":
+            depth -= 1
+            if depth == 0:
+                return data[start : m.end()]
+    return None
+
+
+class JSONUsageReader:
+    """Read ``usage`` from a JSON response body fed in chunks, in bounded memory.
+
+    The body is never held whole: each chunk is searched for the key ``"usage": {`` (across chunk
+    boundaries), and the ``max_usage_bytes`` after the last occurrence are kept. At :meth:`close`
+    that object is parsed. A JSON string cannot contain an unescaped ``"usage":`` sequence, so a
+    match is a real key; the last one wins (OpenAI and vLLM put the top-level ``usage`` after
+    ``choices``, so a nested key of the same name earlier in the body is superseded). Work is
+    linear in the body length, memory O(``max_usage_bytes``) whatever the body size (an 8 or
+    17 MiB ``logprobs`` answer costs the same as a small one).
+
+    Args:
+        max_usage_bytes: bytes kept from the ``usage`` key on (a usage object is ~200 B).
+    """
+
+    __slots__ = (
+        "_candidate",
+        "_carry",
+        "_missing",
+        "bytes_seen",
+        "completion_tokens",
+        "max_usage_bytes",
+        "prompt_tokens",
+    )
+
+    _CARRY_BYTES = 64  # a key split across chunks, with whitespace around the colon
+
+    def __init__(self, *, max_usage_bytes: int = 4096) -> None:
+        self.max_usage_bytes = max_usage_bytes
+        self._carry = b""
+        self._candidate: bytes | None = None
+        self._missing = 0
+        self.bytes_seen = 0
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        """Consume the next bytes of the body (any chunking)."""
+        if not chunk:
+            return
+        self.bytes_seen += len(chunk)
+        if self._candidate is not None and self._missing > 0:
+            self._candidate += chunk[: self._missing]
+            self._missing = self.max_usage_bytes - len(self._candidate)
+        data = self._carry + chunk
+        last = None
+        for m in _USAGE_KEY.finditer(data):
+            last = m
+        if last is not None:
+            self._candidate = data[last.end() - 1 : last.end() - 1 + self.max_usage_bytes]
+            self._missing = self.max_usage_bytes - len(self._candidate)
+        self._carry = data[-self._CARRY_BYTES :]
+
+    def close(self) -> None:
+        """End of body: parse the last usage object seen (nothing when absent or unreadable)."""
+        candidate, self._candidate, self._carry = self._candidate, None, b""
+        if candidate is None:
+            return
+        raw = _object_at(candidate, 0)
+        if raw is None:
+            return
+        try:
+            usage = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return
+        obj = {"usage": usage}
+        self.prompt_tokens = prompt_tokens_of(obj)
+        self.completion_tokens = completion_tokens_of(obj) if self.prompt_tokens is not None else None
 
 
 class SSEUsageReader:
