@@ -342,7 +342,12 @@ class RouterConfig(_Strict):
     spillover: SpilloverConfig = SpilloverConfig()
     recovery: RecoveryConfig = RecoveryConfig()
     decision_log_path: str | None = None
-    """Optional JSON Lines log of routing decisions (no prompt text), readable by ``tbr plan``."""
+    """Optional JSON Lines log of routing decisions (no prompt text), readable by ``tbr plan``.
+    Written off the request path (extproc/service/decision_log.py)."""
+    decision_log_flush_interval_s: Annotated[float, Field(gt=0.0, le=60.0)] = 1.0
+    """Seconds between background writes of the decision log (and at shutdown)."""
+    decision_log_queue_max: Annotated[int, Field(ge=1, le=10_000_000)] = 100_000
+    """Records held between flushes at most; more are dropped (``tbr_decision_log_dropped_records_total``)."""
 
     @field_validator("routing_header")
     @classmethod

@@ -8,9 +8,8 @@ the instance they started with.
 from __future__ import annotations
 
 import logging
-from typing import IO, Any
+from typing import Any, Protocol
 
-import orjson
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter.responses import route_request_body, route_request_headers
@@ -22,9 +21,15 @@ from extproc.core.policy import Policy
 from extproc.core.recovery import MisrouteRecovery
 from extproc.service.metrics import RouterMetrics
 
-__all__ = ["Runtime"]
+__all__ = ["DecisionSink", "Runtime"]
 
 log = logging.getLogger(__name__)
+
+
+class DecisionSink(Protocol):
+    """Where decision records go (extproc/service/decision_log.py): ``submit`` must not block."""
+
+    def submit(self, record: dict[str, Any]) -> None: ...
 
 
 class Runtime:
@@ -44,7 +49,7 @@ class Runtime:
         *,
         store: RatioStore | None = None,
         metrics: RouterMetrics | None = None,
-        decision_log: IO[bytes] | None = None,
+        decision_log: DecisionSink | None = None,
         load: LoadTracker | None = None,
     ) -> None:
         self.config = config
@@ -80,11 +85,6 @@ class Runtime:
         m.ratio_samples.labels(model, category).set(state.samples)
 
     def log_decision(self, record: dict[str, Any]) -> None:
-        """Append one JSON line to the decision log (no prompt text); errors are logged, not raised."""
-        if self.decision_log is None:
-            return
-        try:
-            self.decision_log.write(orjson.dumps(record) + b"\n")
-            self.decision_log.flush()
-        except (OSError, ValueError) as exc:
-            log.warning("decision log write failed: %s", exc)
+        """Queue one decision record (no prompt text) for the background writer; no I/O here."""
+        if self.decision_log is not None:
+            self.decision_log.submit(record)

@@ -22,7 +22,6 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import IO
 
 import httpx
 import uvicorn
@@ -34,6 +33,7 @@ from extproc.core.calibration import InMemoryRatioStore
 from extproc.core.categories import CATEGORIES
 from extproc.core.load import LoadMetrics, LoadTracker
 from extproc.service.admin import build_admin_app
+from extproc.service.decision_log import DecisionLogWriter
 from extproc.service.metrics import RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
@@ -110,7 +110,7 @@ class RouterApp:
         self._http_client = http_client
         self._own_http_client = False
         self.scraper: PoolScraper | None = None
-        self._decision_log: IO[bytes] | None = None
+        self._decision_log: DecisionLogWriter | None = None
         self.router: Runtime | None = None
         self.grpc: GrpcServer | None = None
         self._admin: uvicorn.Server | None = None
@@ -148,7 +148,14 @@ class RouterApp:
             self.redis.on_update = self._publish
             await self.redis.start()
         if cfg.decision_log_path:
-            self._decision_log = open(cfg.decision_log_path, "ab")  # noqa: SIM115, ASYNC230 (closed in stop(); once at start)
+            self._decision_log = DecisionLogWriter(
+                cfg.decision_log_path,
+                dropped=self.metrics.decision_log_dropped,
+                written=self.metrics.decision_log_written,
+                queue_max=cfg.decision_log_queue_max,
+                flush_interval_s=cfg.decision_log_flush_interval_s,
+            )
+            await self._decision_log.start()
         self._install(cfg)
         self._start_scraper()
         self.grpc = await start_grpc_server(cfg.server, self.current_router, port=self._grpc_port_req)
@@ -270,7 +277,7 @@ class RouterApp:
             except OSError as exc:
                 log.error("cannot save ratio snapshot %s: %s", snap, exc)
         if self._decision_log is not None:
-            self._decision_log.close()
+            await self._decision_log.close()
 
     async def __aenter__(self) -> RouterApp:
         try:

@@ -137,6 +137,16 @@ class RouterMetrics:
             "Observations waiting to be pushed to the shared store.",
             registry=r,
         )
+        self.decision_log_written = Counter(
+            "tbr_decision_log_written_records",
+            "Decision-log records written to the file (by the background flush).",
+            registry=r,
+        )
+        self.decision_log_dropped = Counter(
+            "tbr_decision_log_dropped_records",
+            "Decision-log records dropped: queue full (the disk is slower than the traffic) or write error.",
+            registry=r,
+        )
         self.store_sync_seconds = Histogram(
             "tbr_ratio_store_sync_seconds",
             "Wall time of one pull of every shared ratio into the local cache.",
