@@ -69,6 +69,10 @@ async def _serve(app: RouterApp) -> None:
 def run(args: argparse.Namespace) -> int:
     """Load the config (exit 2 with the errors if invalid) and serve; 0 after a clean stop."""
     configure_logging(args.log_level, args.log_format)
+    from extproc.service.memprof import start_from_env
+
+    if start_from_env():
+        log.warning("tracemalloc on (TBR_TRACEMALLOC): allocation is slower; for soaks only")
     try:
         cfg = load_config(args.config)
     except ConfigError as exc:

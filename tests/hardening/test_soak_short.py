@@ -17,7 +17,20 @@ def test_short_soak_has_no_errors_no_leaks(
 ) -> None:
     if "slow" not in (request.config.getoption("-m") or ""):
         pytest.skip("slow soak: run with `pytest -m slow tests/hardening/test_soak_short.py`")
-    rc = soak.main(["--duration-s", "20", "--probe-s", "5", "--sample-s", "2", "--work-dir", str(tmp_path)])
+    rc = soak.main(
+        [
+            "--duration-s",
+            "20",
+            "--window-s",
+            "10",
+            "--probe-s",
+            "5",
+            "--sample-s",
+            "2",
+            "--work-dir",
+            str(tmp_path),
+        ]
+    )
     out = capsys.readouterr().out
     assert "FAIL" not in out, out
     assert rc == 0
