@@ -149,7 +149,7 @@ DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
 
 
 class EstimatorConfig(_Strict):
-    """Token-budget estimator parameters (method: arXiv 2604.09613 §3, see docs/estimator.md).
+    """Token-budget estimator parameters (method: arXiv 2604.09613, docs/method.md §3; docs/estimator.md).
 
     Ratios are bytes of UTF-8 text per token.
     """
@@ -199,7 +199,7 @@ class EstimatorConfig(_Strict):
 
 
 class CalibrationConfig(_Strict):
-    """Online calibration (EMA of observed bytes/token), arXiv 2604.09613 §3.3; defaults chosen by
+    """Online calibration (EMA of observed bytes/token), arXiv 2604.09613, docs/method.md §3.3; defaults chosen by
     the sweep of ``tbr eval-estimator`` (docs/estimator.md)."""
 
     learner: Literal["quantile", "ema_dev"] = "quantile"

@@ -8,18 +8,19 @@ the instance they started with.
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
+from extproc.adapter.observer import NullObserver, StreamObserver
 from extproc.adapter.responses import route_request_body, route_request_headers
 from extproc.config import RouterConfig
 from extproc.core.calibration import InMemoryRatioStore, RatioStore
+from extproc.core.decision import DecisionRecord
 from extproc.core.estimator import Estimator
-from extproc.core.load import LoadMetrics, LoadTracker
+from extproc.core.load import LoadTracker
 from extproc.core.policy import Policy
 from extproc.core.recovery import MisrouteRecovery
-from extproc.service.metrics import RouterMetrics
 
 __all__ = ["DecisionSink", "Runtime"]
 
@@ -29,17 +30,18 @@ log = logging.getLogger(__name__)
 class DecisionSink(Protocol):
     """Where decision records go (extproc/service/decision_log.py): ``submit`` must not block."""
 
-    def submit(self, record: dict[str, Any]) -> None: ...
+    def submit(self, record: DecisionRecord) -> None: ...
 
 
 class Runtime:
-    """Runtime objects shared by all streams: config, estimator, policy, metrics, prebuilt replies.
+    """Runtime objects shared by all streams: config, estimator, policy, observer, prebuilt replies.
 
     Args:
         config: the validated configuration.
         store: the ratio store (kept across reloads); a new in-memory store when None.
-        metrics: the metrics (kept across reloads); new ones when None.
-        estimator: an existing estimator whose model keys are kept across reloads.
+        observer: where streams report outcomes (kept across reloads); a :class:`NullObserver`
+            when None.
+        decision_log: where :meth:`log_decision` appends JSON lines (None = no log).
         load: the process-wide pool load tracker (kept across reloads); a new one when None.
     """
 
@@ -48,7 +50,7 @@ class Runtime:
         config: RouterConfig,
         *,
         store: RatioStore | None = None,
-        metrics: RouterMetrics | None = None,
+        observer: StreamObserver | None = None,
         decision_log: DecisionSink | None = None,
         load: LoadTracker | None = None,
     ) -> None:
@@ -56,11 +58,11 @@ class Runtime:
         self.store: RatioStore = (
             store if store is not None else InMemoryRatioStore.from_config(config.calibration)
         )
-        self.metrics = metrics if metrics is not None else RouterMetrics()
+        self.observer: StreamObserver = observer if observer is not None else NullObserver()
         self.estimator = Estimator(
             estimator=config.estimator, calibration=config.calibration, store=self.store
         )
-        self.load = load if load is not None else LoadTracker(LoadMetrics(self.metrics.registry))
+        self.load = load if load is not None else LoadTracker()
         self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
         self.recovery = MisrouteRecovery(
             config.recovery, self.policy, self.load, self.store, config.calibration.warmup_samples
@@ -75,16 +77,13 @@ class Runtime:
         }
 
     def publish_ratio(self, model: str, category: str) -> None:
-        """Export the current learned ratio of a key as gauges."""
+        """Report the current learned ratio of a key to the observer (nothing when the key is unknown)."""
         state = self.store.get((model, category))
         if state is None:
             return
-        m = self.metrics
-        m.ratio.labels(model, category).set(state.mean_bpt)
-        m.ratio_dev.labels(model, category).set(state.dev_bpt)
-        m.ratio_samples.labels(model, category).set(state.samples)
+        self.observer.ratio_updated(model, category, state.mean_bpt, state.dev_bpt, state.samples)
 
-    def log_decision(self, record: dict[str, Any]) -> None:
+    def log_decision(self, record: DecisionRecord) -> None:
         """Queue one decision record (no prompt text) for the background writer; no I/O here."""
         if self.decision_log is not None:
             self.decision_log.submit(record)

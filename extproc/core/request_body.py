@@ -4,7 +4,7 @@ Supported endpoints: ``/v1/chat/completions`` (``messages``) and ``/v1/completio
 (``prompt``: a string, a list of strings, a list of token ids, or a list of token-id lists).
 Text is measured in UTF-8 bytes of the *decoded* JSON strings, not of the escaped body: a
 Python client escapes every CJK character as ``\\uXXXX`` (6 bytes for 3), which would skew the
-ratio by 2× (data-stats.md, "Python default" column).
+ratio by 2× (docs/data.md §3.3, "Python default" columns).
 
 Anything the router cannot read raises :class:`UnreadableRequest` whose ``reason`` is a short
 fixed string (a bounded metric label); the caller sends such requests to the largest pool.

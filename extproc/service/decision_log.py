@@ -15,10 +15,12 @@ import asyncio
 import contextlib
 import logging
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import orjson
 from prometheus_client import Counter
+
+from extproc.core.decision import DecisionRecord
 
 __all__ = ["DecisionLogWriter"]
 
@@ -53,7 +55,7 @@ class DecisionLogWriter:
         self.flush_interval_s = flush_interval_s
         self._dropped = dropped
         self._written = written
-        self._queue: list[dict[str, Any]] = []
+        self._queue: list[DecisionRecord] = []
         self._file: IO[bytes] | None = None
         self._task: asyncio.Task[None] | None = None
         self._write_lock = asyncio.Lock()
@@ -63,7 +65,7 @@ class DecisionLogWriter:
         """Records waiting for the next flush."""
         return len(self._queue)
 
-    def submit(self, record: dict[str, Any]) -> None:
+    def submit(self, record: DecisionRecord) -> None:
         """Queue one record (request path: no I/O, no serialisation); drop it when the queue is full."""
         if len(self._queue) >= self.queue_max:
             self._dropped.inc()
@@ -87,9 +89,9 @@ class DecisionLogWriter:
             if batch and self._file is not None:
                 await asyncio.to_thread(self._write, self._file, batch)
 
-    def _write(self, file: IO[bytes], batch: list[dict[str, Any]]) -> None:
+    def _write(self, file: IO[bytes], batch: list[DecisionRecord]) -> None:
         try:
-            file.write(b"".join(orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in batch))
+            file.write(b"".join(orjson.dumps(r.as_json(), option=orjson.OPT_APPEND_NEWLINE) for r in batch))
             file.flush()
         except (OSError, ValueError, TypeError) as exc:
             self._dropped.inc(len(batch))
