@@ -123,7 +123,7 @@ class PoolApp:
         prompt_tokens = count.prompt_tokens
         too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.settings.max_model_len)
         if too_long is not None:
-            return too_long
+            return self._too_long(too_long, common)
         effective = max_tokens if max_tokens is not None else self.settings.max_model_len - prompt_tokens
         plans = [plan_choice(self.settings, effective)] * common.n
         return await self._respond(
@@ -144,7 +144,7 @@ class PoolApp:
         for prompt_tokens in counts:
             too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.settings.max_model_len)
             if too_long is not None:
-                return too_long
+                return self._too_long(too_long, common)
             effective = max_tokens if max_tokens is not None else self.settings.max_model_len - prompt_tokens
             plans.extend([plan_choice(self.settings, effective)] * common.n)
         prompt_tokens = sum(counts)
@@ -185,6 +185,14 @@ class PoolApp:
                 rid, common.model, texts, reasons, prompt_tokens, completion_tokens
             )
         return JSONResponse(body)
+
+    def _too_long(self, error: Response, common: CommonParams) -> Response:
+        """vLLM's 400, or with ``context_error_in_stream`` and ``stream: true`` a 200 SSE stream
+        carrying the same error object as its only event (SGLang's behaviour)."""
+        if not (self.settings.context_error_in_stream and common.stream):
+            return error
+        event = b"data: " + bytes(error.body) + b"\n\n"
+        return Response(event + sse.DONE_EVENT, media_type="text/event-stream", headers=SSE_HEADERS)
 
     def _count_prompts(self, prompts: list[str | list[int]]) -> list[int]:
         """Prompt tokens per completions prompt (text encoded with special tokens, ids counted as given)."""

@@ -40,7 +40,7 @@ from extproc.core.estimator import TokenBudget
 from extproc.core.policy import PoolDecision
 from extproc.core.recovery import parse_attempt_count
 from extproc.core.request_body import UnreadableRequest, endpoint_for_path, parse_request_body
-from extproc.core.sse import JSONUsageReader, SSEUsageReader
+from extproc.core.sse import JSONUsageReader, SSEUsageReader, StreamError, is_context_length_error
 
 __all__ = ["Exchange", "StreamProcessor"]
 
@@ -86,6 +86,7 @@ class StreamProcessor:
         "endpoint",
         "exchange",
         "method",
+        "misroute",
         "path",
         "pool",
         "prompt_tokens",
@@ -118,6 +119,7 @@ class StreamProcessor:
         self.exchange = Exchange.REQUEST_HEADERS
         self.counted_pool: str | None = None
         self.retried_to: str | None = None
+        self.misroute: str | None = None
         self._sse: SSEUsageReader | None = None
         self._json: JSONUsageReader | None = None
         self._decoder: StreamDecoder | None = None
@@ -304,6 +306,7 @@ class StreamProcessor:
             )
             if retry is not None:
                 self.retried_to = retry.to_pool
+                self.misroute = retry.outcome
                 self.router.observer.misroute(retry.from_pool, retry.to_pool, retry.outcome)
         obs = self.router.observer
         if not 200 <= self.status < 300:
@@ -357,6 +360,9 @@ class StreamProcessor:
             return
         if self._sse is not None:
             self._sse.close()
+            if self._sse.error is not None:
+                self._stream_error(self._sse.error)
+                return
             self.prompt_tokens = self._sse.prompt_tokens
             self.completion_tokens = self._sse.completion_tokens
         elif self._json is not None:
@@ -388,13 +394,27 @@ class StreamProcessor:
                 r.observer.misroute_calibration(self.counted_pool, outcome)
         r.publish_ratio(*obs.key)
 
+    def _stream_error(self, err: StreamError) -> None:
+        """A 2xx SSE stream carried an error event: never learned from (its usage, if any, is not
+        the served request's); a context-length error is a misroute of the pool that served it,
+        counted like the 400 Envoy retries (``tbr_misroutes_total``, decision-log ``misroute``)."""
+        self._sse = None
+        self._decoder = None
+        self.calibrated = True
+        obs = self.router.observer
+        obs.calibration("error_in_stream")
+        if self.counted_pool is not None and is_context_length_error(err):
+            served = self.retried_to or self.counted_pool
+            self.misroute = "error_in_stream"
+            obs.misroute(served, served, "error_in_stream")
+
     def finish(self, end: str) -> None:
         """The stream ended (``end``: ``complete``, ``cancelled`` or ``error``); record the decision.
 
         A usage already read from a stream the client aborted still calibrates (it is a true
         count of the prompt). Called exactly once by the server.
         """
-        if self._sse is not None and self._sse.prompt_tokens is not None:
+        if self._sse is not None and (self._sse.prompt_tokens is not None or self._sse.error is not None):
             self.finish_response()
         r = self.router
         if self.counted_pool is not None:
@@ -419,5 +439,6 @@ class StreamProcessor:
                     completion_tokens=self.completion_tokens,
                     end=end,
                     retried_to_pool=self.retried_to,
+                    misroute=self.misroute,
                 )
             )

@@ -5,7 +5,8 @@ blank line; lines end with CRLF, LF or CR; ``data:`` may or may not be followed 
 comment lines start with ``:``; several ``data`` lines of one event are joined with ``\\n``.
 Chunks from Envoy split events (and multi-byte characters) at arbitrary byte offsets, so
 bytes are buffered until an event is complete. Only events that mention ``"usage"`` are
-JSON-decoded; the last non-null ``usage.prompt_tokens`` wins (OpenAI sends it once, in the
+JSON-decoded (and events that mention ``"error"``: a pool's error inside a 2xx stream is kept in
+:attr:`SSEUsageReader.error`); the last non-null ``usage.prompt_tokens`` wins (OpenAI sends it once, in the
 final chunk, when ``stream_options.include_usage`` is true; some servers repeat a cumulative
 usage in every chunk).
 
@@ -17,6 +18,7 @@ leading UTF-8 byte-order mark is ignored, as EventSource does.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -24,7 +26,9 @@ import orjson
 __all__ = [
     "JSONUsageReader",
     "SSEUsageReader",
+    "StreamError",
     "completion_tokens_of",
+    "is_context_length_error",
     "prompt_tokens_of",
 ]
 
@@ -53,6 +57,55 @@ def completion_tokens_of(obj: Any) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamError:
+    """An error event inside a 2xx SSE stream: ``data: {"error": {"message", "type", "code"}}``
+    (SGLang, some simulators) or an OpenAI error object (``"object": "error"``, vLLM).
+
+    Attributes:
+        code: the error's ``code`` (int or str as sent; None when absent).
+        type: the error's ``type`` ("" when absent).
+        message: the error's ``message``, cut to 512 characters (never logged with prompt text:
+            pools do not echo the prompt in it).
+    """
+
+    code: int | str | None
+    type: str
+    message: str
+
+
+_CONTEXT_LENGTH = re.compile(
+    r"context length|context_length|context window|maximum context|too long|"
+    r"exceeds? (?:the )?(?:model'?s? )?(?:max|maximum)|max_model_len",
+    re.IGNORECASE,
+)
+
+
+def is_context_length_error(err: StreamError) -> bool:
+    """True when ``err`` says the request did not fit the pool's context (vLLM's
+    "This model's maximum context length is N tokens…", SGLang's "…is longer than the model's
+    context length…", OpenAI's ``context_length_exceeded``)."""
+    if isinstance(err.code, str) and "context_length" in err.code:
+        return True
+    return bool(_CONTEXT_LENGTH.search(err.message) or _CONTEXT_LENGTH.search(err.type))
+
+
+def _stream_error(obj: Any) -> StreamError | None:
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    if not isinstance(err, dict):
+        if obj.get("object") != "error":
+            return None
+        err = obj
+    code = err.get("code")
+    return StreamError(
+        code=code if isinstance(code, int | str) and not isinstance(code, bool) else None,
+        type=str(err.get("type") or "")[:128],
+        message=str(err.get("message") or "")[:512],
+    )
 
 
 _USAGE_KEY = re.compile(rb'"usage"\s*:\s*\{')
@@ -158,6 +211,7 @@ class SSEUsageReader:
         "_started",
         "completion_tokens",
         "dropped_events",
+        "error",
         "events",
         "max_event_bytes",
         "prompt_tokens",
@@ -172,6 +226,7 @@ class SSEUsageReader:
         self.completion_tokens: int | None = None
         self.events = 0
         self.dropped_events = 0
+        self.error: StreamError | None = None
 
     def feed(self, chunk: bytes) -> None:
         """Consume the next bytes of the stream.
@@ -218,7 +273,8 @@ class SSEUsageReader:
         if not raw:
             return
         self.events += 1
-        if b"prompt_tokens" not in raw:  # most chunks carry no usage, or "usage": null
+        has_error = b'"error"' in raw
+        if b"prompt_tokens" not in raw and not has_error:  # most chunks: no usage, or "usage": null
             return
         data: list[bytes] = []
         for line in _LINE_SPLIT.split(raw):
@@ -234,6 +290,11 @@ class SSEUsageReader:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
             return
+        if has_error:
+            err = _stream_error(obj)
+            if err is not None:
+                self.error = err
+                return
         tokens = prompt_tokens_of(obj)
         if tokens is not None:
             self.prompt_tokens = tokens

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from extproc.core.sse import JSONUsageReader, SSEUsageReader
+from extproc.core.sse import JSONUsageReader, SSEUsageReader, StreamError, is_context_length_error
 
 
 def test_completion_tokens_come_with_the_last_prompt_tokens() -> None:
@@ -68,3 +68,31 @@ def test_json_usage_memory_is_bounded_for_large_bodies() -> None:
         assert len(r._candidate or b"") <= r.max_usage_bytes  # never the whole body
     r.close()
     assert (r.prompt_tokens, r.completion_tokens) == (321, 20_000)
+
+
+def test_error_event_in_a_2xx_stream_is_kept_and_classified() -> None:
+    sglang = (
+        b'data: {"error": {"message": "The input (9001 tokens) is longer than the model\'s context length '
+        b'(8192 tokens).", "type": "BadRequestError", "code": 400}}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    r = SSEUsageReader()
+    for i in range(0, len(sglang), 7):
+        r.feed(sglang[i : i + 7])
+    r.close()
+    assert r.error is not None and r.error.code == 400 and r.prompt_tokens is None
+    assert is_context_length_error(r.error)
+    other = StreamError(code=400, type="BadRequestError", message="temperature must be non-negative")
+    assert not is_context_length_error(other)
+    assert is_context_length_error(StreamError(code="context_length_exceeded", type="", message=""))
+    # vLLM's error object, and content that merely mentions "error" in text
+    r2 = SSEUsageReader()
+    r2.feed(
+        b'data: {"object": "error", "message": "This model\'s maximum context length is 8192 tokens."}\n\n'
+    )
+    r2.close()
+    assert r2.error is not None and is_context_length_error(r2.error)
+    r3 = SSEUsageReader()
+    r3.feed(b'data: {"choices": [{"delta": {"content": "an \\"error\\": {} here"}}]}\n\n')
+    r3.close()
+    assert r3.error is None
