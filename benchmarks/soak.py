@@ -10,7 +10,8 @@
    ``--probe-s`` seconds, then runs ``hey`` rate-limited at ``--load-fraction`` (default 80%)
    of it for ``--duration-s``.
 3. Samples the router's RSS (``/proc/<pid>/status`` VmRSS) every ``--sample-s`` seconds. The
-   router runs with ``TBR_TRACEMALLOC=1`` (extproc/service/memprof.py) and its decision log on;
+   router runs with ``TBR_TRACEMALLOC=1`` (extproc/service/memprof.py), its decision log and its
+   periodic ratio snapshot on (the shipped config);
    a tracemalloc baseline is taken when the final ``--window-s`` starts and the allocation
    sites that grew most by the end are reported.
 4. At the end checks: no non-2xx / transport errors from hey, ``tbr_processing_errors_total``
@@ -265,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         short_max_model_len=8192,
         long_max_model_len=65536,
         decision_log_path=work / "decisions.jsonl",
+        snapshot_path=work / "ratios.json",
     )
     router_cfg = work / "router.yaml"
     router_cfg.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -393,7 +395,7 @@ messages/request). Load: `hey -c {args.concurrency}` POST of a {body_path.stat()
 | RSS samples | {len(samples)} every {args.sample_s:.0f} s |
 
 Allocation sites that grew most over the window (tracemalloc, 1 frame; router process with
-`TBR_TRACEMALLOC=1`, decision log on):
+`TBR_TRACEMALLOC=1`, decision log and periodic ratio snapshot on):
 
 | site | size diff (KiB) | count diff |
 |---|---|---|

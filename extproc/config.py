@@ -220,7 +220,12 @@ class CalibrationConfig(_Strict):
     warmup_samples: Annotated[int, Field(ge=0)] = 10
     """Observations needed before the learned ratio replaces the category prior."""
     snapshot_path: str | None = None
-    """File the learned ratios are written to on shutdown and read at start (when Redis is off)."""
+    """File the learned ratios are written to (atomically) every ``snapshot_interval_s`` and at
+    shutdown, and restored from at start (when Redis is off); None = learned ratios live in memory
+    only. A corrupt or foreign file is reported (``tbr_ratio_snapshots_total{operation="load",
+    outcome="invalid"}``), moved aside to ``<path>.invalid`` and ignored."""
+    snapshot_interval_s: Annotated[float, Field(gt=0.0, le=86_400.0)] = 30.0
+    """Seconds between periodic snapshots: the most learning a crash (SIGKILL) can lose."""
     redis_url: str | None = None
     """Shared ratio store across replicas (e.g. ``redis://127.0.0.1:6379/0``); None = in-memory.
     See docs/operations.md for the consistency model."""

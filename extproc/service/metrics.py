@@ -143,6 +143,12 @@ class RouterMetrics:
             "Observations waiting to be pushed to the shared store.",
             registry=r,
         )
+        self.snapshots = Counter(
+            "tbr_ratio_snapshots",
+            "Ratio snapshot file operations: load (at start) ok/invalid, save (periodic and at shutdown) ok/error.",
+            ["operation", "outcome"],
+            registry=r,
+        )
         self.decision_log_written = Counter(
             "tbr_decision_log_written_records",
             "Decision-log records written to the file (by the background flush).",

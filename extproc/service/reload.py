@@ -50,6 +50,7 @@ def restart_only_changes(old: RouterConfig, new: RouterConfig) -> list[str]:
         "redis_timeout_s",
         "redis_queue_max",
         "snapshot_path",
+        "snapshot_interval_s",
     ):
         if getattr(old.calibration, field) != getattr(new.calibration, field):
             changed.append(f"calibration.{field}")
