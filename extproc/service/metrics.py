@@ -138,6 +138,11 @@ class RouterMetrics:
             "Observations dropped (oldest first) because the push queue was full while the store was down.",
             registry=r,
         )
+        self.store_seeded = Counter(
+            "tbr_ratio_store_seeded_keys",
+            "Keys this replica wrote into a shared store that had lost its data (Redis restarted empty).",
+            registry=r,
+        )
         self.store_queue = Gauge(
             "tbr_ratio_store_queue_length",
             "Observations waiting to be pushed to the shared store.",
