@@ -39,6 +39,10 @@ class ListenerSpec:
         allow_mode_override: as in envoy/envoy.yaml (True); False shows the cost of the
             response-headers message that the override turns off.
         processing_mode: overrides of the filter's processing_mode fields.
+        one_message: the one-message design (docs/design/004-one-message.md): request headers
+            SKIP, ``request_attributes`` for the request line, the decision in dynamic metadata
+            (namespace ``tbr``) with an ``envoy.filters.http.buffer`` filter after ext_proc, and
+            the short route matching that metadata instead of the routing header.
     """
 
     name: str
@@ -46,6 +50,11 @@ class ListenerSpec:
     ext_proc_ports: list[int] = field(default_factory=list)
     allow_mode_override: bool = True
     processing_mode: dict[str, str] = field(default_factory=dict)
+    one_message: bool = False
+
+
+_BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
+ONE_MESSAGE_ATTRIBUTES = ["request.path", "request.method", "request.id"]
 
 
 def _addr(port: int) -> dict[str, Any]:
@@ -93,8 +102,15 @@ def _ext_proc_filter(spec: ListenerSpec) -> dict[str, Any]:
         "response_header_mode": "SEND",
         "response_body_mode": "NONE",
         "response_trailer_mode": "SKIP",
+        **({"request_header_mode": "SKIP", "response_header_mode": "SKIP"} if spec.one_message else {}),
         **spec.processing_mode,
     }
+    extra: dict[str, Any] = {}
+    if spec.one_message:
+        extra = {
+            "request_attributes": ONE_MESSAGE_ATTRIBUTES,
+            "metadata_options": {"receiving_namespaces": {"untyped": ["tbr"]}},
+        }
     return {
         "name": "envoy.filters.http.ext_proc",
         "typed_config": {
@@ -105,12 +121,33 @@ def _ext_proc_filter(spec: ListenerSpec) -> dict[str, Any]:
             "message_timeout": "2s",
             "allow_mode_override": spec.allow_mode_override,
             "processing_mode": mode,
+            **extra,
         },
     }
 
 
 def _listener(spec: ListenerSpec) -> dict[str, Any]:
     filters = [_ext_proc_filter(spec)] if spec.ext_proc_ports else []
+    if spec.one_message:
+        # Holds the request headers until the body is complete, so the route is picked after the
+        # ext_proc body answer set the metadata (and raises the stream's buffer limit to this).
+        filters.append(
+            {
+                "name": "envoy.filters.http.buffer",
+                "typed_config": {"@type": _BUFFER, "max_request_bytes": BUFFER_LIMIT_BYTES},
+            }
+        )
+    short_match: dict[str, Any] = {
+        "prefix": "/",
+        "headers": [{"name": ROUTING_HEADER, "string_match": {"exact": "short"}}],
+    }
+    if spec.one_message:
+        short_match = {
+            "prefix": "/",
+            "dynamic_metadata": [
+                {"filter": "tbr", "path": [{"key": "pool"}], "value": {"string_match": {"exact": "short"}}}
+            ],
+        }
     filters.append({"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}})
     route_opts = {"timeout": "0s", "idle_timeout": "300s"}
     hcm = {
@@ -136,10 +173,7 @@ def _listener(spec: ListenerSpec) -> dict[str, Any]:
                     "routes": [
                         {
                             "name": "to_short_pool",
-                            "match": {
-                                "prefix": "/",
-                                "headers": [{"name": ROUTING_HEADER, "string_match": {"exact": "short"}}],
-                            },
+                            "match": short_match,
                             "route": {"cluster": "short_pool", **route_opts},
                         },
                         {

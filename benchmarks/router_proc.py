@@ -8,7 +8,8 @@
   ``RouterApp`` does; no admin HTTP server).
 * ``--floor``: a grpc.aio ext_proc that does no work at all: every message is answered with a
   prebuilt response (``request_headers`` → continue with the response phases turned off,
-  ``request_body`` → the ``x-tbr-pool: short`` route). It bounds from below what any Python
+  ``request_body`` → the ``x-tbr-pool: short`` route, or with ``--one-message`` the dynamic
+  metadata route of the one-message design). It bounds from below what any Python
   grpc.aio router can cost per request on this machine (2 messages per request).
 """
 
@@ -34,10 +35,15 @@ from extproc.service.metrics import PrometheusObserver, RouterMetrics
 class FloorServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     """Answers every message with a prebuilt response; parses nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, one_message: bool = False) -> None:
+        body = (
+            R.route_by_metadata("x-tbr-pool", "short")
+            if one_message
+            else R.route_request_body("x-tbr-pool", "short")
+        )
         self._answers = {
             "request_headers": R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE,
-            "request_body": R.route_request_body("x-tbr-pool", "short"),
+            "request_body": body,
             "response_headers": R.CONTINUE_RESPONSE_HEADERS,
             "response_body": R.CONTINUE_RESPONSE_BODY,
             "request_trailers": R.CONTINUE_REQUEST_TRAILERS,
@@ -69,7 +75,7 @@ async def _serve(args: argparse.Namespace) -> None:
                 *options,
             ]
         )
-        pb_grpc.add_ExternalProcessorServicer_to_server(FloorServicer(), server)
+        pb_grpc.add_ExternalProcessorServicer_to_server(FloorServicer(one_message=args.one_message), server)
         port = server.add_insecure_port(f"127.0.0.1:{args.port}")
         await server.start()
         stopper = server.stop
@@ -96,6 +102,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--floor", action="store_true")
     ap.add_argument("--uvloop", action="store_true")
+    ap.add_argument("--one-message", action="store_true", help="floor: answer the body with dynamic metadata")
     ap.add_argument("--no-gc-freeze", action="store_true", help="skip gc.freeze() after start (lever off)")
     ap.add_argument("--grpc-option", action="append", default=[])
     args = ap.parse_args()

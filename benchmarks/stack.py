@@ -38,6 +38,8 @@ class Variant:
         shares: use the router processes of this other variant instead of starting new ones.
         sizes: body labels this variant is measured with.
         skip_unsampled: router ``calibration.skip_unsampled_responses``.
+        one_message: the listener uses the one-message design (``ListenerSpec.one_message``).
+        processing_mode: overrides of the ext_proc filter's processing_mode fields.
     """
 
     name: str
@@ -50,6 +52,8 @@ class Variant:
     shares: str | None = None
     sizes: tuple[str, ...] = ("1KB",)
     skip_unsampled: bool = True
+    one_message: bool = False
+    processing_mode: dict[str, str] = field(default_factory=dict)
 
 
 def router_config(sample_rate: float, port: int, skip_unsampled: bool = True) -> dict[str, object]:
@@ -151,6 +155,7 @@ class Stack:
                     str(port),
                 ]
                 argv += ["--floor"] if v.kind == "floor" else []
+                argv += ["--one-message"] if v.kind == "floor" and v.one_message else []
                 p = self.procs.start(f"router_{v.name}_{i}", argv + v.flags)
                 ports.append(port)
                 pids.append(p.pid)
@@ -161,7 +166,7 @@ class Stack:
                 self.router_pids[v.name] = self.router_pids[v.shares]
         for ports in self.router_ports.values():
             for port in ports:
-                wait_tcp(port, 30.0)
+                wait_tcp(port, 180.0)  # ~20 router processes import grpc at once on 2 shared cores
         listeners = []
         for v in self.variants.values():
             self.ports[v.name] = free_port()
@@ -171,6 +176,8 @@ class Stack:
                     port=self.ports[v.name],
                     ext_proc_ports=self.router_ports.get(v.name, []),
                     allow_mode_override=v.allow_mode_override,
+                    one_message=v.one_message,
+                    processing_mode=v.processing_mode,
                 )
             )
         self.front_admin = free_port()

@@ -428,11 +428,11 @@ def parse_config(data: Any) -> RouterConfig:
         raise ConfigError(_format_errors(exc)) from exc
 
 
-def load_config(path: str | Path) -> RouterConfig:
-    """Read and validate a YAML configuration file.
+def read_config_data(path: str | Path) -> Any:
+    """Read a YAML configuration file into plain data (not validated).
 
     Raises:
-        ConfigError: the file cannot be read, is not YAML, or fails validation.
+        ConfigError: the file cannot be read or is not YAML.
     """
     p = Path(path)
     try:
@@ -440,7 +440,15 @@ def load_config(path: str | Path) -> RouterConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read configuration {p}: {exc.strerror or exc}") from exc
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"configuration {p} is not valid YAML: {exc}") from exc
-    return parse_config(data)
+
+
+def load_config(path: str | Path) -> RouterConfig:
+    """Read and validate a YAML configuration file.
+
+    Raises:
+        ConfigError: the file cannot be read, is not YAML, or fails validation.
+    """
+    return parse_config(read_config_data(path))

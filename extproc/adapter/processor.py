@@ -32,7 +32,7 @@ import time
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter import responses as R
-from extproc.adapter.headers import plain_headers
+from extproc.adapter.headers import plain_headers, request_attributes
 from extproc.adapter.runtime import Runtime
 from extproc.core.decision import DecisionRecord
 from extproc.core.encoding import DecodeError, StreamDecoder, make_decoder
@@ -47,6 +47,8 @@ __all__ = ["Exchange", "StreamProcessor"]
 log = logging.getLogger(__name__)
 
 _REQUEST_HEADERS = frozenset((":path", ":method", "x-request-id"))
+_REQUEST_ATTRIBUTES = ("request.path", "request.method", "request.id")
+"""What the one-message design's ext_proc filter lists in ``request_attributes``."""
 
 
 class Exchange(enum.Enum):
@@ -77,6 +79,7 @@ class StreamProcessor:
     __slots__ = (
         "_decoder",
         "_json",
+        "_route_answers",
         "_sse",
         "budget",
         "calibrated",
@@ -117,6 +120,7 @@ class StreamProcessor:
         self.calibrated = False
         self.sampled: bool | None = None
         self.exchange = Exchange.REQUEST_HEADERS
+        self._route_answers = router.body_responses
         self.counted_pool: str | None = None
         self.retried_to: str | None = None
         self.misroute: str | None = None
@@ -141,6 +145,8 @@ class StreamProcessor:
             if phase == "request_headers":
                 resp = self.on_request_headers(req.request_headers)
             elif phase == "request_body":
+                if self.exchange is Exchange.REQUEST_HEADERS:
+                    self.on_body_first(req)
                 resp = self.on_request_body(req.request_body)
             elif phase == "response_headers":
                 resp = self.on_response_headers(req.response_headers)
@@ -204,9 +210,26 @@ class StreamProcessor:
             return R.CONTINUE_REQUEST_HEADERS
         return R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
 
+    def on_body_first(self, req: pb.ProcessingRequest) -> None:
+        """The stream starts with ``request_body``: request headers are SKIPped (one message per
+        request, docs/design/004-one-message.md). The request line comes from the filter's
+        ``request_attributes`` and the decision goes out as dynamic metadata, since a header
+        mutation can no longer reach the headers. Response phases, if configured, re-set the state.
+        """
+        self.exchange = Exchange.DONE
+        self._route_answers = self.router.metadata_responses
+        a = request_attributes(req, _REQUEST_ATTRIBUTES)
+        self.path = a.get("request.path", "")
+        self.method = a.get("request.method", "")
+        self.request_id = a.get("request.id", "")[:128]
+        self.endpoint = endpoint_for_path(self.path) if self.method == "POST" else None
+
     def _after_request_body(self) -> Exchange:
         """What follows ``request_body``: nothing when the response phases were turned off at
-        ``request_headers`` (an unsampled request with ``skip_unsampled_responses``)."""
+        ``request_headers`` (an unsampled request with ``skip_unsampled_responses``), or when
+        there were no request headers (one message: nothing more is announced)."""
+        if self._route_answers is self.router.metadata_responses:
+            return Exchange.DONE
         if self.sampled is False and self.router.config.calibration.skip_unsampled_responses:
             return Exchange.DONE
         return Exchange.RESPONSE_HEADERS
@@ -214,9 +237,14 @@ class StreamProcessor:
     def on_request_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
         """Budget the request and set the routing header (BUFFERED: the whole body at once)."""
         self.exchange = self._after_request_body()
-        if self.endpoint is None or self.pool:
+        if self.pool:
             # Already routed (at request_headers, or by an earlier body message: STREAMED
             # chunks or a duplicate). Routing again would double-count the decision.
+            return R.CONTINUE_REQUEST_BODY
+        if self.endpoint is None:
+            if self._route_answers is self.router.metadata_responses:
+                # One message: no request_headers answer could route it; route it here.
+                return self._route_fallback("unsupported_path", body=True)
             return R.CONTINUE_REQUEST_BODY
         r = self.router
         try:
@@ -238,7 +266,7 @@ class StreamProcessor:
         if decision.saturated:
             self._report_saturation(decision)
         r.observer.decision(self.pool, self.category, self.reason, budget.total_tokens)
-        return r.body_responses[self.pool]
+        return self._route_answers[self.pool]
 
     def _report_saturation(self, decision: PoolDecision) -> None:
         """Report the saturated pools a spillover decision saw, and the spillover itself."""
@@ -258,7 +286,7 @@ class StreamProcessor:
         r.observer.decision(self.pool, "unknown", reason, None)
         if reason != "unsupported_path":
             r.observer.unreadable(reason)
-        return r.body_responses[self.pool] if body else r.header_responses[self.pool]
+        return self._route_answers[self.pool] if body else r.header_responses[self.pool]
 
     def _count_inflight(self) -> None:
         """Count this request against its pool until :meth:`finish` (once per stream)."""

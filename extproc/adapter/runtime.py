@@ -13,7 +13,7 @@ from typing import Protocol
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter.observer import NullObserver, StreamObserver
-from extproc.adapter.responses import route_request_body, route_request_headers
+from extproc.adapter.responses import route_by_metadata, route_request_body, route_request_headers
 from extproc.config import RouterConfig
 from extproc.core.calibration import InMemoryRatioStore, RatioStore
 from extproc.core.decision import DecisionRecord
@@ -74,6 +74,9 @@ class Runtime:
         }
         self.header_responses: dict[str, pb.ProcessingResponse] = {
             p.name: route_request_headers(config.routing_header, p.header_value) for p in config.pools
+        }
+        self.metadata_responses: dict[str, pb.ProcessingResponse] = {
+            p.name: route_by_metadata(config.routing_header, p.header_value) for p in config.pools
         }
 
     def publish_ratio(self, model: str, category: str) -> None:

@@ -68,7 +68,7 @@ def test_tbr_demo_cli_on_builtin_sample(tmp_path: Path) -> None:
             str(tmp_path / "absent"),
             "--requests",
             "20",
-            "--json",
+            "--json-out",
             str(out),
         ],
         capture_output=True,
