@@ -55,9 +55,9 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.asyncio.retry import Retry
 
 from extproc.core.calibration import InMemoryRatioStore, LearnerParams, RatioKey, RatioState, learn
 from extproc.service.metrics import RouterMetrics
