@@ -148,7 +148,7 @@ async def test_snapshot_round_trip_across_restarts(tmp_path: Path) -> None:
     async with RouterApp(cfg, grpc_port=0, admin_port=0) as second:
         assert await ratios(second.admin_port) == learned
         text = (await admin_get(second.admin_port, "/metrics")).text
-        assert 'tbr_ratio_samples{category="latin",model="m"} 3.0' in text
+        assert 'tbr_ratio_samples{category="latin",model_name="m"} 3.0' in text
 
 
 async def test_invalid_snapshot_is_kept_aside_not_overwritten(tmp_path: Path) -> None:

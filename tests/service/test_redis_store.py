@@ -59,7 +59,7 @@ async def test_calibration_learned_on_one_replica_routes_the_other(redis_server:
         assert await route_of(b.grpc_port, TEXT_8000) == "long"
         metrics_b = await _metrics(b.admin_port)
         assert "tbr_ratio_store_up 1.0" in metrics_b
-        assert 'tbr_ratio_bytes_per_token{category="latin",model="m"}' in metrics_b
+        assert 'tbr_ratio_bytes_per_token{category="latin",model_name="m"}' in metrics_b
 
 
 async def _metrics(port: int) -> str:
