@@ -268,7 +268,9 @@ def test_4b_recovery_never_goes_below_the_floor_nor_forces_warm(qwen: TokenCount
     nxt = _agent(None, "")
     nxt["messages"][2]["content"] = _english(8000, 8)
     true = _truth(nxt, qwen)
-    assert true <= _estimate(est, nxt).prompt_tokens <= true / est.cfg.min_model_ratio + 64
+    b = _estimate(est, nxt)
+    # at worst the floor: modelled text tokens / min_model_ratio, plus the template framing
+    assert true <= b.prompt_tokens <= 1.1 * true / est.cfg.min_model_ratio + b.fixed_prompt_tokens
 
 
 def test_4c_a_recovered_blob_leaves_english_alone(llama: TokenCounter) -> None:
