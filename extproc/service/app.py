@@ -36,6 +36,7 @@ from extproc.core.load import LoadTracker
 from extproc.service.admin import build_admin_app
 from extproc.service.load_metrics import LoadCollector
 from extproc.service.metrics import PrometheusObserver, RouterMetrics
+from extproc.service.otel import OtelRecorder
 from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
 from extproc.service.scrape import PoolScraper
@@ -69,6 +70,7 @@ class RouterApp:
         config_loader: reads ``config_path`` on reload (default: the file alone; ``tbr serve``
             applies its environment and flag overrides, :mod:`extproc.service.overrides`).
         redis_password: password for ``calibration.redis_url`` (a secret kept out of the YAML).
+        otel: OpenTelemetry export of each routed request (off when None); shut down on stop.
 
     Building it does no I/O.
     """
@@ -84,6 +86,7 @@ class RouterApp:
         http_client: httpx.AsyncClient | None = None,
         config_loader: Callable[[Path], RouterConfig] | None = None,
         redis_password: str | None = None,
+        otel: OtelRecorder | None = None,
     ) -> None:
         self.config = config
         self._config_loader = config_loader
@@ -92,7 +95,8 @@ class RouterApp:
         self._config_path = config_path
         self._watch_config = watch_config
         self.metrics = RouterMetrics()
-        self.observer = PrometheusObserver(self.metrics)
+        self.otel = otel
+        self.observer = PrometheusObserver(self.metrics, otel=otel)
         cal = config.calibration
         self.store: InMemoryRatioStore | RedisRatioStore
         self.config_generation = 0
@@ -285,6 +289,8 @@ class RouterApp:
                 log.error("cannot save ratio snapshot %s: %s", snap, exc)
         if self._decision_log is not None:
             self._decision_log.close()
+        if self.otel is not None:  # flushes the last spans and metrics (blocking export)
+            await asyncio.to_thread(self.otel.shutdown)
 
     async def __aenter__(self) -> RouterApp:
         try:
