@@ -36,6 +36,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from devstack.envoy_runner import EnvoyPorts, EnvoyProcess, envoy_binary
+from devstack.fixed_upstream import fixed_upstream_config
 from devstack.procs import LOOPBACK, free_port
 from devstack.stack import envoy_process, render_router_config, router_process
 
@@ -49,73 +50,6 @@ USAGE_BODY = json.dumps(
     }
 )
 PROMPT = "Summarise the following notes for the weekly engineering review, in three bullet points. " * 11
-
-
-def upstream_config(admin_port: int, short_port: int, long_port: int) -> dict[str, Any]:
-    """Bootstrap of the stand-in upstream: two listeners answering USAGE_BODY as JSON."""
-
-    def listener(name: str, port: int) -> dict[str, Any]:
-        return {
-            "name": name,
-            "address": {"socket_address": {"address": LOOPBACK, "port_value": port}},
-            "filter_chains": [
-                {
-                    "filters": [
-                        {
-                            "name": "envoy.filters.network.http_connection_manager",
-                            "typed_config": {
-                                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                                "stat_prefix": name,
-                                "route_config": {
-                                    "virtual_hosts": [
-                                        {
-                                            "name": "all",
-                                            "domains": ["*"],
-                                            "routes": [
-                                                {
-                                                    "match": {"prefix": "/"},
-                                                    "direct_response": {
-                                                        "status": 200,
-                                                        "body": {"inline_string": USAGE_BODY},
-                                                    },
-                                                    "response_headers_to_add": [
-                                                        {
-                                                            "header": {
-                                                                "key": "content-type",
-                                                                "value": "application/json",
-                                                            }
-                                                        },
-                                                        {
-                                                            "header": {
-                                                                "key": "x-served-by-pool",
-                                                                "value": name,
-                                                            }
-                                                        },
-                                                    ],
-                                                }
-                                            ],
-                                        }
-                                    ]
-                                },
-                                "http_filters": [
-                                    {
-                                        "name": "envoy.filters.http.router",
-                                        "typed_config": {
-                                            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-                                        },
-                                    }
-                                ],
-                            },
-                        }
-                    ]
-                }
-            ],
-        }
-
-    return {
-        "admin": {"address": {"socket_address": {"address": LOOPBACK, "port_value": admin_port}}},
-        "static_resources": {"listeners": [listener("short", short_port), listener("long", long_port)]},
-    }
 
 
 def rss_kib(pid: int) -> int:
@@ -218,9 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     router_admin_port = free_port()
     up_admin = free_port()
+    listeners = {"short": ports.short_pool, "long": ports.long_pool}
     up_cfg = work / "upstream.yaml"
     up_cfg.write_text(
-        yaml.safe_dump(upstream_config(up_admin, ports.short_pool, ports.long_pool), sort_keys=False)
+        yaml.safe_dump(fixed_upstream_config(up_admin, listeners, {"all": USAGE_BODY}), sort_keys=False)
     )
     upstream = EnvoyProcess(up_cfg, admin_port=up_admin, log_path=work / "upstream.log")
     upstream.name = "upstream"

@@ -220,17 +220,7 @@ class Stack:
         o = self.options
         self.work_dir.mkdir(parents=True, exist_ok=True)
         try:
-            for name, port, limit in (
-                ("short", self.ports.short_pool, o.short_max_model_len),
-                ("long", self.ports.long_pool, o.long_max_model_len),
-            ):  # both load their tokenizer at the same time (~3 s each)
-                pool = pool_process(name, port, limit, log_dir=self.work_dir, extra_args=o.pool_args)
-                pool.launch()
-                self._exit.callback(pool.stop)
-                self.processes.append(pool)
-                self.pools[name] = pool
-            for pool in self.pools.values():
-                pool.wait_ready()
+            self._start_mock_pools()
             self.write_router_config()
             if o.start_router:
                 self.start_router()
@@ -245,6 +235,20 @@ class Stack:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._exit.close()
+
+    def _start_mock_pools(self) -> None:
+        o = self.options
+        for name, port, limit in (
+            ("short", self.ports.short_pool, o.short_max_model_len),
+            ("long", self.ports.long_pool, o.long_max_model_len),
+        ):  # both load their tokenizer at the same time (~3 s each)
+            pool = pool_process(name, port, limit, log_dir=self.work_dir, extra_args=o.pool_args)
+            pool.launch()
+            self._exit.callback(pool.stop)
+            self.processes.append(pool)
+            self.pools[name] = pool
+        for pool in self.pools.values():
+            pool.wait_ready()
 
     def write_router_config(self) -> Path:
         """Render ``options.router_config`` (ports, pool limits, decision log, overrides) into

@@ -19,10 +19,10 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 import httpx
 import uvicorn
@@ -71,6 +71,10 @@ class RouterApp:
             applies its environment and flag overrides, :mod:`extproc.service.overrides`).
         redis_password: password for ``calibration.redis_url`` (a secret kept out of the YAML).
         otel: OpenTelemetry export of each routed request (off when None); shut down on stop.
+        grpc_options: extra gRPC channel arguments (the benchmarks measure e.g.
+            ``("grpc.optimization_target", "latency")``).
+        gc_freeze: ``gc.freeze()`` the startup objects once started (True; the benchmarks turn
+            it off to measure the lever).
 
     Building it does no I/O.
     """
@@ -87,9 +91,13 @@ class RouterApp:
         config_loader: Callable[[Path], RouterConfig] | None = None,
         redis_password: str | None = None,
         otel: OtelRecorder | None = None,
+        grpc_options: Sequence[tuple[str, Any]] = (),
+        gc_freeze: bool = True,
     ) -> None:
         self.config = config
         self._config_loader = config_loader
+        self._grpc_options = tuple(grpc_options)
+        self._gc_freeze = gc_freeze
         self._grpc_port_req = grpc_port
         self._admin_port_req = admin_port
         self._config_path = config_path
@@ -166,7 +174,9 @@ class RouterApp:
             self._decision_log = open(cfg.decision_log_path, "ab")  # noqa: SIM115, ASYNC230 (closed in stop(); once at start)
         self._install(cfg)
         self._start_scraper()
-        self.grpc = await start_grpc_server(cfg.server, self.current_router, port=self._grpc_port_req)
+        self.grpc = await start_grpc_server(
+            cfg.server, self.current_router, port=self._grpc_port_req, extra_options=self._grpc_options
+        )
         self.grpc_port = self.grpc.port
         if cfg.admin.enabled:
             await self._start_admin()
@@ -180,7 +190,8 @@ class RouterApp:
             )
             if self._watch_config:
                 self.reloader.start_watching()
-        freeze_startup_objects()  # GC pauses over startup objects (docs/performance.md)
+        if self._gc_freeze:
+            freeze_startup_objects()  # GC pauses over startup objects (docs/performance.md)
         self.ready = True
         self.metrics.ready.set(1)
 

@@ -61,22 +61,27 @@ def _request(proc: StreamProcessor, path: str = "/v1/chat/completions", method: 
     )
 
 
+def _exchange(proc: StreamProcessor) -> Exchange:
+    """The stream's state, read through a call so the type checker does not narrow it across steps."""
+    return proc.exchange
+
+
 def test_exchange_state_follows_a_calibrated_json_exchange() -> None:
     proc = StreamProcessor(Runtime(parse_config(CONFIG)), rng=random.Random(0))
-    assert proc.exchange is Exchange.REQUEST_HEADERS
+    assert _exchange(proc) is Exchange.REQUEST_HEADERS
     _request(proc)
-    assert proc.exchange is Exchange.REQUEST_BODY
+    assert _exchange(proc) is Exchange.REQUEST_BODY
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi " * 50}]}).encode()
     proc.handle(pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True)))
-    assert proc.exchange is Exchange.RESPONSE_HEADERS
-    resp_headers = _headers(**{":status": "200", "content-type": "application/json"})
+    assert _exchange(proc) is Exchange.RESPONSE_HEADERS
+    resp_headers = _headers(False, **{":status": "200", "content-type": "application/json"})
     proc.handle(pb.ProcessingRequest(response_headers=resp_headers))
-    assert proc.exchange is Exchange.RESPONSE_BODY and not proc.exchange_done
+    assert _exchange(proc) is Exchange.RESPONSE_BODY and not proc.exchange_done
     usage = json.dumps({"usage": {"prompt_tokens": 60, "completion_tokens": 1}}).encode()
     proc.handle(pb.ProcessingRequest(response_body=pb.HttpBody(body=usage[:5], end_of_stream=False)))
-    assert proc.exchange is Exchange.RESPONSE_BODY
+    assert _exchange(proc) is Exchange.RESPONSE_BODY
     proc.handle(pb.ProcessingRequest(response_body=pb.HttpBody(body=usage[5:], end_of_stream=True)))
-    assert proc.exchange is Exchange.DONE and proc.exchange_done and proc.calibrated
+    assert _exchange(proc) is Exchange.DONE and proc.exchange_done and proc.calibrated
 
 
 def test_exchange_ends_at_request_headers_when_routed_there() -> None:
@@ -97,7 +102,7 @@ def test_exchange_ends_on_a_non_2xx_response_without_body_request() -> None:
     proc = StreamProcessor(Runtime(parse_config(CONFIG)), rng=random.Random(0))
     _request(proc)
     proc.handle(pb.ProcessingRequest(request_body=pb.HttpBody(body=b"{}", end_of_stream=True)))
-    proc.handle(pb.ProcessingRequest(response_headers=_headers(**{":status": "503"})))
+    proc.handle(pb.ProcessingRequest(response_headers=_headers(False, **{":status": "503"})))
     assert proc.exchange is Exchange.DONE
 
 

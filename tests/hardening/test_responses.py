@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import brotli
@@ -32,7 +33,7 @@ JSON_BODY = json.dumps(
 
 
 def _compress(data: bytes, enc: str) -> bytes:
-    return {
+    compressors: dict[str, Callable[[bytes], bytes]] = {
         "gzip": lambda d: gzip.compress(d, mtime=0),
         "x-gzip": lambda d: gzip.compress(d, mtime=0),
         "br": brotli.compress,
@@ -40,7 +41,8 @@ def _compress(data: bytes, enc: str) -> bytes:
         "raw-deflate": lambda d: zlib.compress(d)[2:-4],
         "zstd": lambda d: zstandard.ZstdCompressor().compress(d),
         "identity": lambda d: d,
-    }[enc](data)
+    }
+    return compressors[enc](data)
 
 
 def _unchanged(resp: pb.ProcessingResponse) -> bool:

@@ -110,12 +110,12 @@ def test_long_pool_without_sampled_requests_is_still_sized_and_costed() -> None:
         trace=trace, profile=_profile(), short_max_tokens=512, long_max_model_len=4096, slo=Slo(2.0),
         sweep_thresholds=(), jobs=1,
     )  # fmt: skip
-    needed = run_plan(PlanInputs(**common, loaded_max_budget_tokens=3000))  # type: ignore[arg-type]
+    needed = run_plan(PlanInputs(**common, loaded_max_budget_tokens=3000))
     d = needed["des_two_pool"]
     assert d["long_instances"] == 1 and "no sampled request" in d["pools"]["long"]["note"]
     assert d["instances"] == d["short_instances"] + 1
     assert d["usd_per_year"] == pytest.approx(d["instances"] * 8760.0)
-    none = run_plan(PlanInputs(**common))  # type: ignore[arg-type]
+    none = run_plan(PlanInputs(**common))
     assert none["des_two_pool"]["long_instances"] == 0
     assert none["des_two_pool"]["pools"]["long"]["note"] == "no long traffic in this trace"
 

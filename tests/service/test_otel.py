@@ -15,7 +15,6 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.proto.collector.metrics.v1 import (
@@ -31,7 +30,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from extproc.config import parse_config
 from extproc.service.app import RouterApp
 from extproc.service.otel import OtelRecorder, otel_enabled
-from tests.pb import CHAT_HEADERS, chat_body, json_response_msgs, req_body, req_headers
+from tests.pb import CHAT_HEADERS, chat_body, json_response_msgs, open_stream, req_body, req_headers
 from tests.service.streams import POOLS
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -62,8 +61,8 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer, metrics_service_pb2
 def collector() -> Iterator[tuple[Collector, str]]:
     c = Collector()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(c, server)
-    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(c, server)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(c, server)  # type: ignore[no-untyped-call]
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(c, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     yield c, f"127.0.0.1:{port}"
@@ -82,7 +81,7 @@ async def route_with_trace(grpc_port: int, text: str, prompt_tokens: int) -> Non
     headers = {**CHAT_HEADERS, "x-request-id": "otel-1", "traceparent": TRACEPARENT}
     msgs = [req_headers(headers), req_body(chat_body(text)), *json_response_msgs(prompt_tokens)]
     async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
-        call = pb_grpc.ExternalProcessorStub(ch).Process()
+        call = open_stream(ch)
         for m in msgs:
             await call.write(m)
             await call.read()

@@ -81,7 +81,7 @@ async def test_server_side_ema_matches_local_formula(redis_server: RedisServer) 
             reference.observe(("m", "code"), c, w)
         assert await store.sync_once()
         client = aioredis.from_url(redis_server.url, decode_responses=True)
-        mean, dev, samples, low = (await client.hget("tbr:ratios", "code:m")).split()
+        mean, dev, samples, low = (await client.hget("tbr:ratios", "code:m") or "").split()
         version = await client.get("tbr:ratios-version")
         await client.aclose()
         ref = reference.get(("m", "code"))
@@ -119,6 +119,7 @@ async def test_redis_down_keeps_routing_counts_and_recovers(redis_server: RedisS
         client = aioredis.from_url(redis_server.url, decode_responses=True)
         value = await client.hget("tbr:ratios", "latin:m")
         await client.aclose()
+        assert isinstance(value, str)
         assert int(value.split()[2]) == 3
         assert "tbr_ratio_store_up 1.0" in await _metrics(app.admin_port)
 
@@ -152,6 +153,7 @@ async def test_retried_batch_is_applied_once(redis_server: RedisServer) -> None:
         client = aioredis.from_url(redis_server.url, decode_responses=True)
         value = await client.hget("tbr:ratios", "latin:m")
         await client.aclose()
+        assert isinstance(value, str)
         assert int(value.split()[2]) == 1
     finally:
         await store.close()
