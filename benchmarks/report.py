@@ -150,6 +150,8 @@ def _messages(res: dict[str, Any]) -> list[str]:
         size = b["label"]
         bare = summarize(e2e, "bare", size)
         for design, route, floor in (("2 msgs", "route", "floor"), ("1 msg", "route_1msg", "floor_1msg")):
+            if size != "1KB":  # a variant measured on several sizes has one process (and name) per size
+                route, floor = f"{route}_{size}", f"{floor}_{size}"
             fs, rs = summarize(e2e, floor, size), summarize(e2e, route, size)
             out.append(
                 f"| {size} | {design} | {_f(fs['ratio'])} | {_f(rs['ratio'])} | {_f(paired(e2e, route, floor, size, 'rps'))} | "

@@ -178,9 +178,30 @@ class RouterMetrics:
             "Observations dropped (oldest first) because the push queue was full while the store was down.",
             registry=r,
         )
+        self.store_seeded = Counter(
+            "tbr_ratio_store_seeded_keys",
+            "Keys this replica wrote into a shared store that had lost its data (Redis restarted empty).",
+            registry=r,
+        )
         self.store_queue = Gauge(
             "tbr_ratio_store_queue_length",
             "Observations waiting to be pushed to the shared store.",
+            registry=r,
+        )
+        self.snapshots = Counter(
+            "tbr_ratio_snapshots",
+            "Ratio snapshot file operations: load (at start) ok/invalid, save (periodic and at shutdown) ok/error.",
+            ["operation", "outcome"],
+            registry=r,
+        )
+        self.decision_log_written = Counter(
+            "tbr_decision_log_written_records",
+            "Decision-log records written to the file (by the background flush).",
+            registry=r,
+        )
+        self.decision_log_dropped = Counter(
+            "tbr_decision_log_dropped_records",
+            "Decision-log records dropped: queue full (the disk is slower than the traffic) or write error.",
             registry=r,
         )
         self.store_sync_seconds = Histogram(
