@@ -112,7 +112,7 @@ async def replay(prompts: list[str], sample_rate: float, *, seed: int) -> Replay
                 await call.write(resp_headers(RESP))
                 third = await read_response(call)
                 res.messages += 1
-                if third.mode_override.response_body_mode == pm.ProcessingMode.BUFFERED:
+                if third.mode_override.response_body_mode == pm.ProcessingMode.STREAMED:
                     await call.write(resp_body(usage_body(true_tokens), eos=True))
                     await call.read()
                     res.messages += 1

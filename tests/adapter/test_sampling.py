@@ -82,7 +82,7 @@ async def test_sampled_request_keeps_response_phases_and_calibrates(apps: dict[s
     )
     assert not out[0].HasField("mode_override")
     assert routed_pool(out[1]) == "short"
-    assert out[2].mode_override.response_body_mode == pm.ProcessingMode.BUFFERED
+    assert out[2].mode_override.response_body_mode == pm.ProcessingMode.STREAMED
     ((_, state),) = app.store.items()
     assert state.samples == 1
 

@@ -154,7 +154,7 @@ async def test_json_usage_and_non_2xx(app: RouterApp) -> None:
             ),
         ],
     )
-    assert out[2].mode_override.response_body_mode == pm.ProcessingMode.BUFFERED
+    assert out[2].mode_override.response_body_mode == pm.ProcessingMode.STREAMED
     async with httpx.AsyncClient() as c:
         text = (await c.get(f"http://127.0.0.1:{app.admin_port}/metrics")).text
     assert 'tbr_calibration_events_total{outcome="applied"} 1.0' in text
