@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import grpc
+import httpx
 import yaml
 from envoy.config.core.v3 import base_pb2 as core
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
@@ -109,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         assert router.pid is not None
         t0 = time.monotonic()
         marks = asyncio.run(_drive(grpc_port, router.pid, args.streams, args.half_close))
+        trim = httpx.get(
+            f"http://127.0.0.1:{admin_port}/debug/memory", params={"trim": "1"}, timeout=30
+        ).json()
+        print(
+            f"malloc_trim(0): RSS {trim['rss_before_kib'] / 1024:.2f} -> {trim['rss_after_kib'] / 1024:.2f} MiB"
+        )
     warm = [m for m in marks if m[0] >= 16_000]
     if len(warm) >= 2:
         per_1k = (warm[-1][1] - warm[0][1]) / ((warm[-1][0] - warm[0][0]) / 1000)

@@ -145,9 +145,13 @@ def run_hey(
     }
 
 
+RECORDED_60MIN = Path(__file__).resolve().parent / "results" / "soak_60min.md"
+"""Where ``make soak`` writes its section; ``make bench`` appends it to its own short soak."""
+
+
 def bench_section(quick: bool = False) -> str:
-    """BENCHMARKS.md section from a bounded soak (60 s; 20 s with ``quick``). The 10-minute soak of
-    issue 12 is ``make soak`` (``--duration-s 3600``)."""
+    """BENCHMARKS.md section from a bounded soak (60 s; 20 s with ``quick``), followed by the last
+    recorded 60-minute soak of ``make soak`` (:data:`RECORDED_60MIN`) when there is one."""
     import contextlib
     import io
 
@@ -160,7 +164,8 @@ def bench_section(quick: bool = False) -> str:
                 *("--probe-s", "5" if quick else "10"),
             ]
         )
-    return buf.getvalue()
+    recorded = RECORDED_60MIN.read_text(encoding="utf-8") if RECORDED_60MIN.exists() else ""
+    return buf.getvalue() + recorded
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--work-dir", type=Path, default=None, help="logs and rendered configs (default: a temp dir)"
     )
+    p.add_argument("--out", type=Path, default=None, help="also write the Markdown section to this file")
     args = p.parse_args(argv)
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="tbr-soak-"))
@@ -306,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         "every request routed by the router": delta("tbr_routing_decisions_total") >= total_requests,
     }
     ok = all(checks.values())
-    print(f"""
+    section = f"""
 ## Soak: {args.duration_s / 60:.0f} min at {args.load_fraction:.0%} of max (loopback, `python -m benchmarks.soak --duration-s {args.duration_s:.0f} --window-s {args.window_s:.0f}`)
 
 Front Envoy 1.40 (`envoy/envoy.yaml`, `--concurrency 1`) → router (`tbr serve`, one grpc.aio process) →
@@ -337,7 +343,10 @@ Allocation sites that grew most over the window (tracemalloc, 1 frame; router pr
 {growth_rows or "| (tracemalloc report missing) | | |"}
 
 Checks: {"; ".join(f"{'PASS' if v else 'FAIL'} {k}" for k, v in checks.items())}
-""")
+"""
+    print(section)
+    if args.out is not None:
+        args.out.write_text(section.lstrip("\n"), encoding="utf-8")
     (work / "soak.json").write_text(
         json.dumps(
             {

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from extproc.adapter.runtime import Runtime
-from extproc.service.memprof import MemoryProfiler
+from extproc.service.memprof import MemoryProfiler, trim_malloc
 
 __all__ = ["build_admin_app", "ratios_view"]
 
@@ -77,6 +77,8 @@ def build_admin_app(
     profiler = MemoryProfiler()
 
     async def debug_memory(request: Request) -> Response:
+        if request.query_params.get("trim", "") in ("1", "true"):
+            return JSONResponse(await asyncio.to_thread(trim_malloc))
         reset = request.query_params.get("baseline", "") in ("1", "true")
         # In a thread: a snapshot of a busy process takes long enough to time out ext_proc
         # messages if it held the event loop; the GIL is released between Python steps.

@@ -6,15 +6,20 @@ tracing slows allocation-heavy code by roughly 2x, so it is for soaks and debugg
 
 ``GET /debug/memory`` (admin) then returns the traced total and the allocation sites that grew
 most since the baseline; ``GET /debug/memory?baseline=1`` takes a new baseline first.
+``GET /debug/memory?trim=1`` (any time) calls glibc's ``malloc_trim(0)`` and reports the RSS
+before and after: memory freed but kept by the allocator is returned, a leak is not.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
-__all__ = ["MemoryProfiler", "start_from_env"]
+__all__ = ["MemoryProfiler", "start_from_env", "trim_malloc"]
 
 ENV_VAR = "TBR_TRACEMALLOC"
 
@@ -82,3 +87,23 @@ class MemoryProfiler:
             "baseline_traced_bytes": base_total,
             "top_growth": rows,
         }
+
+
+def _rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def trim_malloc() -> dict[str, int | bool]:
+    """``malloc_trim(0)`` (glibc) with the RSS before and after, in KiB; ``trimmed`` is False
+    where there is no glibc (nothing is called)."""
+    before = _rss_kib()
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    fn = getattr(libc, "malloc_trim", None)
+    if fn is None:
+        return {"trimmed": False, "rss_before_kib": before, "rss_after_kib": before}
+    fn(0)
+    return {"trimmed": True, "rss_before_kib": before, "rss_after_kib": _rss_kib()}
