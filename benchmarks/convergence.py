@@ -84,6 +84,8 @@ async def replay(
     """
     cfg = parse_config(
         {
+            # bytes/token model: the benchmark compares the learned ratio with the true bytes/token
+            "estimator": {"cost_model": "bytes"},
             "pools": [
                 {"name": "short", "max_model_len": 8192, "header_value": "short"},
                 {"name": "long", "max_model_len": 65536, "header_value": "long"},
@@ -136,7 +138,7 @@ async def replay(
                 await call.write(pb.ProcessingRequest(response_headers=_RESP))
                 third = await call.read()
                 res.messages += 1
-                if third.mode_override.response_body_mode == pm.ProcessingMode.BUFFERED:
+                if third.mode_override.response_body_mode == pm.ProcessingMode.STREAMED:
                     usage = json.dumps({"usage": {"prompt_tokens": true_tokens}}).encode()
                     await call.write(
                         pb.ProcessingRequest(response_body=pb.HttpBody(body=usage, end_of_stream=True))

@@ -76,9 +76,12 @@ def render_router_config(
     short_max_model_len: int,
     long_max_model_len: int,
     decision_log_path: Path | None = None,
+    snapshot_path: Path | None = None,
     source: Path = DEFAULT_ROUTER_CONFIG,
 ) -> dict[str, Any]:
-    """``config/router.yaml`` with loopback ports, the pools' limits and an optional decision log.
+    """``config/router.yaml`` with loopback ports, the pools' limits, an optional decision log and
+    an optional ratio snapshot (``snapshot_path``; None drops the shipped one, so every stack
+    starts from the priors and leaves nothing behind).
 
     Raises:
         ValueError: the source has no pool named ``short`` or ``long``.
@@ -95,6 +98,10 @@ def render_router_config(
     cfg.setdefault("admin", {}).update(host=LOOPBACK, port=admin_port, enabled=True)
     if decision_log_path is not None:
         cfg["decision_log_path"] = str(decision_log_path)
+    calibration = cfg.setdefault("calibration", {})
+    calibration.pop("snapshot_path", None)
+    if snapshot_path is not None:
+        calibration["snapshot_path"] = str(snapshot_path)
     return cfg
 
 

@@ -51,6 +51,11 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--gzip", action="store_true", help="gzip JSON responses when the client accepts it")
     p.add_argument("--image-tokens", type=int, default=d.image_tokens, help="prompt tokens per image part")
     p.add_argument("--hold", action="store_true", help="start held (release with POST /admin/release)")
+    p.add_argument(
+        "--context-error-in-stream",
+        action="store_true",
+        help="answer a streamed request that does not fit with a 200 SSE error event (SGLang) instead of 400",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run)
 
@@ -73,6 +78,7 @@ def settings_from_args(args: argparse.Namespace) -> PoolSettings:
         gzip=args.gzip,
         image_tokens=args.image_tokens,
         hold=args.hold,
+        context_error_in_stream=args.context_error_in_stream,
     )
 
 

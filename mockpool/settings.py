@@ -43,6 +43,9 @@ class PoolSettings:
             compressed, as in Starlette's ``GZipMiddleware``).
         image_tokens: prompt tokens counted per image content part (stand-in, see ``tokencount``).
         hold: start with admitted requests held until ``POST /admin/release``.
+        context_error_in_stream: a ``stream: true`` request that does not fit ``max_model_len`` gets
+            ``200 text/event-stream`` with one ``data: {"error": {…, "code": 400}}`` event and
+            ``data: [DONE]`` (as SGLang and some simulators answer) instead of vLLM's HTTP 400.
     """
 
     name: str = "pool"
@@ -60,6 +63,7 @@ class PoolSettings:
     gzip: bool = False
     image_tokens: int = 256
     hold: bool = False
+    context_error_in_stream: bool = False
 
     def __post_init__(self) -> None:
         """Reject settings no vLLM server could have (raises ``ValueError``)."""

@@ -10,10 +10,12 @@ Phases, in the order Envoy sends them with envoy/envoy.yaml's processing mode:
    messages instead of three or four (docs/performance.md).
 2. ``request_body`` (BUFFERED): parse, classify, estimate, choose the pool; answer with the
    routing header and ``clear_route_cache``. Unreadable bodies go to the largest pool.
-3. ``response_headers`` (SEND): on 2xx, ask for the body — BUFFERED for JSON, STREAMED for
-   ``text/event-stream`` (and drop ``content-length``) — via ``mode_override``.
-4. ``response_body``: read ``usage.prompt_tokens`` (decoding gzip/br/deflate/zstd copies) and
-   calibrate once, at end of stream.
+3. ``response_headers`` (SEND): on 2xx, ask for the body STREAMED via ``mode_override`` (for
+   ``text/event-stream`` also drop ``content-length``). JSON is streamed too, never BUFFERED:
+   Envoy fails a buffered body above its buffer limit with 500, which would change what the
+   client gets.
+4. ``response_body``: read ``usage.prompt_tokens`` (decoding gzip/br/deflate/zstd copies) in
+   bounded memory whatever the body size, and calibrate once, at end of stream.
 
 The processor never raises to the server: any unexpected error is counted and answered with a
 pass-through for the phase that was sent (for ``request_body``: the largest pool). Responses
@@ -38,15 +40,13 @@ from extproc.core.estimator import TokenBudget
 from extproc.core.policy import PoolDecision
 from extproc.core.recovery import parse_attempt_count
 from extproc.core.request_body import UnreadableRequest, endpoint_for_path, parse_request_body
-from extproc.core.sse import SSEUsageReader, usage_from_json
+from extproc.core.sse import JSONUsageReader, SSEUsageReader, StreamError, is_context_length_error
 
 __all__ = ["Exchange", "StreamProcessor"]
 
 log = logging.getLogger(__name__)
 
-_MAX_JSON_RESPONSE_BYTES = 16 << 20
-
-_REQUEST_HEADERS = frozenset((":path", ":method", "x-request-id"))
+_REQUEST_HEADERS = frozenset((":path", ":method", "x-request-id", "traceparent"))
 _REQUEST_ATTRIBUTES = ("request.path", "request.method", "request.id")
 """What the one-message design's ext_proc filter lists in ``request_attributes``."""
 
@@ -78,7 +78,7 @@ class StreamProcessor:
 
     __slots__ = (
         "_decoder",
-        "_json_buf",
+        "_json",
         "_route_answers",
         "_sse",
         "budget",
@@ -89,6 +89,7 @@ class StreamProcessor:
         "endpoint",
         "exchange",
         "method",
+        "misroute",
         "path",
         "pool",
         "prompt_tokens",
@@ -100,6 +101,7 @@ class StreamProcessor:
         "sampled",
         "status",
         "t_start",
+        "traceparent",
     )
 
     def __init__(self, router: Runtime, rng: random.Random | None = None) -> None:
@@ -108,6 +110,7 @@ class StreamProcessor:
         self.path = ""
         self.method = ""
         self.request_id = ""
+        self.traceparent = ""
         self.endpoint: str | None = None
         self.budget: TokenBudget | None = None
         self.pool = ""
@@ -122,8 +125,9 @@ class StreamProcessor:
         self._route_answers = router.body_responses
         self.counted_pool: str | None = None
         self.retried_to: str | None = None
+        self.misroute: str | None = None
         self._sse: SSEUsageReader | None = None
-        self._json_buf: bytearray | None = None
+        self._json: JSONUsageReader | None = None
         self._decoder: StreamDecoder | None = None
         self.t_start = time.time()
 
@@ -195,6 +199,7 @@ class StreamProcessor:
         self.path = h.get(":path", "")
         self.method = h.get(":method", "")
         self.request_id = h.get("x-request-id", "")[:128]
+        self.traceparent = h.get("traceparent", "")[:64]  # W3C trace context (55 characters)
         self.endpoint = endpoint_for_path(self.path) if self.method == "POST" else None
         if self.endpoint is None or msg.end_of_stream:
             # Routed now; the override turns the body and response phases off.
@@ -332,6 +337,7 @@ class StreamProcessor:
             )
             if retry is not None:
                 self.retried_to = retry.to_pool
+                self.misroute = retry.outcome
                 self.router.observer.misroute(retry.from_pool, retry.to_pool, retry.outcome)
         obs = self.router.observer
         if not 200 <= self.status < 300:
@@ -352,7 +358,7 @@ class StreamProcessor:
             self.exchange = Exchange.RESPONSE_BODY
             return R.READ_SSE_RESPONSE
         if "json" in content_type:
-            self._json_buf = bytearray()
+            self._json = JSONUsageReader()
             self.exchange = Exchange.RESPONSE_BODY
             return R.READ_JSON_RESPONSE
         obs.calibration("unsupported_content_type")
@@ -369,16 +375,12 @@ class StreamProcessor:
                 self.router.observer.calibration("decode_error")
                 self._decoder = None
                 self._sse = None
-                self._json_buf = None
+                self._json = None
                 data = b""
             if self._sse is not None:
                 self._sse.feed(data)
-            elif self._json_buf is not None:
-                if len(self._json_buf) + len(data) <= _MAX_JSON_RESPONSE_BYTES:
-                    self._json_buf += data
-                else:
-                    self._json_buf = None
-                    self.router.observer.calibration("response_too_large")
+            elif self._json is not None:
+                self._json.feed(data)
         if msg.end_of_stream:
             self.finish_response()
         return R.CONTINUE_RESPONSE_BODY
@@ -389,14 +391,19 @@ class StreamProcessor:
             return
         if self._sse is not None:
             self._sse.close()
+            if self._sse.error is not None:
+                self._stream_error(self._sse.error)
+                return
             self.prompt_tokens = self._sse.prompt_tokens
             self.completion_tokens = self._sse.completion_tokens
-        elif self._json_buf is not None:
-            self.prompt_tokens, self.completion_tokens = usage_from_json(bytes(self._json_buf))
+        elif self._json is not None:
+            self._json.close()
+            self.prompt_tokens = self._json.prompt_tokens
+            self.completion_tokens = self._json.completion_tokens
         else:
             return
         self._sse = None
-        self._json_buf = None
+        self._json = None
         self._decoder = None
         self.calibrated = True
         r = self.router
@@ -407,16 +414,32 @@ class StreamProcessor:
         obs = r.estimator.observe(self.budget, self.prompt_tokens)
         if obs is None:
             r.observer.calibration("not_text_dominated")
-            return
-        r.observer.calibration("applied")
-        r.observer.estimate_error(obs.key[1], obs.rel_error)
+        else:
+            r.observer.calibration("applied")
+            r.observer.estimate_error(obs.key[1], obs.rel_error)
+        # recovery runs even when the observation taught the text key nothing (media, unexplained)
         if self.retried_to is not None and self.counted_pool is not None:
             dev_before = before.dev_bpt if before is not None else 0.0
             for outcome in r.recovery.on_usage(
                 self.budget, self.counted_pool, self.retried_to, self.prompt_tokens, dev_before
             ):
                 r.observer.misroute_calibration(self.counted_pool, outcome)
-        r.publish_ratio(*obs.key)
+        if obs is not None:
+            r.publish_ratio(*obs.key)
+
+    def _stream_error(self, err: StreamError) -> None:
+        """A 2xx SSE stream carried an error event: never learned from (its usage, if any, is not
+        the served request's); a context-length error is a misroute of the pool that served it,
+        counted like the 400 Envoy retries (``tbr_misroutes_total``, decision-log ``misroute``)."""
+        self._sse = None
+        self._decoder = None
+        self.calibrated = True
+        obs = self.router.observer
+        obs.calibration("error_in_stream")
+        if self.counted_pool is not None and is_context_length_error(err):
+            served = self.retried_to or self.counted_pool
+            self.misroute = "error_in_stream"
+            obs.misroute(served, served, "error_in_stream")
 
     def finish(self, end: str) -> None:
         """The stream ended (``end``: ``complete``, ``cancelled`` or ``error``); record the decision.
@@ -424,30 +447,32 @@ class StreamProcessor:
         A usage already read from a stream the client aborted still calibrates (it is a true
         count of the prompt). Called exactly once by the server.
         """
-        if self._sse is not None and self._sse.prompt_tokens is not None:
+        if self._sse is not None and (self._sse.prompt_tokens is not None or self._sse.error is not None):
             self.finish_response()
         r = self.router
         if self.counted_pool is not None:
             counted, self.counted_pool = self.retried_to or self.counted_pool, None
             r.load.release(counted)
-        if r.decision_log is not None and self.pool:
+        if (r.decision_log is not None or r.observer.records_requests) and self.pool:
             b = self.budget
-            r.log_decision(
-                DecisionRecord(
-                    ts_s=self.t_start,
-                    request_id=self.request_id,
-                    model=b.key[0] if b else "",
-                    category=self.category,
-                    pool=self.pool,
-                    reason=self.reason,
-                    estimated_prompt_tokens=b.prompt_tokens if b else None,
-                    output_reserve_tokens=b.output_reserve_tokens if b else None,
-                    n_sequences=b.n_sequences if b else None,
-                    budget_tokens=b.total_tokens if b else None,
-                    status=self.status or None,
-                    prompt_tokens=self.prompt_tokens,
-                    completion_tokens=self.completion_tokens,
-                    end=end,
-                    retried_to_pool=self.retried_to,
-                )
+            record = DecisionRecord(
+                ts_s=self.t_start,
+                request_id=self.request_id,
+                model=b.key[0] if b else "",
+                category=self.category,
+                pool=self.pool,
+                reason=self.reason,
+                estimated_prompt_tokens=b.prompt_tokens if b else None,
+                output_reserve_tokens=b.output_reserve_tokens if b else None,
+                n_sequences=b.n_sequences if b else None,
+                budget_tokens=b.total_tokens if b else None,
+                status=self.status or None,
+                prompt_tokens=self.prompt_tokens,
+                completion_tokens=self.completion_tokens,
+                end=end,
+                retried_to_pool=self.retried_to,
+                misroute=self.misroute,
             )
+            r.log_decision(record)
+            if r.observer.records_requests:
+                r.observer.request_finished(record, self.traceparent)

@@ -129,9 +129,16 @@ CONTINUE_RESPONSE_TRAILERS = pb.ProcessingResponse(response_trailers=pb.Trailers
 
 READ_JSON_RESPONSE = pb.ProcessingResponse(
     response_headers=pb.HeadersResponse(),
-    mode_override=pm.ProcessingMode(response_body_mode=pm.ProcessingMode.BUFFERED),
+    mode_override=pm.ProcessingMode(response_body_mode=pm.ProcessingMode.STREAMED),
 )
-"""Answer to 2xx JSON ``response_headers``: send us the whole body once (usage is at its end)."""
+"""Answer to 2xx JSON ``response_headers``: stream the body to us chunk by chunk (usage sits near
+its end; :class:`~extproc.core.sse.JSONUsageReader` keeps only the bytes after the key).
+
+STREAMED, not BUFFERED: a BUFFERED body is held whole by Envoy and fails with 500 once it passes
+the cluster's ``per_connection_buffer_limit_bytes`` (8 MiB in envoy/envoy.yaml), so reading usage
+would change what the client gets for large answers (e.g. ``logprobs`` with many
+``top_logprobs``). ``content-length`` is kept: the router never changes the body, so it stays
+true (tests/e2e/test_large_responses.py)."""
 
 READ_SSE_RESPONSE = pb.ProcessingResponse(
     response_headers=pb.HeadersResponse(

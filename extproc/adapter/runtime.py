@@ -8,9 +8,8 @@ the instance they started with.
 from __future__ import annotations
 
 import logging
-from typing import IO
+from typing import Protocol
 
-import orjson
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter.observer import NullObserver, StreamObserver
@@ -23,9 +22,15 @@ from extproc.core.load import LoadTracker
 from extproc.core.policy import Policy
 from extproc.core.recovery import MisrouteRecovery
 
-__all__ = ["Runtime"]
+__all__ = ["DecisionSink", "Runtime"]
 
 log = logging.getLogger(__name__)
+
+
+class DecisionSink(Protocol):
+    """Where decision records go (extproc/service/decision_log.py): ``submit`` must not block."""
+
+    def submit(self, record: DecisionRecord) -> None: ...
 
 
 class Runtime:
@@ -46,7 +51,7 @@ class Runtime:
         *,
         store: RatioStore | None = None,
         observer: StreamObserver | None = None,
-        decision_log: IO[bytes] | None = None,
+        decision_log: DecisionSink | None = None,
         load: LoadTracker | None = None,
     ) -> None:
         self.config = config
@@ -60,7 +65,12 @@ class Runtime:
         self.load = load if load is not None else LoadTracker()
         self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
         self.recovery = MisrouteRecovery(
-            config.recovery, self.policy, self.load, self.store, config.calibration.warmup_samples
+            config.recovery,
+            self.policy,
+            self.load,
+            self.store,
+            config.calibration.warmup_samples,
+            estimator=self.estimator,
         )
         self.routing_header = config.routing_header
         self.decision_log = decision_log
@@ -82,11 +92,6 @@ class Runtime:
         self.observer.ratio_updated(model, category, state.mean_bpt, state.dev_bpt, state.samples)
 
     def log_decision(self, record: DecisionRecord) -> None:
-        """Append one JSON line to the decision log (no prompt text); errors are logged, not raised."""
-        if self.decision_log is None:
-            return
-        try:
-            self.decision_log.write(orjson.dumps(record.as_json()) + b"\n")
-            self.decision_log.flush()
-        except (OSError, ValueError) as exc:
-            log.warning("decision log write failed: %s", exc)
+        """Queue one decision record (no prompt text) for the background writer; no I/O here."""
+        if self.decision_log is not None:
+            self.decision_log.submit(record)

@@ -6,7 +6,8 @@ by the bound ones: ``app.grpc_port``, ``app.admin_port``); leaving the block shu
 gracefully: readiness off (gRPC health of the ext_proc service, ``/readyz``; liveness stays
 on) for ``server.shutdown_delay_s``, then the listener closes and in-flight streams get
 ``server.grace_period_s``; ratios are pushed to Redis, or persisted to
-``calibration.snapshot_path`` when Redis is not used.
+``calibration.snapshot_path`` when Redis is not used (that file is also written every
+``calibration.snapshot_interval_s``, :class:`~extproc.service.snapshot.PeriodicSnapshot`).
 
 The ratio store is the in-memory one, or :class:`~extproc.service.redis_store.RedisRatioStore` when
 ``calibration.redis_url`` is set. With ``config_path``, :meth:`RouterApp.request_reload` and
@@ -22,7 +23,7 @@ import socket
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import httpx
 import uvicorn
@@ -34,12 +35,14 @@ from extproc.core.calibration import InMemoryRatioStore
 from extproc.core.categories import CATEGORIES
 from extproc.core.load import LoadTracker
 from extproc.service.admin import build_admin_app
+from extproc.service.decision_log import DecisionLogWriter
 from extproc.service.load_metrics import LoadCollector
 from extproc.service.metrics import PrometheusObserver, RouterMetrics
+from extproc.service.otel import OtelRecorder
 from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
 from extproc.service.scrape import PoolScraper
-from extproc.service.snapshot import load_snapshot, save_snapshot
+from extproc.service.snapshot import PeriodicSnapshot, load_snapshot
 
 __all__ = ["RouterApp"]
 
@@ -69,6 +72,7 @@ class RouterApp:
         config_loader: reads ``config_path`` on reload (default: the file alone; ``tbr serve``
             applies its environment and flag overrides, :mod:`extproc.service.overrides`).
         redis_password: password for ``calibration.redis_url`` (a secret kept out of the YAML).
+        otel: OpenTelemetry export of each routed request (off when None); shut down on stop.
         grpc_options: extra gRPC channel arguments (the benchmarks measure e.g.
             ``("grpc.optimization_target", "latency")``).
         gc_freeze: ``gc.freeze()`` the startup objects once started (True; the benchmarks turn
@@ -88,6 +92,7 @@ class RouterApp:
         http_client: httpx.AsyncClient | None = None,
         config_loader: Callable[[Path], RouterConfig] | None = None,
         redis_password: str | None = None,
+        otel: OtelRecorder | None = None,
         grpc_options: Sequence[tuple[str, Any]] = (),
         gc_freeze: bool = True,
     ) -> None:
@@ -100,7 +105,8 @@ class RouterApp:
         self._config_path = config_path
         self._watch_config = watch_config
         self.metrics = RouterMetrics()
-        self.observer = PrometheusObserver(self.metrics)
+        self.otel = otel
+        self.observer = PrometheusObserver(self.metrics, otel=otel)
         cal = config.calibration
         self.store: InMemoryRatioStore | RedisRatioStore
         self.config_generation = 0
@@ -129,7 +135,8 @@ class RouterApp:
         self._http_client = http_client
         self._own_http_client = False
         self.scraper: PoolScraper | None = None
-        self._decision_log: IO[bytes] | None = None
+        self._decision_log: DecisionLogWriter | None = None
+        self._snapshot: PeriodicSnapshot | None = None
         self.router: Runtime | None = None
         self.grpc: GrpcServer | None = None
         self._admin: uvicorn.Server | None = None
@@ -157,17 +164,33 @@ class RouterApp:
             try:
                 n = load_snapshot(self.memory, snap)
                 log.info("restored %d learned ratios from %s", n, snap)
+                self.metrics.snapshots.labels("load", "ok").inc()
             except ValueError as exc:
-                # Keep the bad file for inspection instead of overwriting it at shutdown.
+                # Keep the bad file for inspection instead of overwriting it with the next save.
                 aside = Path(f"{snap}.invalid")
                 with contextlib.suppress(OSError):
                     Path(snap).replace(aside)  # noqa: ASYNC240 (once, at start)
                 log.error("ignoring ratio snapshot (moved to %s): %s", aside, exc)
+                self.metrics.snapshots.labels("load", "invalid").inc()
+            self._snapshot = PeriodicSnapshot(
+                self.memory,
+                snap,
+                cfg.calibration.snapshot_interval_s,
+                lambda op, outcome: self.metrics.snapshots.labels(op, outcome).inc(),
+            )
+            self._snapshot.start()
         if self.redis is not None:
             self.redis.on_update = self._publish
             await self.redis.start()
         if cfg.decision_log_path:
-            self._decision_log = open(cfg.decision_log_path, "ab")  # noqa: SIM115, ASYNC230 (closed in stop(); once at start)
+            self._decision_log = DecisionLogWriter(
+                cfg.decision_log_path,
+                dropped=self.metrics.decision_log_dropped,
+                written=self.metrics.decision_log_written,
+                queue_max=cfg.decision_log_queue_max,
+                flush_interval_s=cfg.decision_log_flush_interval_s,
+            )
+            await self._decision_log.start()
         self._install(cfg)
         self._start_scraper()
         self.grpc = await start_grpc_server(
@@ -287,15 +310,12 @@ class RouterApp:
             await self.scraper.stop()
         if self._own_http_client and self._http_client is not None:
             await self._http_client.aclose()
-        snap = self.config.calibration.snapshot_path
-        if snap and self.memory is not None:
-            try:
-                save_snapshot(self.memory, Path(snap))
-                log.info("saved %d learned ratios to %s", len(self.memory.items()), snap)
-            except OSError as exc:
-                log.error("cannot save ratio snapshot %s: %s", snap, exc)
+        if self._snapshot is not None:
+            await self._snapshot.stop()
         if self._decision_log is not None:
-            self._decision_log.close()
+            await self._decision_log.close()
+        if self.otel is not None:  # flushes the last spans and metrics (blocking export)
+            await asyncio.to_thread(self.otel.shutdown)
 
     async def __aenter__(self) -> RouterApp:
         try:

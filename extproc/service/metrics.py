@@ -23,7 +23,9 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
+from extproc.core.decision import DecisionRecord
 from extproc.service.load_metrics import LoadMetrics
+from extproc.service.otel import OtelRecorder
 
 __all__ = ["PrometheusObserver", "RouterMetrics", "build_version"]
 
@@ -176,9 +178,30 @@ class RouterMetrics:
             "Observations dropped (oldest first) because the push queue was full while the store was down.",
             registry=r,
         )
+        self.store_seeded = Counter(
+            "tbr_ratio_store_seeded_keys",
+            "Keys this replica wrote into a shared store that had lost its data (Redis restarted empty).",
+            registry=r,
+        )
         self.store_queue = Gauge(
             "tbr_ratio_store_queue_length",
             "Observations waiting to be pushed to the shared store.",
+            registry=r,
+        )
+        self.snapshots = Counter(
+            "tbr_ratio_snapshots",
+            "Ratio snapshot file operations: load (at start) ok/invalid, save (periodic and at shutdown) ok/error.",
+            ["operation", "outcome"],
+            registry=r,
+        )
+        self.decision_log_written = Counter(
+            "tbr_decision_log_written_records",
+            "Decision-log records written to the file (by the background flush).",
+            registry=r,
+        )
+        self.decision_log_dropped = Counter(
+            "tbr_decision_log_dropped_records",
+            "Decision-log records dropped: queue full (the disk is slower than the traffic) or write error.",
             registry=r,
         )
         self.store_sync_seconds = Histogram(
@@ -199,10 +222,14 @@ class PrometheusObserver:
 
     Args:
         metrics: where to record.
+        otel: also export each finished request to OpenTelemetry (a span joined to Envoy's trace
+            and GenAI metrics, :mod:`extproc.service.otel`); None = off.
     """
 
-    def __init__(self, metrics: RouterMetrics) -> None:
+    def __init__(self, metrics: RouterMetrics, otel: OtelRecorder | None = None) -> None:
         self.metrics = metrics
+        self.otel = otel
+        self.records_requests = otel is not None
         self._children: dict[tuple[str, ...], Any] = {}
         m = metrics
         self._inflight_inc = m.inflight.inc
@@ -249,6 +276,11 @@ class PrometheusObserver:
         self._child("ratio", m.ratio, model, category).set(mean_bpt)
         self._child("ratio_dev", m.ratio_dev, model, category).set(dev_bpt)
         self._child("ratio_samples", m.ratio_samples, model, category).set(samples)
+
+    def request_finished(self, record: DecisionRecord, traceparent: str) -> None:
+        """Forward the finished request to OpenTelemetry (only called when it is on)."""
+        if self.otel is not None:
+            self.otel.request_finished(record, traceparent)
 
     def phase_timing(self, phase: str, seconds: float) -> None:
         """``tbr_phase_processing_seconds{phase}``."""

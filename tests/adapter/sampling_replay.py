@@ -72,6 +72,8 @@ async def replay(prompts: list[str], sample_rate: float, *, seed: int) -> Replay
     """
     cfg = parse_config(
         {
+            # bytes/token model: the replay compares the learned ratio with the true bytes/token
+            "estimator": {"cost_model": "bytes"},
             "pools": [
                 {"name": "short", "max_model_len": 8192, "header_value": "short"},
                 {"name": "long", "max_model_len": 65536, "header_value": "long"},
@@ -112,7 +114,7 @@ async def replay(prompts: list[str], sample_rate: float, *, seed: int) -> Replay
                 await call.write(resp_headers(RESP))
                 third = await read_response(call)
                 res.messages += 1
-                if third.mode_override.response_body_mode == pm.ProcessingMode.BUFFERED:
+                if third.mode_override.response_body_mode == pm.ProcessingMode.STREAMED:
                     await call.write(resp_body(usage_body(true_tokens), eos=True))
                     await call.read()
                     res.messages += 1

@@ -22,6 +22,8 @@ DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 def _cfg(rate: float, skip: bool = True) -> dict[str, object]:
     return {
+        # pins the bytes/token model: the assertions are its bytes-per-token arithmetic
+        "estimator": {"cost_model": "bytes"},
         "pools": [
             {"name": "short", "max_model_len": 8192, "header_value": "short"},
             {"name": "long", "max_model_len": 65536, "header_value": "long"},
@@ -82,7 +84,7 @@ async def test_sampled_request_keeps_response_phases_and_calibrates(apps: dict[s
     )
     assert not out[0].HasField("mode_override")
     assert routed_pool(out[1]) == "short"
-    assert out[2].mode_override.response_body_mode == pm.ProcessingMode.BUFFERED
+    assert out[2].mode_override.response_body_mode == pm.ProcessingMode.STREAMED
     ((_, state),) = app.store.items()
     assert state.samples == 1
 

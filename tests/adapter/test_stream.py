@@ -17,6 +17,8 @@ from extproc.service.app import RouterApp
 from tests.pb import chat_body, headers, open_stream, routed_pool, run_stream
 
 CONFIG = {
+    # pins the bytes/token model: the assertions are its bytes-per-token arithmetic
+    "estimator": {"cost_model": "bytes"},
     "pools": [
         {"name": "short", "max_model_len": 8192, "header_value": "short"},
         {"name": "long", "max_model_len": 65536, "header_value": "long"},
@@ -154,7 +156,7 @@ async def test_json_usage_and_non_2xx(app: RouterApp) -> None:
             ),
         ],
     )
-    assert out[2].mode_override.response_body_mode == pm.ProcessingMode.BUFFERED
+    assert out[2].mode_override.response_body_mode == pm.ProcessingMode.STREAMED
     async with httpx.AsyncClient() as c:
         text = (await c.get(f"http://127.0.0.1:{app.admin_port}/metrics")).text
     assert 'tbr_calibration_events_total{outcome="applied"} 1.0' in text

@@ -17,7 +17,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.envoy]
 def test_short_soak_has_no_errors_no_leaks(request: pytest.FixtureRequest, tmp_path: Path) -> None:
     if "slow" not in (request.config.getoption("-m") or ""):
         pytest.skip("slow soak: run with `pytest -m slow tests/hardening/test_soak_short.py`")
-    argv = ["--duration-s", "20", "--probe-s", "5", "--sample-s", "2", "--work-dir", str(tmp_path)]
+    argv = [
+        "--duration-s",
+        "20",
+        "--window-s",
+        "10",
+        "--probe-s",
+        "5",
+        "--sample-s",
+        "2",
+        "--work-dir",
+        str(tmp_path),
+    ]
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.soak", *argv],
         cwd=REPO,
