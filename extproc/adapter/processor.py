@@ -414,16 +414,18 @@ class StreamProcessor:
         obs = r.estimator.observe(self.budget, self.prompt_tokens)
         if obs is None:
             r.observer.calibration("not_text_dominated")
-            return
-        r.observer.calibration("applied")
-        r.observer.estimate_error(obs.key[1], obs.rel_error)
+        else:
+            r.observer.calibration("applied")
+            r.observer.estimate_error(obs.key[1], obs.rel_error)
+        # recovery runs even when the observation taught the text key nothing (media, unexplained)
         if self.retried_to is not None and self.counted_pool is not None:
             dev_before = before.dev_bpt if before is not None else 0.0
             for outcome in r.recovery.on_usage(
                 self.budget, self.counted_pool, self.retried_to, self.prompt_tokens, dev_before
             ):
                 r.observer.misroute_calibration(self.counted_pool, outcome)
-        r.publish_ratio(*obs.key)
+        if obs is not None:
+            r.publish_ratio(*obs.key)
 
     def _stream_error(self, err: StreamError) -> None:
         """A 2xx SSE stream carried an error event: never learned from (its usage, if any, is not
