@@ -32,11 +32,15 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter import responses as R
 from extproc.adapter.runtime import Runtime
+from extproc.core.api_bodies import parse_body
+from extproc.core.api_usage import API_OF_ENDPOINT, json_usage
+from extproc.core.batch import batch_budget
 from extproc.core.encoding import DecodeError, StreamDecoder, make_decoder
 from extproc.core.estimator import TokenBudget
+from extproc.core.policy import PoolDecision
 from extproc.core.recovery import parse_attempt_count
-from extproc.core.request_body import UnreadableRequest, endpoint_for_path, parse_request_body
-from extproc.core.sse import SSEUsageReader, usage_from_json
+from extproc.core.request_body import UnreadableRequest, endpoint_for_path
+from extproc.core.sse import SSEUsageReader
 
 __all__ = ["StreamProcessor", "header_value"]
 
@@ -77,6 +81,7 @@ class StreamProcessor:
         "_decoder",
         "_json_buf",
         "_sse",
+        "batch_budgets",
         "budget",
         "calibrated",
         "category",
@@ -84,12 +89,14 @@ class StreamProcessor:
         "counted_pool",
         "endpoint",
         "exchange_done",
+        "learn",
         "method",
         "path",
         "pool",
         "prompt_tokens",
         "reason",
         "request_id",
+        "response_id",
         "retried_to",
         "rng",
         "router",
@@ -106,6 +113,9 @@ class StreamProcessor:
         self.request_id = ""
         self.endpoint: str | None = None
         self.budget: TokenBudget | None = None
+        self.batch_budgets: list[TokenBudget] | None = None
+        self.learn = True
+        self.response_id: str | None = None
         self.pool = ""
         self.reason = ""
         self.category = ""
@@ -208,7 +218,8 @@ class StreamProcessor:
             return self._route_fallback("unsupported_path", body=False)
         if msg.end_of_stream:
             return self._route_fallback("body_empty", body=False)
-        self.sampled = self._draw_sample()
+        # Responses API answers are always read: their id → pool entry serves previous_response_id.
+        self.sampled = self.endpoint == "responses" or self._draw_sample()
         if self.sampled or not self.router.config.calibration.skip_unsampled_responses:
             return R.CONTINUE_REQUEST_HEADERS
         return R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
@@ -221,16 +232,19 @@ class StreamProcessor:
             return R.CONTINUE_REQUEST_BODY
         r = self.router
         try:
-            features = parse_request_body(
-                msg.body, self.endpoint, sample_bytes=r.config.estimator.sample_bytes
-            )
+            features = parse_body(msg.body, self.endpoint, sample_bytes=r.config.estimator.sample_bytes)
         except UnreadableRequest as exc:
             # A first chunk that is not the whole body (STREAMED / BUFFERED_PARTIAL) rarely
             # parses: it is routed to the largest pool like any body we cannot read.
             reason = exc.reason if msg.end_of_stream else "body_incomplete"
-            return self._route_fallback(reason, body=True)
-        budget = r.estimator.estimate(features)
-        decision = r.policy.choose(budget.total_tokens)
+            return self._route_fallback(reason, body=True, model=exc.model)
+        if features.conversations:
+            # chat batch: each conversation is its own sequence; the longest decides the fit
+            self.batch_budgets = [r.estimator.estimate(c) for c in features.conversations]
+            budget = max(self.batch_budgets, key=lambda b: b.total_tokens)
+        else:
+            budget = r.estimator.estimate(features)
+        decision = self._decide(features.model, features.previous_response_id, budget.total_tokens)
         self.budget = budget
         self.pool = decision.pool.name
         self.reason = decision.reason
@@ -240,10 +254,28 @@ class StreamProcessor:
         _child(r.metrics.budget_tokens, self.pool).observe(budget.total_tokens)
         return r.body_responses[self.pool]
 
-    def _route_fallback(self, reason: str, *, body: bool) -> pb.ProcessingResponse:
+    def _decide(self, model: str, previous_response_id: str | None, total_tokens: int) -> PoolDecision:
+        """Pool set by ``model``, then pool by budget; a ``previous_response_id`` pins the pool
+        that stored that response (docs/endpoints.md)."""
+        models = self.router.models
+        if previous_response_id is not None:
+            self.learn = False  # usage counts stored turns the router never saw
+            name = self.router.response_pools.get(previous_response_id)
+            pool = models.pool(name) if name is not None else None
+            if pool is not None:
+                return PoolDecision(pool, "previous_response")
+            return PoolDecision(models.fallback_for(model), "previous_response_unknown")
+        policy = models.select(model)
+        if policy is None:
+            return PoolDecision(models.largest, "unknown_model")
+        decision = policy.choose(total_tokens)
+        if not models.known(model):
+            return PoolDecision(decision.pool, "unknown_model", decision.preferred, decision.signal)
+        return decision
+
+    def _route_fallback(self, reason: str, *, body: bool, model: str | None = None) -> pb.ProcessingResponse:
         r = self.router
-        decision = r.policy.unreadable(reason)
-        self.pool = decision.pool.name
+        self.pool = r.models.fallback_for(model).name
         self.reason = reason
         self.category = "unknown"
         self._count_inflight()
@@ -272,7 +304,7 @@ class StreamProcessor:
     def _wants_calibration(self) -> bool:
         if self.budget is None or self.calibrated:
             return False
-        if self.retried_to is not None:
+        if self.retried_to is not None or self.endpoint == "responses":
             return True  # a misroute is always read (docs/design/003-misroute-recovery.md)
         if self.sampled is None:  # no request_headers seen (not Envoy's order): draw now
             self.sampled = self._draw_sample()
@@ -318,7 +350,7 @@ class StreamProcessor:
             return R.CONTINUE_RESPONSE_HEADERS
         self._decoder = decoder
         if content_type.startswith("text/event-stream"):
-            self._sse = SSEUsageReader()
+            self._sse = SSEUsageReader(api=API_OF_ENDPOINT.get(self.endpoint or "", "openai"))
             return R.READ_SSE_RESPONSE
         if "json" in content_type:
             self._json_buf = bytearray()
@@ -357,8 +389,12 @@ class StreamProcessor:
             self._sse.close()
             self.prompt_tokens = self._sse.prompt_tokens
             self.completion_tokens = self._sse.completion_tokens
+            self.response_id = self._sse.response_id
         elif self._json_buf is not None:
-            self.prompt_tokens, self.completion_tokens = usage_from_json(bytes(self._json_buf))
+            api = API_OF_ENDPOINT.get(self.endpoint or "", "openai")
+            self.prompt_tokens, self.completion_tokens, self.response_id = json_usage(
+                bytes(self._json_buf), api
+            )
         else:
             return
         self._sse = None
@@ -366,17 +402,30 @@ class StreamProcessor:
         self._decoder = None
         self.calibrated = True
         r = self.router
+        if self.response_id is not None:
+            r.response_pools.put(self.response_id, self.retried_to or self.pool)
         if self.prompt_tokens is None:
             r.metrics.calibration.labels("no_usage").inc()
             return
-        before = r.store.get(self.budget.key) if self.retried_to is not None else None
-        obs = r.estimator.observe(self.budget, self.prompt_tokens)
+        if not self.learn:
+            r.metrics.calibration.labels("previous_response").inc()
+            return
+        learned: TokenBudget | None = self.budget
+        if self.batch_budgets is not None:
+            # usage.prompt_tokens is the sum over conversations: learn it against the summed estimate
+            learned = batch_budget(self.batch_budgets)
+        if learned is None:
+            if self.batch_budgets is not None:
+                r.metrics.calibration.labels("batch_mixed_keys").inc()
+            return
+        before = r.store.get(learned.key) if self.retried_to is not None else None
+        obs = r.estimator.observe(learned, self.prompt_tokens)
         if obs is None:
             r.metrics.calibration.labels("not_text_dominated").inc()
             return
         r.metrics.calibration.labels("applied").inc()
         r.metrics.rel_error.labels(obs.key[1]).observe(obs.rel_error)
-        if self.retried_to is not None and self.counted_pool is not None:
+        if self.retried_to is not None and self.counted_pool is not None and self.batch_budgets is None:
             dev_before = before.dev_bpt if before is not None else 0.0
             r.recovery.on_usage(
                 self.budget, self.counted_pool, self.retried_to, self.prompt_tokens, dev_before

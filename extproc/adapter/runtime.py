@@ -18,8 +18,10 @@ from extproc.config import RouterConfig
 from extproc.core.calibration import InMemoryRatioStore, RatioStore
 from extproc.core.estimator import Estimator
 from extproc.core.load import LoadMetrics, LoadTracker
+from extproc.core.model_sets import ModelRouting
 from extproc.core.policy import Policy
 from extproc.core.recovery import MisrouteRecovery
+from extproc.core.response_ids import ResponsePools
 from extproc.service.metrics import RouterMetrics
 
 __all__ = ["Runtime"]
@@ -36,6 +38,7 @@ class Runtime:
         metrics: the metrics (kept across reloads); new ones when None.
         estimator: an existing estimator whose model keys are kept across reloads.
         load: the process-wide pool load tracker (kept across reloads); a new one when None.
+        response_pools: the Responses API ``id`` → pool map (kept across reloads); new when None.
     """
 
     def __init__(
@@ -46,6 +49,7 @@ class Runtime:
         metrics: RouterMetrics | None = None,
         decision_log: IO[bytes] | None = None,
         load: LoadTracker | None = None,
+        response_pools: ResponsePools | None = None,
     ) -> None:
         self.config = config
         self.store: RatioStore = (
@@ -57,8 +61,10 @@ class Runtime:
         )
         self.load = load if load is not None else LoadTracker(LoadMetrics(self.metrics.registry))
         self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
+        self.models = ModelRouting(config, self.load)
+        self.response_pools = response_pools if response_pools is not None else ResponsePools()
         self.recovery = MisrouteRecovery(
-            config.recovery, self.policy, self.load, self.store, config.calibration.warmup_samples
+            config.recovery, self.models, self.load, self.store, config.calibration.warmup_samples
         )
         self.routing_header = config.routing_header
         self.decision_log = decision_log

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from extproc.config import CalibrationConfig, EstimatorConfig
 from extproc.core.calibration import RatioKey, RatioState, RatioStore
 from extproc.core.categories import TextProfile, profile_text
+from extproc.core.images import ImageBudget
 from extproc.core.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
 from extproc.core.request_body import RequestFeatures
 
@@ -132,6 +133,7 @@ class Estimator:
         self._models: dict[str, str] = {}
         self._framing: dict[str, Framing] = {}
         self._profiles = [(re.compile(p.pattern, re.IGNORECASE), p) for p in estimator.model_profiles]
+        self.images = ImageBudget(estimator.image_rules, estimator.image_tokens)
 
     def model_key(self, model: str) -> str:
         """Bounded model key: the first ``max_models`` distinct names, then ``_other``."""
@@ -209,8 +211,9 @@ class Estimator:
     def fixed_tokens(self, f: RequestFeatures) -> int:
         """Modelled non-ratio prompt tokens: template framing, media, token ids."""
         c = self.cfg
-        fixed = f.exact_prompt_tokens + f.n_images * c.image_tokens + f.n_audio * c.audio_tokens
-        if f.endpoint == "chat":
+        images = self.images.tokens(f.model, f.n_images, f.image_sizes)  # extproc.core.images
+        fixed = f.exact_prompt_tokens + images + f.n_audio * c.audio_tokens
+        if f.endpoint != "completions":  # chat, responses, messages, chat_batch: chat template
             fr = self.framing(self.model_key(f.model))
             fixed += fr.request_tokens + fr.message_tokens * f.n_messages
             if f.n_tools:

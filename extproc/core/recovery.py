@@ -25,13 +25,22 @@ from __future__ import annotations
 import logging
 from typing import Protocol, runtime_checkable
 
-from extproc.config import RecoveryConfig
+from extproc.config import PoolConfig, RecoveryConfig
 from extproc.core.calibration import INITIAL_REL_DEV, RatioKey, RatioState, RatioStore
 from extproc.core.estimator import TokenBudget
 from extproc.core.load import LoadTracker
-from extproc.core.policy import Policy
 
-__all__ = ["MisrouteRecovery", "parse_attempt_count", "strong_correction"]
+
+class PoolOrder(Protocol):
+    """Pool order within a pool set (:class:`~extproc.core.policy.Policy`,
+    :class:`~extproc.core.model_sets.ModelRouting`)."""
+
+    def next_larger(self, pool_name: str) -> PoolConfig | None: ...
+
+    def pool(self, pool_name: str) -> PoolConfig | None: ...
+
+
+__all__ = ["MisrouteRecovery", "PoolOrder", "parse_attempt_count", "strong_correction"]
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +132,12 @@ class MisrouteRecovery:
     """
 
     def __init__(
-        self, cfg: RecoveryConfig, policy: Policy, load: LoadTracker, store: RatioStore, warmup_samples: int
+        self,
+        cfg: RecoveryConfig,
+        policy: PoolOrder,
+        load: LoadTracker,
+        store: RatioStore,
+        warmup_samples: int,
     ) -> None:
         self.cfg = cfg
         self.policy = policy

@@ -1,7 +1,9 @@
 """Read what the token budget needs from an OpenAI request body, and nothing more.
 
-Supported endpoints: ``/v1/chat/completions`` (``messages``) and ``/v1/completions``
+Endpoints parsed here: ``/v1/chat/completions`` (``messages``) and ``/v1/completions``
 (``prompt``: a string, a list of strings, a list of token ids, or a list of token-id lists).
+``/v1/responses``, ``/v1/messages`` and ``/v1/chat/completions/batch`` are parsed by
+:mod:`extproc.core.api_bodies` with the walkers of this module.
 Text is measured in UTF-8 bytes of the *decoded* JSON strings, not of the escaped body: a
 Python client escapes every CJK character as ``\\uXXXX`` (6 bytes for 3), which would skew the
 ratio by 2× (data-stats.md, "Python default" column).
@@ -18,9 +20,14 @@ from typing import Any
 import numpy as np
 import orjson
 
+from extproc.core.images import ImageSize, size_from_base64, size_from_url
+
 __all__ = [
+    "CHAT_BATCH_PATH",
     "CHAT_PATH",
     "COMPLETIONS_PATH",
+    "MESSAGES_PATH",
+    "RESPONSES_PATH",
     "RequestFeatures",
     "UnreadableRequest",
     "endpoint_for_path",
@@ -29,6 +36,16 @@ __all__ = [
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
+RESPONSES_PATH = "/v1/responses"
+MESSAGES_PATH = "/v1/messages"
+CHAT_BATCH_PATH = "/v1/chat/completions/batch"
+_ENDPOINTS = {
+    CHAT_PATH: "chat",
+    COMPLETIONS_PATH: "completions",
+    RESPONSES_PATH: "responses",
+    MESSAGES_PATH: "messages",
+    CHAT_BATCH_PATH: "chat_batch",
+}
 _MAX_SANE_TOKENS = 1 << 31
 
 
@@ -38,6 +55,8 @@ class UnreadableRequest(ValueError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+        self.model: str | None = None
+        """The request's ``model`` when it was read before the problem (routes to its pool set)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +64,7 @@ class RequestFeatures:
     """What the estimator needs from one request (no prompt text beyond a bounded sample).
 
     Attributes:
-        endpoint: ``"chat"`` or ``"completions"``.
+        endpoint: ``"chat"``, ``"completions"``, ``"responses"``, ``"messages"`` or ``"chat_batch"``.
         model: the ``model`` field ('' when absent).
         text_bytes: UTF-8 bytes of all prompt text (message contents, tool results, tool-call
             arguments, completion prompts).
@@ -60,6 +79,11 @@ class RequestFeatures:
         n_sequences: sequences generated per prompt: ``max(n, best_of)``, at least 1.
         stream: the client asked for SSE.
         include_usage: ``stream_options.include_usage`` as sent (None when absent).
+        image_sizes: pixel size of each image part read from its header, None where unknown
+            (remote URL, unreadable data); ``len(image_sizes) <= n_images``.
+        previous_response_id: Responses API ``previous_response_id`` (None when absent).
+        conversations: ``/v1/chat/completions/batch``: the features of each conversation
+            (this object then describes the longest one's text); empty otherwise.
     """
 
     endpoint: str
@@ -76,19 +100,18 @@ class RequestFeatures:
     n_sequences: int
     stream: bool
     include_usage: bool | None
+    image_sizes: tuple[ImageSize | None, ...] = ()
+    previous_response_id: str | None = None
+    conversations: tuple[RequestFeatures, ...] = ()
 
 
 def endpoint_for_path(path: str) -> str | None:
-    """Map a request ``:path`` to ``"chat"`` / ``"completions"``; None for anything else.
+    """Map a request ``:path`` to ``"chat"``, ``"completions"``, ``"responses"``, ``"messages"``
+    or ``"chat_batch"``; None for anything else.
 
     The query string is ignored; a trailing slash is tolerated.
     """
-    base = path.split("?", 1)[0].rstrip("/")
-    if base == CHAT_PATH:
-        return "chat"
-    if base == COMPLETIONS_PATH:
-        return "completions"
-    return None
+    return _ENDPOINTS.get(path.split("?", 1)[0].rstrip("/"))
 
 
 class _Text:
@@ -162,8 +185,30 @@ def _int_field(body: dict[str, Any], name: str) -> int | None:
     return value
 
 
-def _content(content: Any, text: _Text, counts: list[int]) -> None:
-    """Walk a message ``content``: string, or list of parts. counts = [images, audio]."""
+def _image_size(part: dict[str, Any]) -> ImageSize | None:
+    """Pixel size of an image part from its header, when the part carries the image inline.
+
+    Shapes: chat ``image_url: {url}`` or ``image_url: "<url>"``; Responses ``input_image``
+    ``image_url: "<url>"``; Anthropic ``image`` ``source: {type: base64, data}``.
+    """
+    value = part.get("image_url")
+    if isinstance(value, dict):
+        value = value.get("url")
+    if isinstance(value, str):
+        return size_from_url(value)
+    source = part.get("source")
+    if isinstance(source, dict) and source.get("type") == "base64":
+        data = source.get("data")
+        if isinstance(data, str):
+            return size_from_base64(data)
+    return None
+
+
+def _content(
+    content: Any, text: _Text, counts: list[int], images: list[ImageSize | None] | None = None
+) -> None:
+    """Walk a message ``content``: string, or list of parts. counts = [images, audio]; the size
+    of each image part is appended to ``images`` (None when not inline)."""
     if content is None:
         return
     if isinstance(content, str):
@@ -185,15 +230,19 @@ def _content(content: Any, text: _Text, counts: list[int]) -> None:
             text.add(value or "")
         elif kind in ("image_url", "input_image", "image"):
             counts[0] += 1
+            if images is not None:
+                images.append(_image_size(part))
         elif kind in ("input_audio", "audio"):
             counts[1] += 1
-        elif kind == "file":
+        elif kind in ("file", "input_file"):
             counts[0] += 1  # documents render to pages; budget like an image
         else:
             raise UnreadableRequest("unknown_content_part")
 
 
-def _messages(messages: Any, text: _Text, counts: list[int]) -> int:
+def _messages(
+    messages: Any, text: _Text, counts: list[int], images: list[ImageSize | None] | None = None
+) -> int:
     if not isinstance(messages, list):
         raise UnreadableRequest("bad_field_type", "messages")
     if not messages:
@@ -201,7 +250,7 @@ def _messages(messages: Any, text: _Text, counts: list[int]) -> int:
     for msg in messages:
         if not isinstance(msg, dict):
             raise UnreadableRequest("bad_field_type", "message")
-        _content(msg.get("content"), text, counts)
+        _content(msg.get("content"), text, counts, images)
         for call in msg.get("tool_calls") or ():
             if isinstance(call, dict):
                 fn = call.get("function")
@@ -243,16 +292,11 @@ def _prompt(prompt: Any, text: _Text) -> int:
     raise UnreadableRequest("bad_field_type", "prompt")
 
 
-def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> RequestFeatures:
-    """Parse an OpenAI request body into :class:`RequestFeatures`.
-
-    Args:
-        body: the raw HTTP request body (UTF-8 JSON).
-        endpoint: ``"chat"`` or ``"completions"`` (see :func:`endpoint_for_path`).
-        sample_bytes: how much text to keep for the classifier.
+def load_object(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object.
 
     Raises:
-        UnreadableRequest: empty, not JSON, not an object, wrong field types, or no prompt.
+        UnreadableRequest: empty, not UTF-8, not JSON, not an object, or a non-string ``model``.
     """
     if not body:
         raise UnreadableRequest("body_empty")
@@ -263,16 +307,71 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
         raise UnreadableRequest(reason) from None
     if not isinstance(parsed, dict):
         raise UnreadableRequest("body_not_object")
-    model = parsed.get("model", "")
-    if not isinstance(model, str):
+    if not isinstance(parsed.get("model", ""), str):
         raise UnreadableRequest("bad_field_type", "model")
+    return parsed
 
+
+def tool_schema(parsed: dict[str, Any]) -> tuple[int, int]:
+    """``(bytes of the compact JSON of tools + functions, number of definitions)``.
+
+    Raises:
+        UnreadableRequest: ``tools`` or ``functions`` is not a list.
+    """
+    tool_defs: list[Any] = []
+    for name in ("tools", "functions"):
+        value = parsed.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise UnreadableRequest("bad_field_type", name)
+        tool_defs.extend(value)
+    return (len(orjson.dumps(tool_defs)) if tool_defs else 0), len(tool_defs)
+
+
+def stream_flags(parsed: dict[str, Any]) -> tuple[bool, bool | None]:
+    """``(stream, stream_options.include_usage or None)``."""
+    include_usage: bool | None = None
+    opts = parsed.get("stream_options")
+    if isinstance(opts, dict) and isinstance(opts.get("include_usage"), bool):
+        include_usage = opts["include_usage"]
+    return parsed.get("stream") is True, include_usage
+
+
+def int_field(parsed: dict[str, Any], name: str) -> int | None:
+    """A non-negative integer field (integral floats accepted), None when absent.
+
+    Raises:
+        UnreadableRequest: wrong type or out of range.
+    """
+    return _int_field(parsed, name)
+
+
+def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> RequestFeatures:
+    """Parse an OpenAI chat or completions request body into :class:`RequestFeatures`.
+
+    Args:
+        body: the raw HTTP request body (UTF-8 JSON).
+        endpoint: ``"chat"`` or ``"completions"`` (see :func:`endpoint_for_path`; the other
+            endpoints are parsed by :func:`extproc.core.api_bodies.parse_body`).
+        sample_bytes: how much text to keep for the classifier.
+
+    Raises:
+        UnreadableRequest: empty, not JSON, not an object, wrong field types, or no prompt.
+    """
+    return features_of(load_object(body), endpoint, sample_bytes)
+
+
+def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> RequestFeatures:
+    """:func:`parse_request_body` of an already loaded object (see :func:`load_object`)."""
+    model: str = parsed.get("model", "")
     text = _Text(sample_bytes)
     counts = [0, 0]
+    images: list[ImageSize | None] = []
     n_messages = 0
     exact = 0
     if endpoint == "chat":
-        n_messages = _messages(parsed.get("messages"), text, counts)
+        n_messages = _messages(parsed.get("messages"), text, counts, images)
     elif endpoint == "completions":
         if "prompt" not in parsed:
             raise UnreadableRequest("empty_prompt", "prompt")
@@ -283,27 +382,13 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
     else:
         raise UnreadableRequest("unsupported_path")
 
-    tools = parsed.get("tools")
-    functions = parsed.get("functions")
-    tool_defs: list[Any] = []
-    for value, name in ((tools, "tools"), (functions, "functions")):
-        if value is None:
-            continue
-        if not isinstance(value, list):
-            raise UnreadableRequest("bad_field_type", name)
-        tool_defs.extend(value)
-    tool_schema_bytes = len(orjson.dumps(tool_defs)) if tool_defs else 0
-
+    tool_schema_bytes, n_tools = tool_schema(parsed)
     max_completion = _int_field(parsed, "max_completion_tokens")
     max_tokens = _int_field(parsed, "max_tokens")
     max_output = max_completion if max_completion is not None else max_tokens
     n = _int_field(parsed, "n") or 1
     best_of = _int_field(parsed, "best_of") or 1
-    stream = parsed.get("stream") is True
-    include_usage: bool | None = None
-    opts = parsed.get("stream_options")
-    if isinstance(opts, dict) and isinstance(opts.get("include_usage"), bool):
-        include_usage = opts["include_usage"]
+    stream, include_usage = stream_flags(parsed)
 
     return RequestFeatures(
         endpoint=endpoint,
@@ -313,11 +398,12 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
         n_messages=n_messages,
         exact_prompt_tokens=exact,
         tool_schema_bytes=tool_schema_bytes,
-        n_tools=len(tool_defs),
+        n_tools=n_tools,
         n_images=counts[0],
         n_audio=counts[1],
         max_output_tokens=max_output,
         n_sequences=max(1, n, best_of),
         stream=stream,
         include_usage=include_usage,
+        image_sizes=tuple(images),
     )

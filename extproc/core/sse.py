@@ -21,6 +21,8 @@ from typing import Any
 
 import orjson
 
+from extproc.core.api_usage import response_id_of, usage_of
+
 __all__ = [
     "SSEUsageReader",
     "completion_tokens_of",
@@ -73,10 +75,14 @@ class SSEUsageReader:
 
     Args:
         max_event_bytes: events longer than this are discarded (bounded memory).
+        api: the usage shape (:mod:`extproc.core.api_usage`): ``openai`` (default),
+            ``responses`` (also sets :attr:`response_id`) or ``anthropic``.
     """
 
     __slots__ = (
+        "_api",
         "_buf",
+        "_marker",
         "_skipping",
         "_started",
         "completion_tokens",
@@ -84,9 +90,13 @@ class SSEUsageReader:
         "events",
         "max_event_bytes",
         "prompt_tokens",
+        "response_id",
     )
 
-    def __init__(self, *, max_event_bytes: int = 1 << 20) -> None:
+    def __init__(self, *, max_event_bytes: int = 1 << 20, api: str = "openai") -> None:
+        self._api = api
+        self._marker = b"prompt_tokens" if api == "openai" else b"input_tokens"
+        self.response_id: str | None = None
         self._buf = bytearray()
         self._skipping = False
         self._started = False
@@ -141,7 +151,7 @@ class SSEUsageReader:
         if not raw:
             return
         self.events += 1
-        if b"prompt_tokens" not in raw:  # most chunks carry no usage, or "usage": null
+        if self._marker not in raw:  # most chunks carry no usage, or "usage": null
             return
         data: list[bytes] = []
         for line in _LINE_SPLIT.split(raw):
@@ -156,6 +166,13 @@ class SSEUsageReader:
         try:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
+            return
+        if self._api != "openai":
+            tokens, completion = usage_of(obj, self._api)
+            if tokens is not None:
+                self.prompt_tokens, self.completion_tokens = tokens, completion
+                if self._api == "responses":
+                    self.response_id = response_id_of(obj) or self.response_id
             return
         tokens = prompt_tokens_of(obj)
         if tokens is not None:

@@ -33,6 +33,7 @@ from extproc.config import RouterConfig
 from extproc.core.calibration import InMemoryRatioStore
 from extproc.core.categories import CATEGORIES
 from extproc.core.load import LoadMetrics, LoadTracker
+from extproc.core.response_ids import ResponsePools
 from extproc.service.admin import build_admin_app
 from extproc.service.metrics import RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
@@ -88,6 +89,7 @@ class RouterApp:
         self.store: InMemoryRatioStore | RedisRatioStore
         self.config_generation = 0
         self.redis: RedisRatioStore | None = None
+        self.response_pools = ResponsePools()
         self.memory: InMemoryRatioStore | None = None
         if cal.redis_url:
             self.redis = RedisRatioStore(
@@ -174,7 +176,12 @@ class RouterApp:
         self.store.beta = params.beta
         self.store.params = params
         router = Runtime(
-            cfg, store=self.store, metrics=self.metrics, decision_log=self._decision_log, load=self.load
+            cfg,
+            store=self.store,
+            metrics=self.metrics,
+            decision_log=self._decision_log,
+            load=self.load,
+            response_pools=self.response_pools,
         )
         # Models already learned keep their keys across reloads/restarts (most observed first),
         # so the bounded model set (estimator.max_models) does not grow with each reload.
