@@ -62,7 +62,7 @@ class ModelRouting:
         name = self._exact.get(model)
         if name is None:
             name = next((n for rx, n in self._patterns if rx.search(model)), None)
-        policy = self.policies[name] if name is not None else None
+        policy = self.policies[name] if name is not None else self.default
         if len(self._cache) < _CACHE_MAX:
             self._cache[model] = policy
         return policy

@@ -120,3 +120,55 @@ async def three_pool_stack(
         await asyncio.to_thread(envoy.start)
         stack.push_async_callback(asyncio.to_thread, envoy.stop)
         yield Stack(f"http://127.0.0.1:{listener}/v1", urls, app, envoy)
+
+
+ROUTER_2MODELS = REPO / "config" / "router-2models.yaml"
+ENVOY_2MODELS = REPO / "envoy" / "envoy-2models.yaml"
+MODEL_POOLS: dict[str, dict[str, Any]] = {
+    # pool name → stand-in pool settings: the Qwen3 pair and the Llama-3 pair, each serving only its
+    # model (strict: another model's request gets vLLM's 404, so a cross-model misroute fails loudly)
+    "qwen-short": {"tokenizer": "qwen3", "served_model_names": ("Qwen/Qwen3-8B",)},
+    "qwen-long": {"tokenizer": "qwen3", "served_model_names": ("Qwen/Qwen3-8B",)},
+    "llama-short": {"tokenizer": "llama3", "served_model_names": ("meta-llama/Llama-3.1-8B-Instruct",)},
+    "llama-long": {"tokenizer": "llama3", "served_model_names": ("meta-llama/Llama-3.1-8B-Instruct",)},
+}
+
+
+@contextlib.asynccontextmanager
+async def model_sets_stack(
+    work_dir: Path,
+    *,
+    router_config: Path = ROUTER_2MODELS,
+    envoy_source: Path = ENVOY_2MODELS,
+    pool_overrides: dict[str, dict[str, Any]] | None = None,
+    router_overrides: dict[str, Any] | None = None,
+) -> AsyncIterator[Stack]:
+    """The two-model stack: config/router-2models.yaml's four pools (limits from the file) as strict
+    stand-in pools, the router in this loop, and envoy/envoy-2models.yaml (pool ``a-b`` ↔ cluster
+    ``a_b_pool``)."""
+    raw: dict[str, Any] = yaml.safe_load(await asyncio.to_thread(router_config.read_text, encoding="utf-8"))
+    raw["admin"] = {"enabled": False}
+    raw["server"] = {"grace_period_s": 0.5}
+    raw.update(router_overrides or {})
+    async with contextlib.AsyncExitStack() as stack:
+        urls: dict[str, str] = {}
+        for pool in raw["pools"]:
+            extra = {
+                **MODEL_POOLS[pool["name"]],
+                "strict_model": True,
+                **(pool_overrides or {}).get(pool["name"], {}),
+            }
+            settings = PoolSettings(name=pool["name"], max_model_len=pool["max_model_len"], **extra)
+            urls[pool["name"]] = await stack.enter_async_context(serve_pool(settings))
+        app = await stack.enter_async_context(RouterApp(parse_config(raw), grpc_port=0))
+        listener, admin = free_port(), free_port()
+        clusters = {"ext_proc": app.grpc_port}
+        for name, url in urls.items():
+            clusters[name.replace("-", "_") + "_pool"] = int(url.rsplit(":", 1)[1])
+        cfg = render_envoy(envoy_source, listener=listener, admin=admin, clusters=clusters)
+        cfg_path = work_dir / envoy_source.name
+        cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+        envoy = EnvoyProcess(cfg_path, admin_port=admin, log_path=work_dir / "envoy.log")
+        await asyncio.to_thread(envoy.start)
+        stack.push_async_callback(asyncio.to_thread, envoy.stop)
+        yield Stack(f"http://127.0.0.1:{listener}/v1", urls, app, envoy)
