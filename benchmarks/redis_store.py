@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import timeit
+from pathlib import Path
 
+from devstack.redis import RedisServer, redis_binary
 from extproc.core.calibration import InMemoryRatioStore, LearnerParams
 from extproc.service.metrics import RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
@@ -33,45 +32,6 @@ T0 = time.perf_counter()
 
 def progress(what: str) -> None:
     print(f"[{time.perf_counter() - T0:6.1f} s] {what}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_redis(port: int, tmp: str) -> subprocess.Popen[bytes]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("redis-server not installed")
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            tmp,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    for _ in range(250):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return proc
-        except OSError:
-            time.sleep(0.02)
-    proc.kill()
-    sys.exit("redis-server did not start")
 
 
 async def main(url: str) -> dict[str, object]:
@@ -142,11 +102,7 @@ async def main(url: str) -> dict[str, object]:
 
 
 if __name__ == "__main__":
-    port = free_port()
-    with tempfile.TemporaryDirectory() as tmp:
-        proc = start_redis(port, tmp)
-        try:
-            print(json.dumps(asyncio.run(main(f"redis://127.0.0.1:{port}/0")), indent=1))
-        finally:
-            proc.kill()
-            proc.wait()
+    if redis_binary() is None:
+        sys.exit("redis-server not installed")
+    with tempfile.TemporaryDirectory() as tmp, RedisServer(Path(tmp)) as redis:
+        print(json.dumps(asyncio.run(main(redis.url)), indent=1))

@@ -15,13 +15,11 @@ order and staleness rule of a router configuration (``pools[]`` + ``spillover:``
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry
-
 from extproc.config import PoolConfig, SpilloverConfig
-from extproc.core.load import LoadMetrics, LoadTracker, PoolSignals
+from extproc.core.load import LoadTracker, PoolSignals
 from extproc.core.policy import Policy
 
 __all__ = [
@@ -135,11 +133,11 @@ class PolicyRouter:
     pools: Sequence[PoolConfig]
     spillover: SpilloverConfig
     name: str = "spillover"
-    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:
         self._now = 0.0
-        self.load = LoadTracker(LoadMetrics(self.registry), clock=self._clock)
+        self._spilled: dict[tuple[str, str, str], int] = {}
+        self.load = LoadTracker(clock=self._clock)
         self.policy = Policy(list(self.pools), spillover=self.spillover, load=self.load)
         self._names = [p.name for p in self.policy.pools]
         self._index = {n: i for i, n in enumerate(self._names)}
@@ -159,7 +157,11 @@ class PolicyRouter:
             step = self.spillover.scrape_interval_s
             while self._next_scrape <= now_s:
                 self._next_scrape += step
-        name = self.policy.choose(budget_tokens).pool.name
+        decision = self.policy.choose(budget_tokens)
+        name = decision.pool.name
+        if decision.preferred is not None:
+            key = (decision.preferred.name, name, decision.signal)
+            self._spilled[key] = self._spilled.get(key, 0) + 1
         self.load.acquire(name)
         return self._index[name]
 
@@ -172,16 +174,9 @@ class PolicyRouter:
         self.load.move(self._names[from_pool], self._names[to_pool])
 
     def spillover_counts(self) -> dict[tuple[str, str, str], int]:
-        """``tbr_spillover_total`` by ``(from_pool, to_pool, signal)`` so far."""
-        out: dict[tuple[str, str, str], int] = {}
-        for metric in self.registry.collect():
-            if metric.name != "tbr_spillover":
-                continue
-            for s in metric.samples:
-                if s.name == "tbr_spillover_total":
-                    lab = s.labels
-                    out[(lab["from_pool"], lab["to_pool"], lab["signal"])] = int(s.value)
-        return out
+        """Spilled requests by ``(from_pool, to_pool, signal)`` so far (what the router counts in
+        ``tbr_spillover_total``), from the policy's decisions."""
+        return dict(self._spilled)
 
 
 ROUTERS: dict[str, Callable[..., object]] = {

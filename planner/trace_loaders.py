@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from extproc.core.decision import DecisionRecord, DecisionRecordError
 from planner.trace import NormalizationReport, Trace, TraceError, build_trace
 
 __all__ = ["FORMATS", "detect_format", "load_cdf", "load_trace", "read_cdf_points"]
@@ -179,36 +180,35 @@ def _load_decision_log(path: Path, report: NormalizationReport) -> Trace:
     used_estimate = used_reserve = 0
     for row in _jsonl_rows(path, report):
         report.rows_read += 1
-        t = row.get("ts_s")
-        if not isinstance(t, int | float) or isinstance(t, bool) or not math.isfinite(t):
-            report.drop("missing or non-numeric ts_s")
+        try:
+            rec = DecisionRecord.from_json(row)
+        except DecisionRecordError as exc:
+            report.drop(exc.reason)
             continue
-        e = _int_field(row, "estimated_prompt_tokens", report, minimum=0)
-        if e is None:
+        if rec.estimated_prompt_tokens is None:
+            report.drop("missing estimated_prompt_tokens")
             continue
-        r = _int_field(row, "output_reserve_tokens", report, minimum=0)
-        if r is None:
+        if rec.output_reserve_tokens is None:
+            report.drop("missing output_reserve_tokens")
             continue
-        if row.get("prompt_tokens") is None:
+        e, r = rec.estimated_prompt_tokens, rec.output_reserve_tokens
+        if rec.prompt_tokens is None:
             p, used_estimate = max(1, e), used_estimate + 1
+        elif rec.prompt_tokens < 1:
+            report.drop("prompt_tokens < 1")
+            continue
         else:
-            p_opt = _int_field(row, "prompt_tokens", report, minimum=1)
-            if p_opt is None:
-                continue
-            p = p_opt
-        if row.get("completion_tokens") is None:
+            p = rec.prompt_tokens
+        if rec.completion_tokens is None:
             c, used_reserve = max(1, r), used_reserve + 1
         else:
-            c_opt = _int_field(row, "completion_tokens", report, minimum=0)
-            if c_opt is None:
-                continue
-            c = max(1, c_opt)
-        ts.append(float(t))
+            c = max(1, rec.completion_tokens)
+        ts.append(rec.ts_s)
         inp.append(p)
         out.append(c)
         bud.append(max(r, 1))
         est.append(max(1, e))
-        cats.append(str(row.get("category") or "_default"))
+        cats.append(rec.category or "_default")
     if used_estimate:
         report.notes.append(f"{used_estimate} rows had no prompt_tokens; used estimated_prompt_tokens")
     if used_reserve:

@@ -22,6 +22,7 @@ are never altered except for the documented ``content-length`` removal on SSE.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import random
@@ -35,6 +36,7 @@ from extproc.adapter.runtime import Runtime
 from extproc.core.api_bodies import parse_body
 from extproc.core.api_usage import API_OF_ENDPOINT, json_usage
 from extproc.core.batch import batch_budget
+from extproc.core.decision import DecisionRecord
 from extproc.core.encoding import DecodeError, StreamDecoder, make_decoder
 from extproc.core.estimator import TokenBudget
 from extproc.core.policy import PoolDecision
@@ -250,6 +252,8 @@ class StreamProcessor:
         self.reason = decision.reason
         self.category = budget.key[1]
         self._count_inflight()
+        if decision.saturated:
+            self._count_saturation(decision)
         _child(r.metrics.decisions, self.pool, self.category, self.reason).inc()
         _child(r.metrics.budget_tokens, self.pool).observe(budget.total_tokens)
         return r.body_responses[self.pool]
@@ -270,8 +274,16 @@ class StreamProcessor:
             return PoolDecision(models.largest, "unknown_model")
         decision = policy.choose(total_tokens)
         if not models.known(model):
-            return PoolDecision(decision.pool, "unknown_model", decision.preferred, decision.signal)
+            return dataclasses.replace(decision, reason="unknown_model")
         return decision
+
+    def _count_saturation(self, decision: PoolDecision) -> None:
+        """Count the saturated pools a spillover decision saw, and the spillover itself."""
+        m = self.router.metrics.load
+        for pool, signal in decision.saturated:
+            m.saturated_checks.labels(pool, signal).inc()
+        if decision.preferred is not None:
+            m.spillover.labels(decision.preferred.name, decision.pool.name, decision.signal).inc()
 
     def _route_fallback(self, reason: str, *, body: bool, model: str | None = None) -> pb.ProcessingResponse:
         r = self.router
@@ -332,9 +344,12 @@ class StreamProcessor:
             elif key == attempt_header:
                 attempts = header_value(h)
         if attempts and self.counted_pool is not None and self.retried_to is None:
-            self.retried_to = self.router.recovery.on_retried(
+            retry = self.router.recovery.on_retried(
                 self.counted_pool, parse_attempt_count(attempts), self.status
             )
+            if retry is not None:
+                self.retried_to = retry.to_pool
+                self.router.metrics.load.misroutes.labels(retry.from_pool, retry.to_pool, retry.outcome).inc()
         m = self.router.metrics
         if not 200 <= self.status < 300:
             if self.budget is not None:
@@ -427,9 +442,10 @@ class StreamProcessor:
         r.metrics.rel_error.labels(obs.key[1]).observe(obs.rel_error)
         if self.retried_to is not None and self.counted_pool is not None and self.batch_budgets is None:
             dev_before = before.dev_bpt if before is not None else 0.0
-            r.recovery.on_usage(
+            for outcome in r.recovery.on_usage(
                 self.budget, self.counted_pool, self.retried_to, self.prompt_tokens, dev_before
-            )
+            ):
+                r.metrics.load.misroute_calibration.labels(self.counted_pool, outcome).inc()
         r.publish_ratio(*obs.key)
 
     def finish(self, end: str) -> None:
@@ -448,21 +464,21 @@ class StreamProcessor:
         if r.decision_log is not None and self.pool:
             b = self.budget
             r.log_decision(
-                {
-                    "ts_s": round(self.t_start, 6),
-                    "request_id": self.request_id,
-                    "model": b.key[0] if b else "",
-                    "category": self.category,
-                    "pool": self.pool,
-                    "reason": self.reason,
-                    "estimated_prompt_tokens": b.prompt_tokens if b else None,
-                    "output_reserve_tokens": b.output_reserve_tokens if b else None,
-                    "n_sequences": b.n_sequences if b else None,
-                    "budget_tokens": b.total_tokens if b else None,
-                    "status": self.status or None,
-                    "prompt_tokens": self.prompt_tokens,
-                    "completion_tokens": self.completion_tokens,
-                    "end": end,
-                    "retried_to_pool": self.retried_to,
-                }
+                DecisionRecord(
+                    ts_s=self.t_start,
+                    request_id=self.request_id,
+                    model=b.key[0] if b else "",
+                    category=self.category,
+                    pool=self.pool,
+                    reason=self.reason,
+                    estimated_prompt_tokens=b.prompt_tokens if b else None,
+                    output_reserve_tokens=b.output_reserve_tokens if b else None,
+                    n_sequences=b.n_sequences if b else None,
+                    budget_tokens=b.total_tokens if b else None,
+                    status=self.status or None,
+                    prompt_tokens=self.prompt_tokens,
+                    completion_tokens=self.completion_tokens,
+                    end=end,
+                    retried_to_pool=self.retried_to,
+                )
             )

@@ -8,7 +8,7 @@ the instance they started with.
 from __future__ import annotations
 
 import logging
-from typing import IO, Any
+from typing import IO
 
 import orjson
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
@@ -16,8 +16,9 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from extproc.adapter.responses import route_request_body, route_request_headers
 from extproc.config import RouterConfig
 from extproc.core.calibration import InMemoryRatioStore, RatioStore
+from extproc.core.decision import DecisionRecord
 from extproc.core.estimator import Estimator
-from extproc.core.load import LoadMetrics, LoadTracker
+from extproc.core.load import LoadTracker
 from extproc.core.model_sets import ModelRouting
 from extproc.core.policy import Policy
 from extproc.core.recovery import MisrouteRecovery
@@ -59,7 +60,7 @@ class Runtime:
         self.estimator = Estimator(
             estimator=config.estimator, calibration=config.calibration, store=self.store
         )
-        self.load = load if load is not None else LoadTracker(LoadMetrics(self.metrics.registry))
+        self.load = load if load is not None else LoadTracker()
         self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
         self.models = ModelRouting(config, self.load)
         self.response_pools = response_pools if response_pools is not None else ResponsePools()
@@ -85,12 +86,12 @@ class Runtime:
         m.ratio_dev.labels(model, category).set(state.dev_bpt)
         m.ratio_samples.labels(model, category).set(state.samples)
 
-    def log_decision(self, record: dict[str, Any]) -> None:
+    def log_decision(self, record: DecisionRecord) -> None:
         """Append one JSON line to the decision log (no prompt text); errors are logged, not raised."""
         if self.decision_log is None:
             return
         try:
-            self.decision_log.write(orjson.dumps(record) + b"\n")
+            self.decision_log.write(orjson.dumps(record.as_json()) + b"\n")
             self.decision_log.flush()
         except (OSError, ValueError) as exc:
             log.warning("decision log write failed: %s", exc)

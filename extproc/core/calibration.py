@@ -22,12 +22,8 @@ same state so either can be chosen at routing time. The first observation initia
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Protocol
 
 from extproc.config import CalibrationConfig
@@ -39,7 +35,9 @@ __all__ = [
     "RatioKey",
     "RatioState",
     "RatioStore",
+    "decode_snapshot",
     "ema_update",
+    "encode_snapshot",
     "learn",
 ]
 
@@ -150,7 +148,7 @@ class RatioStore(Protocol):
 
 
 class InMemoryRatioStore:
-    """Process-local :class:`RatioStore` with optional JSON snapshot persistence.
+    """Process-local :class:`RatioStore` (snapshots: :func:`encode_snapshot`, :mod:`extproc.service.snapshot`).
 
     Args:
         beta: EMA decay β.
@@ -198,48 +196,42 @@ class InMemoryRatioStore:
         """See :meth:`RatioStore.items`."""
         return list(self._states.items())
 
-    def save_snapshot(self, path: str | Path) -> None:
-        """Atomically write every state to ``path`` as JSON (write to a temp file, then rename).
-
-        Raises:
-            OSError: the directory is not writable.
-        """
-        p = Path(path)
-        rows = [{"model": k[0], "category": k[1], **asdict(s)} for k, s in sorted(self._states.items())]
-        fd, tmp = tempfile.mkstemp(prefix=".ratios-", dir=str(p.parent or Path(".")))
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"version": 1, "ratios": rows}, fh, indent=1)
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    def load_snapshot(self, path: str | Path) -> int:
-        """Restore states from a snapshot written by :meth:`save_snapshot`.
-
-        Returns the number of keys restored. A missing file restores nothing (returns 0).
-
-        Raises:
-            ValueError: the file exists but is not a valid snapshot (nothing is restored).
-        """
-        p = Path(path)
-        if not p.exists():
-            return 0
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-            rows = data["ratios"]
-            states = {
-                (str(r["model"]), str(r["category"])): RatioState(
-                    float(r["mean_bpt"]), float(r["dev_bpt"]), int(r["samples"]), float(r.get("low_bpt", 0.0))
-                )
-                for r in rows
-            }
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"invalid ratio snapshot {p}: {exc}") from exc
-        for state in states.values():
-            ok = state.mean_bpt > 0 and math.isfinite(state.mean_bpt) and state.dev_bpt >= 0
-            if not (ok and 0.0 <= state.low_bpt <= state.mean_bpt):
-                raise ValueError(f"invalid ratio snapshot {p}: non-positive ratio")
+    def restore(self, states: dict[RatioKey, RatioState]) -> int:
+        """Replace the states of the given keys (a snapshot being restored); returns how many."""
         self._states.update(states)
         return len(states)
+
+
+SNAPSHOT_VERSION = 1
+"""Version of the snapshot document written by :func:`encode_snapshot`."""
+
+
+def encode_snapshot(items: list[tuple[RatioKey, RatioState]]) -> dict[str, object]:
+    """The JSON document of a ratio snapshot: ``{"version": 1, "ratios": [{model, category,
+    mean_bpt, dev_bpt, samples, low_bpt}, ...]}``, rows sorted by key."""
+    rows = [{"model": k[0], "category": k[1], **asdict(s)} for k, s in sorted(items)]
+    return {"version": SNAPSHOT_VERSION, "ratios": rows}
+
+
+def decode_snapshot(data: object) -> dict[RatioKey, RatioState]:
+    """States from a document written by :func:`encode_snapshot`.
+
+    Raises:
+        ValueError: not a snapshot document, or a state with a non-positive or non-finite ratio
+            (then nothing may be restored from it).
+    """
+    try:
+        rows = data["ratios"]  # type: ignore[index]
+        states = {
+            (str(r["model"]), str(r["category"])): RatioState(
+                float(r["mean_bpt"]), float(r["dev_bpt"]), int(r["samples"]), float(r.get("low_bpt", 0.0))
+            )
+            for r in rows
+        }
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not a ratio snapshot: {exc!r}") from exc
+    for state in states.values():
+        ok = state.mean_bpt > 0 and math.isfinite(state.mean_bpt) and state.dev_bpt >= 0
+        if not (ok and 0.0 <= state.low_bpt <= state.mean_bpt):
+            raise ValueError("not a ratio snapshot: non-positive ratio")
+    return states

@@ -12,6 +12,11 @@ with no count is counted as an accounting error and ignored).
 Saturation (docs/design/002-spillover.md): a pool is saturated when any configured signal is at or
 above its threshold; scraped signals older than ``spillover.max_staleness_s`` are ignored.
 Everything here runs on the event loop thread; nothing blocks.
+
+Nothing here records metrics: the tracker keeps plain per-pool tallies (in-flight counts, scraped
+signals, stale-signal checks, accounting errors) that the service exports at scrape time
+(``extproc.service.metrics.LoadCollector``), so the planner's simulator drives the same object
+without Prometheus.
 """
 
 from __future__ import annotations
@@ -20,84 +25,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-
 from extproc.config import PoolConfig, SpilloverConfig
 
-__all__ = ["LoadMetrics", "LoadTracker", "PoolSignals", "Thresholds"]
-
-
-class LoadMetrics:
-    """Metrics of pool load, spillover and misroute recovery (registered once per process).
-
-    Args:
-        registry: the router's registry (``RouterMetrics.registry``).
-    """
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
-        self.inflight = Gauge(
-            "tbr_pool_inflight_requests",
-            "Requests routed to the pool whose ext_proc stream has not ended (router's own count).",
-            ["pool"],
-            registry=r,
-        )
-        self.waiting = Gauge(
-            "tbr_pool_waiting_requests",
-            "Last scraped vllm:num_requests_waiting of the pool (summed over engines).",
-            ["pool"],
-            registry=r,
-        )
-        self.kv_cache_usage = Gauge(
-            "tbr_pool_kv_cache_usage",
-            "Last scraped vllm:kv_cache_usage_perc of the pool (fraction 0..1, mean over engines).",
-            ["pool"],
-            registry=r,
-        )
-        self.scrapes = Counter(
-            "tbr_pool_scrapes",
-            "Scrapes of pool /metrics by outcome (ok, http_error, transport_error, parse_error, no_signal).",
-            ["pool", "outcome"],
-            registry=r,
-        )
-        self.stale_signals = Counter(
-            "tbr_pool_stale_signal_checks",
-            "Saturation checks that ignored a pool's scraped signals because they were stale.",
-            ["pool"],
-            registry=r,
-        )
-        self.saturated_checks = Counter(
-            "tbr_pool_saturated_checks",
-            "Routing decisions that found the pool saturated, by the signal that tripped.",
-            ["pool", "signal"],
-            registry=r,
-        )
-        self.spillover = Counter(
-            "tbr_spillover",
-            "Requests sent to a larger pool because their preferred pool was saturated.",
-            ["from_pool", "to_pool", "signal"],
-            registry=r,
-        )
-        self.misroutes = Counter(
-            "tbr_misroutes",
-            "Requests Envoy retried on the next larger pool after a 400 from their first pool, by "
-            "outcome of the retry (recovered = 2xx, retry_failed).",
-            ["from_pool", "to_pool", "outcome"],
-            registry=r,
-        )
-        self.misroute_calibration = Counter(
-            "tbr_misroute_calibration",
-            "Recovered misroutes by what usage showed: confirmed (the budget overflowed the first "
-            "pool), unconfirmed, ratcheted (strong ratio correction applied).",
-            ["pool", "outcome"],
-            registry=r,
-        )
-        self.accounting_errors = Counter(
-            "tbr_pool_accounting_errors",
-            "In-flight releases of a pool with no count (should stay 0).",
-            ["pool"],
-            registry=r,
-        )
+__all__ = ["LoadTracker", "PoolSignals", "Thresholds"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,32 +64,33 @@ class LoadTracker:
     """In-flight counts and scraped signals of every pool, by pool name.
 
     Args:
-        metrics: where counts and events are exported.
-        clock: monotonic time source in seconds (tests inject one).
+        clock: monotonic time source in seconds (tests and the simulator inject one).
     """
 
-    def __init__(self, metrics: LoadMetrics, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.metrics = metrics
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._inflight: dict[str, int] = {}
         self._signals: dict[str, PoolSignals] = {}
+        self.stale_signal_checks: dict[str, int] = {}
+        """Saturation checks that ignored a pool's scraped signals because they were stale, by pool."""
+        self.accounting_errors: dict[str, int] = {}
+        """Releases of a pool with no in-flight count (should stay empty), by pool."""
 
     # -- in-flight --------------------------------------------------------------------------
 
     def acquire(self, pool: str) -> None:
         """Count one more request on ``pool``."""
-        n = self._inflight.get(pool, 0) + 1
-        self._inflight[pool] = n
-        self.metrics.inflight.labels(pool).set(n)
+        self._inflight[pool] = self._inflight.get(pool, 0) + 1
 
-    def release(self, pool: str) -> None:
-        """Count one request less on ``pool`` (never below zero; a spurious release is counted)."""
+    def release(self, pool: str) -> bool:
+        """Count one request less on ``pool``; False (and a tally in :attr:`accounting_errors`) for a
+        release of a pool with no count, which is ignored (counts never go below zero)."""
         n = self._inflight.get(pool, 0)
         if n <= 0:
-            self.metrics.accounting_errors.labels(pool).inc()
-            return
+            self.accounting_errors[pool] = self.accounting_errors.get(pool, 0) + 1
+            return False
         self._inflight[pool] = n - 1
-        self.metrics.inflight.labels(pool).set(n - 1)
+        return True
 
     def move(self, from_pool: str, to_pool: str) -> None:
         """A request counted on ``from_pool`` is now served by ``to_pool``."""
@@ -181,10 +112,6 @@ class LoadTracker:
     def record_signals(self, pool: str, signals: PoolSignals) -> None:
         """Store a successful scrape of ``pool``."""
         self._signals[pool] = signals
-        if signals.waiting is not None:
-            self.metrics.waiting.labels(pool).set(signals.waiting)
-        if signals.kv_cache_usage is not None:
-            self.metrics.kv_cache_usage.labels(pool).set(signals.kv_cache_usage)
 
     def signals(self, pool: str) -> PoolSignals | None:
         """The last successful scrape of ``pool`` (fresh or not)."""
@@ -195,8 +122,8 @@ class LoadTracker:
     def saturated(self, pool: str, th: Thresholds, max_staleness_s: float) -> str | None:
         """The first signal at or over its threshold (``inflight``, ``waiting``, ``kv_cache``), or None.
 
-        Scraped signals older than ``max_staleness_s`` seconds are ignored (counted in
-        ``tbr_pool_stale_signal_checks``); the in-flight count is always current.
+        Scraped signals older than ``max_staleness_s`` seconds are ignored (tallied in
+        :attr:`stale_signal_checks`); the in-flight count is always current.
         """
         if th.max_inflight is not None and self._inflight.get(pool, 0) >= th.max_inflight:
             return "inflight"
@@ -204,7 +131,7 @@ class LoadTracker:
             return None
         sig = self._signals.get(pool)
         if sig is None or self.clock() - sig.at_s > max_staleness_s:
-            self.metrics.stale_signals.labels(pool).inc()
+            self.stale_signal_checks[pool] = self.stale_signal_checks.get(pool, 0) + 1
             return None
         if th.max_waiting is not None and sig.waiting is not None and sig.waiting >= th.max_waiting:
             return "waiting"
@@ -215,6 +142,10 @@ class LoadTracker:
         ):
             return "kv_cache"
         return None
+
+    def inflight_by_pool(self) -> dict[str, int]:
+        """A copy of the in-flight counts by pool."""
+        return dict(self._inflight)
 
     def pools(self) -> Iterable[str]:
         """Names of pools that ever had a count or a scrape."""

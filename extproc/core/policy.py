@@ -30,12 +30,15 @@ class PoolDecision:
 
     ``preferred`` is the shortest-fit pool when the request spilled over (else None) and
     ``signal`` the saturation signal that caused it (``inflight``, ``waiting``, ``kv_cache``).
+    ``saturated`` lists every ``(pool name, signal)`` the decision found saturated, in the order
+    checked (empty without spillover); the service counts them.
     """
 
     pool: PoolConfig
     reason: str
     preferred: PoolConfig | None = None
     signal: str = ""
+    saturated: tuple[tuple[str, str], ...] = ()
 
 
 class Policy:
@@ -84,15 +87,15 @@ class Policy:
         signal = load.saturated(preferred.name, self.thresholds[preferred.name], stale_s)
         if signal is None:
             return PoolDecision(preferred, "fits")
-        m = load.metrics
-        m.saturated_checks.labels(preferred.name, signal).inc()
+        saturated = [(preferred.name, signal)]
         for larger in self.pools[i + 1 :]:
             larger_signal = load.saturated(larger.name, self.thresholds[larger.name], stale_s)
             if larger_signal is None:
-                m.spillover.labels(preferred.name, larger.name, signal).inc()
-                return PoolDecision(larger, "spillover", preferred=preferred, signal=signal)
-            m.saturated_checks.labels(larger.name, larger_signal).inc()
-        return PoolDecision(preferred, "all_saturated", signal=signal)
+                return PoolDecision(
+                    larger, "spillover", preferred=preferred, signal=signal, saturated=tuple(saturated)
+                )
+            saturated.append((larger.name, larger_signal))
+        return PoolDecision(preferred, "all_saturated", signal=signal, saturated=tuple(saturated))
 
     def unreadable(self, reason: str) -> PoolDecision:
         """Decision for a request that could not be budgeted: the largest pool."""

@@ -23,6 +23,7 @@ pool then answers the same 400 (outcome ``retry_failed``), at the cost of one ch
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from extproc.config import PoolConfig, RecoveryConfig
@@ -40,9 +41,19 @@ class PoolOrder(Protocol):
     def pool(self, pool_name: str) -> PoolConfig | None: ...
 
 
-__all__ = ["MisrouteRecovery", "PoolOrder", "parse_attempt_count", "strong_correction"]
+__all__ = ["MisrouteRecovery", "PoolOrder", "RetryOutcome", "parse_attempt_count", "strong_correction"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryOutcome:
+    """A request Envoy retried on the next larger pool: ``from_pool`` → ``to_pool``; ``outcome`` is
+    ``recovered`` (the retry answered 2xx) or ``retry_failed``."""
+
+    from_pool: str
+    to_pool: str
+    outcome: str
 
 
 @runtime_checkable
@@ -145,12 +156,12 @@ class MisrouteRecovery:
         self.store = store
         self.warmup_samples = warmup_samples
 
-    def on_retried(self, pool: str, attempts: int, status: int) -> str | None:
+    def on_retried(self, pool: str, attempts: int, status: int) -> RetryOutcome | None:
         """Response headers with ``attempts`` > 1 for a request routed to ``pool``.
 
-        Returns the name of the pool that served the retry (the next larger one), or None when
-        ``pool`` is the largest (Envoy does not retry there; then it was a connection-level retry
-        within the pool and is not a misroute).
+        Moves the in-flight count to the pool that served the retry (the next larger one) and
+        returns the event, or None when ``pool`` is the largest (Envoy does not retry there; then it
+        was a connection-level retry within the pool and is not a misroute).
         """
         if attempts <= 1:
             return None
@@ -158,28 +169,23 @@ class MisrouteRecovery:
         if larger is None:
             return None
         self.load.move(pool, larger.name)
-        outcome = "recovered" if 200 <= status < 300 else "retry_failed"
-        self.load.metrics.misroutes.labels(pool, larger.name, outcome).inc()
-        return larger.name
+        return RetryOutcome(pool, larger.name, "recovered" if 200 <= status < 300 else "retry_failed")
 
     def on_usage(
         self, budget: TokenBudget, pool: str, served_by: str, prompt_tokens: int, dev_before_bpt: float
-    ) -> bool:
+    ) -> tuple[str, ...]:
         """Usage of a 2xx response served by ``served_by`` after a retry from ``pool``.
 
-        Counts in ``tbr_misroute_calibration`` whether usage proves the request overflowed
-        ``pool`` (``confirmed``) or not (``unconfirmed``: the 400 had another cause), and on a
-        confirmed overflow applies :func:`strong_correction` when ``recovery.calibrate``
-        (``ratcheted``). Returns True when the correction changed the ratio.
+        Returns the outcomes to count in ``tbr_misroute_calibration``: ``("unconfirmed",)`` when
+        usage does not prove the request overflowed ``pool`` (the 400 had another cause),
+        ``("confirmed",)`` when it does, and ``("confirmed", "ratcheted")`` when
+        :func:`strong_correction` (``recovery.calibrate``) then changed the ratio.
         """
         first = self.policy.pool(pool)
-        m = self.load.metrics.misroute_calibration
         if first is None or not overflowed(budget, prompt_tokens, first.max_model_len):
-            m.labels(pool, "unconfirmed").inc()
-            return False
-        m.labels(pool, "confirmed").inc()
+            return ("unconfirmed",)
         if not self.cfg.calibrate:
-            return False
+            return ("confirmed",)
         new = strong_correction(
             self.store,
             budget,
@@ -188,8 +194,7 @@ class MisrouteRecovery:
             dev_before_bpt=dev_before_bpt,
         )
         if new is None:
-            return False
-        m.labels(pool, "ratcheted").inc()
+            return ("confirmed",)
         log.info(
             "misroute %s -> %s: ratio of %s/%s ratcheted to %.3f bytes/token",
             pool,
@@ -198,4 +203,4 @@ class MisrouteRecovery:
             budget.key[1],
             new.mean_bpt,
         )
-        return True
+        return ("confirmed", "ratcheted")

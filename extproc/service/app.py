@@ -32,13 +32,15 @@ from extproc.adapter.server import GrpcServer, freeze_startup_objects, start_grp
 from extproc.config import RouterConfig
 from extproc.core.calibration import InMemoryRatioStore
 from extproc.core.categories import CATEGORIES
-from extproc.core.load import LoadMetrics, LoadTracker
+from extproc.core.load import LoadTracker
 from extproc.core.response_ids import ResponsePools
 from extproc.service.admin import build_admin_app
+from extproc.service.load_metrics import LoadCollector
 from extproc.service.metrics import RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
 from extproc.service.scrape import PoolScraper
+from extproc.service.snapshot import load_snapshot, save_snapshot
 
 __all__ = ["RouterApp"]
 
@@ -108,7 +110,8 @@ class RouterApp:
             self.store = self.memory
             self.metrics.store_up.set(1)  # nothing shared that could be down
         self.reloader: ConfigReloader | None = None
-        self.load = LoadTracker(LoadMetrics(self.metrics.registry))
+        self.load = LoadTracker()
+        self.metrics.registry.register(LoadCollector(self.load))
         self._http_client = http_client
         self._own_http_client = False
         self.scraper: PoolScraper | None = None
@@ -138,7 +141,7 @@ class RouterApp:
         snap = cfg.calibration.snapshot_path
         if snap and self.memory is not None:
             try:
-                n = self.memory.load_snapshot(snap)
+                n = load_snapshot(self.memory, snap)
                 log.info("restored %d learned ratios from %s", n, snap)
             except ValueError as exc:
                 # Keep the bad file for inspection instead of overwriting it at shutdown.
@@ -224,7 +227,7 @@ class RouterApp:
         if self._http_client is None:
             self._http_client = httpx.AsyncClient(timeout=cfg.spillover.scrape_timeout_s)
             self._own_http_client = True
-        self.scraper = PoolScraper(cfg.pools, cfg.spillover, self.load, self._http_client)
+        self.scraper = PoolScraper(cfg.pools, cfg.spillover, self.load, self._http_client, self.metrics.load)
         self.scraper.start()
 
     async def _start_admin(self) -> None:
@@ -272,7 +275,7 @@ class RouterApp:
         snap = self.config.calibration.snapshot_path
         if snap and self.memory is not None:
             try:
-                self.memory.save_snapshot(Path(snap))
+                save_snapshot(self.memory, Path(snap))
                 log.info("saved %d learned ratios to %s", len(self.memory.items()), snap)
             except OSError as exc:
                 log.error("cannot save ratio snapshot %s: %s", snap, exc)

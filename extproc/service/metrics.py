@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from extproc.service.load_metrics import LoadMetrics
+
 __all__ = ["RouterMetrics"]
 
 _REL_ERROR_BUCKETS = (-0.5, -0.25, -0.1, -0.05, -0.02, 0.0, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
@@ -25,6 +27,8 @@ class RouterMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        self.load = LoadMetrics(r)
+        """Counters of pool load events (scrapes, saturation, spillover, misroutes)."""
         self.decisions = Counter(
             "tbr_routing_decisions",
             "Routing decisions by chosen pool, content category and reason.",

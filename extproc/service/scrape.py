@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from extproc.config import PoolConfig, SpilloverConfig
 from extproc.core.load import LoadTracker, PoolSignals
+from extproc.service.load_metrics import LoadMetrics
 
 __all__ = ["KV_USAGE_METRICS", "WAITING_METRIC", "PoolScraper", "parse_vllm_metrics"]
 
@@ -75,8 +76,9 @@ class PoolScraper:
     Args:
         pools: the configured pools (those without ``metrics_url`` are skipped).
         spillover: interval and timeout.
-        tracker: receives the values and the outcome metrics.
+        tracker: receives the values.
         client: the HTTP client (built once by the caller, closed by the caller).
+        metrics: where scrape outcomes are counted (``tbr_pool_scrapes_total``).
     """
 
     def __init__(
@@ -85,16 +87,17 @@ class PoolScraper:
         spillover: SpilloverConfig,
         tracker: LoadTracker,
         client: httpx.AsyncClient,
+        metrics: LoadMetrics,
     ) -> None:
         self.targets = [(p.name, p.metrics_url) for p in pools if p.metrics_url]
         self.cfg = spillover
         self.tracker = tracker
         self.client = client
+        self.metrics = metrics
         self._task: asyncio.Task[None] | None = None
 
     async def scrape_once(self, pool: str, url: str) -> str:
         """Scrape one pool; returns the outcome label (also counted). Never raises."""
-        m = self.tracker.metrics
         try:
             resp = await self.client.get(url, timeout=self.cfg.scrape_timeout_s)
         except httpx.HTTPError as exc:
@@ -115,7 +118,7 @@ class PoolScraper:
                     else:
                         self.tracker.record_signals(pool, PoolSignals(waiting, kv, self.tracker.clock()))
                         outcome = "ok"
-        m.scrapes.labels(pool, outcome).inc()
+        self.metrics.scrapes.labels(pool, outcome).inc()
         return outcome
 
     async def scrape_all(self) -> None:

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from envoy.config.core.v3 import base_pb2 as core
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.config import parse_config
 from extproc.service.app import RouterApp
-from tests.extproc_stream import chat_body, run_stream
+from tests import pb as tpb
+from tests.pb import chat_body, req_body, run_stream
 
 GOLDEN = Path(__file__).with_name("golden_streams.json")
 UPDATE = os.environ.get("TBR_UPDATE_GOLDEN") == "1"
@@ -38,29 +38,20 @@ CONFIG: dict[str, Any] = {
 }
 
 
-def _headers(pairs: dict[str, str], *, eos: bool = False) -> pb.ProcessingRequest:
-    hs = [core.HeaderValue(key=k, raw_value=v.encode()) for k, v in pairs.items()]
-    return pb.HttpHeaders(headers=core.HeaderMap(headers=hs), end_of_stream=eos)
-
-
 def req_headers(
     path: str = "/v1/chat/completions", method: str = "POST", **extra: str
 ) -> pb.ProcessingRequest:
     h = {":method": method, ":path": path, "x-request-id": "golden-1", **extra}
-    return pb.ProcessingRequest(request_headers=_headers(h, eos=method == "GET"))
-
-
-def req_body(body: bytes) -> pb.ProcessingRequest:
-    return pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
+    return tpb.req_headers(h, eos=method == "GET")
 
 
 def resp_headers(status: str, content_type: str, **extra: str) -> pb.ProcessingRequest:
     h = {":status": status, "content-type": content_type, **extra}
-    return pb.ProcessingRequest(response_headers=_headers(h))
+    return tpb.resp_headers(h)
 
 
 def resp_body(body: bytes, *, eos: bool = True) -> pb.ProcessingRequest:
-    return pb.ProcessingRequest(response_body=pb.HttpBody(body=body, end_of_stream=eos))
+    return tpb.resp_body(body, eos=eos)
 
 
 def _sse(*events: object) -> bytes:

@@ -5,13 +5,11 @@ every kind of ending."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 import pytest
-from envoy.config.core.v3 import base_pb2 as core
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
@@ -19,6 +17,8 @@ from extproc.config import parse_config
 from extproc.core.calibration import RatioState
 from extproc.core.categories import classify_text
 from extproc.service.app import RouterApp
+from tests import pb as tpb
+from tests.pb import headers
 
 CONFIG: dict[str, Any] = {
     "pools": [
@@ -32,26 +32,16 @@ CONFIG: dict[str, Any] = {
 POST = {":method": "POST", ":path": "/v1/chat/completions", "x-request-id": "r"}
 
 
-def headers(pairs: dict[str, str], *, eos: bool = False) -> pb.HttpHeaders:
-    hs = [core.HeaderValue(key=k, raw_value=v.encode()) for k, v in pairs.items()]
-    return pb.HttpHeaders(headers=core.HeaderMap(headers=hs), end_of_stream=eos)
-
-
 def body(text: str = "hello", max_tokens: int = 16) -> pb.ProcessingRequest:
-    raw = json.dumps(
-        {"model": "m", "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens}
-    )
-    return pb.ProcessingRequest(request_body=pb.HttpBody(body=raw.encode(), end_of_stream=True))
+    return tpb.req_body(tpb.chat_body(text, max_tokens=max_tokens))
 
 
 def resp_headers(status: int, **extra: str) -> pb.ProcessingRequest:
-    h = {":status": str(status), "content-type": "application/json", **extra}
-    return pb.ProcessingRequest(response_headers=headers(h))
+    return tpb.resp_headers({":status": str(status), "content-type": "application/json", **extra})
 
 
 def resp_body(prompt_tokens: int) -> pb.ProcessingRequest:
-    raw = json.dumps({"usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1}})
-    return pb.ProcessingRequest(response_body=pb.HttpBody(body=raw.encode(), end_of_stream=True))
+    return tpb.resp_body(tpb.usage_body(prompt_tokens), eos=True)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
-from envoy.config.core.v3 import base_pb2 as core
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
@@ -16,7 +15,7 @@ from benchmarks.bodies import DATA_DIR, load_prompts
 from benchmarks.convergence import replay
 from extproc.config import parse_config
 from extproc.service.app import RouterApp
-from tests.extproc_stream import run_stream
+from tests.pb import headers, routed_pool, run_stream
 
 
 def _cfg(rate: float, skip: bool = True) -> dict[str, object]:
@@ -30,12 +29,7 @@ def _cfg(rate: float, skip: bool = True) -> dict[str, object]:
     }
 
 
-def _headers(pairs: dict[str, str], eos: bool = False) -> pb.HttpHeaders:
-    hs = [core.HeaderValue(key=k, raw_value=v.encode()) for k, v in pairs.items()]
-    return pb.HttpHeaders(headers=core.HeaderMap(headers=hs), end_of_stream=eos)
-
-
-REQ = _headers({":method": "POST", ":path": "/v1/chat/completions"})
+REQ = headers({":method": "POST", ":path": "/v1/chat/completions"})
 BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hello " * 50}]}).encode()
 
 
@@ -47,13 +41,6 @@ async def apps() -> AsyncIterator[dict[str, RouterApp]]:
         RouterApp(parse_config(_cfg(1.0)), grpc_port=0) as always,
     ):
         yield {"never": never, "never_keep": never_keep, "always": always}
-
-
-def _pool(resp: pb.ProcessingResponse) -> str:
-    common = resp.request_body.response
-    assert common.clear_route_cache
-    (opt,) = common.header_mutation.set_headers
-    return str(opt.header.raw_value.decode())
 
 
 async def test_unsampled_request_turns_response_phases_off_and_is_routed(
@@ -73,7 +60,7 @@ async def test_unsampled_request_turns_response_phases_off_and_is_routed(
     # body modes have no DEFAULT: the override must keep the request body BUFFERED
     assert mo.request_body_mode == pm.ProcessingMode.BUFFERED
     assert mo.request_header_mode == pm.ProcessingMode.DEFAULT
-    assert _pool(body) == "short"
+    assert routed_pool(body) == "short"
 
 
 async def test_sampled_request_keeps_response_phases_and_calibrates(apps: dict[str, RouterApp]) -> None:
@@ -84,7 +71,7 @@ async def test_sampled_request_keeps_response_phases_and_calibrates(apps: dict[s
             pb.ProcessingRequest(request_headers=REQ),
             pb.ProcessingRequest(request_body=pb.HttpBody(body=BODY, end_of_stream=True)),
             pb.ProcessingRequest(
-                response_headers=_headers({":status": "200", "content-type": "application/json"})
+                response_headers=headers({":status": "200", "content-type": "application/json"})
             ),
             pb.ProcessingRequest(
                 response_body=pb.HttpBody(body=b'{"usage": {"prompt_tokens": 110}}', end_of_stream=True)
@@ -92,7 +79,7 @@ async def test_sampled_request_keeps_response_phases_and_calibrates(apps: dict[s
         ],
     )
     assert not out[0].HasField("mode_override")
-    assert _pool(out[1]) == "short"
+    assert routed_pool(out[1]) == "short"
     assert out[2].mode_override.response_body_mode == pm.ProcessingMode.BUFFERED
     ((_, state),) = app.store.items()
     assert state.samples == 1
@@ -109,7 +96,7 @@ async def test_unsampled_request_ignores_response_headers_if_envoy_sends_them(
             pb.ProcessingRequest(request_headers=REQ),
             pb.ProcessingRequest(request_body=pb.HttpBody(body=BODY, end_of_stream=True)),
             pb.ProcessingRequest(
-                response_headers=_headers({":status": "200", "content-type": "application/json"})
+                response_headers=headers({":status": "200", "content-type": "application/json"})
             ),
         ],
     )

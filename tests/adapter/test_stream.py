@@ -9,14 +9,13 @@ from collections.abc import AsyncIterator
 import grpc
 import httpx
 import pytest
-from envoy.config.core.v3 import base_pb2 as core
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from extproc.config import parse_config
 from extproc.service.app import RouterApp
-from tests.extproc_stream import chat_body, run_stream
+from tests.pb import chat_body, headers, routed_pool, run_stream
 
 CONFIG = {
     "pools": [
@@ -27,28 +26,10 @@ CONFIG = {
 }
 
 
-def headers(pairs: dict[str, str], *, eos: bool = False, raw: bool = True) -> pb.HttpHeaders:
-    hs = [
-        core.HeaderValue(key=k, raw_value=v.encode()) if raw else core.HeaderValue(key=k, value=v)
-        for k, v in pairs.items()
-    ]
-    return pb.HttpHeaders(headers=core.HeaderMap(headers=hs), end_of_stream=eos)
-
-
 @pytest.fixture
 async def app() -> AsyncIterator[RouterApp]:
     async with RouterApp(parse_config(CONFIG), grpc_port=0, admin_port=0) as running:
         yield running
-
-
-def routed_pool(resp: pb.ProcessingResponse) -> str:
-    common = resp.request_body.response if resp.HasField("request_body") else resp.request_headers.response
-    assert common.clear_route_cache
-    (opt,) = common.header_mutation.set_headers
-    assert opt.header.key == "x-tbr-pool"
-    assert opt.append_action == core.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
-    assert opt.header.value == ""
-    return opt.header.raw_value.decode()
 
 
 REQ_HEADERS = {":method": "POST", ":path": "/v1/chat/completions", "x-request-id": "r1"}

@@ -98,18 +98,3 @@ def test_policy_shortest_fit_and_fallback() -> None:
     d = policy.choose(10**6)
     assert (d.pool.name, d.reason) == ("long", "exceeds_all_pools")
     assert policy.unreadable("body_not_json").pool.name == "long"
-
-
-def test_snapshot_round_trip(tmp_path: object) -> None:
-    from pathlib import Path
-
-    p = Path(str(tmp_path)) / "ratios.json"
-    store = InMemoryRatioStore(beta=0.9)
-    store.observe(("m", "latin"), 4.5)
-    store.save_snapshot(p)
-    other = InMemoryRatioStore(beta=0.9)
-    assert other.load_snapshot(p) == 1
-    assert other.get(("m", "latin")) == store.get(("m", "latin"))
-    p.write_text("{broken")
-    with pytest.raises(ValueError):
-        other.load_snapshot(p)

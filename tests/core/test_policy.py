@@ -8,8 +8,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from extproc.config import ConfigError, PoolConfig, SpilloverConfig, parse_config
-from extproc.core.load import LoadMetrics, LoadTracker, PoolSignals
+from extproc.core.load import LoadTracker, PoolSignals
 from extproc.core.policy import Policy
+from extproc.service.load_metrics import LoadCollector
 
 
 def pools(*limits: int) -> list[PoolConfig]:
@@ -27,7 +28,9 @@ class Clock:
 def tracker() -> tuple[LoadTracker, Clock, CollectorRegistry]:
     reg = CollectorRegistry()
     clock = Clock()
-    return LoadTracker(LoadMetrics(reg), clock=clock), clock, reg
+    load = LoadTracker(clock=clock)
+    reg.register(LoadCollector(load))
+    return load, clock, reg
 
 
 @pytest.mark.parametrize(
@@ -55,6 +58,7 @@ def test_spillover_goes_to_next_larger_unsaturated_pool_and_never_smaller() -> N
     d = policy.choose(100)
     assert (d.pool.name, d.reason, d.signal) == ("p16384", "spillover", "inflight")
     assert d.preferred is not None and d.preferred.name == "p4096"
+    assert d.saturated == (("p4096", "inflight"),)
     # a request preferring the saturated medium pool goes up, never down to the idle short pool
     for _ in range(2):
         load.acquire("p16384")
@@ -65,10 +69,10 @@ def test_spillover_goes_to_next_larger_unsaturated_pool_and_never_smaller() -> N
         load.acquire("p65536")
     d = policy.choose(100)
     assert (d.pool.name, d.reason) == ("p4096", "all_saturated")
+    assert d.saturated == (("p4096", "inflight"), ("p16384", "inflight"), ("p65536", "inflight"))
     # the largest pool is never spilled from
     assert policy.choose(20000).reason == "fits"
-    labels = {"from_pool": "p4096", "to_pool": "p16384", "signal": "inflight"}
-    assert reg.get_sample_value("tbr_spillover_total", labels) == 1
+    assert reg.get_sample_value("tbr_pool_inflight_requests", {"pool": "p4096"}) == 2
 
 
 def test_spillover_disabled_ignores_load() -> None:

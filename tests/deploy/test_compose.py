@@ -15,8 +15,7 @@ import pytest
 import yaml
 
 from extproc.config import load_config
-from tests.service.conftest import REPO, same_routing_behaviour
-from tests.service.test_metrics_doc import documented
+from tests.service.contracts import REPO, documented, same_routing_behaviour
 
 COMPOSE = REPO / "compose" / "docker-compose.yaml"
 

@@ -16,7 +16,7 @@ from google.protobuf import json_format
 
 from extproc.adapter.server import EXT_PROC_SERVICE
 from extproc.config import RouterConfig, load_config, parse_config
-from tests.service.conftest import REPO, same_routing_behaviour
+from tests.service.contracts import REPO, same_routing_behaviour
 
 DEPLOY = REPO / "deploy"
 Key = tuple[str, str, str]  # (kind, namespace, name)

@@ -13,6 +13,7 @@ from extproc.core.calibration import InMemoryRatioStore, LearnerParams, RatioSta
 from extproc.core.categories import classify_text, count_digits, count_structure
 from extproc.core.estimator import Estimator
 from extproc.core.request_body import parse_request_body
+from extproc.service.snapshot import load_snapshot, save_snapshot
 
 
 def _estimator(**cal: object) -> Estimator:
@@ -157,7 +158,7 @@ def test_store_from_config_and_snapshot_keep_the_quantile(tmp_path: object) -> N
     for c in (4.0, 4.5, 5.0, 3.5):
         store.observe(("m", "latin"), c, 0.5)
     path = Path(str(tmp_path)) / "r.json"
-    store.save_snapshot(path)
+    save_snapshot(store, path)
     other = InMemoryRatioStore(beta=cal.ema_beta)
-    assert other.load_snapshot(path) == 1
+    assert load_snapshot(other, path) == 1
     assert other.get(("m", "latin")) == store.get(("m", "latin"))

@@ -13,13 +13,11 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.config import parse_config
 from extproc.service.app import RouterApp
-from tests.hardening.helpers import (
+from tests.hardening.helpers import CONFIG, Counts, metrics_text, sample
+from tests.pb import (
     CHAT_HEADERS,
-    CONFIG,
-    Counts,
     chat_body,
     headers,
-    metrics_text,
     phase_of,
     req_body,
     req_headers,
@@ -27,7 +25,6 @@ from tests.hardening.helpers import (
     resp_headers,
     routed_pool,
     run_stream,
-    sample,
 )
 
 

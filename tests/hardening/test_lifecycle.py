@@ -11,15 +11,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from extproc.service.app import RouterApp
-from tests.hardening.helpers import (
-    Counts,
-    chat_body,
-    phase_of,
-    req_body,
-    req_headers,
-    resp_body,
-    resp_headers,
-)
+from tests.hardening.helpers import Counts
+from tests.pb import chat_body, phase_of, req_body, req_headers, resp_body, resp_headers
 
 TEXT = "the router must never lose a stream. " * 20
 USAGE_EVENT = b'data: {"choices":[],"usage":{"prompt_tokens":200}}\n\n'

@@ -10,18 +10,8 @@ import time
 import pytest
 
 from extproc.service.app import RouterApp
-from tests.hardening.helpers import (
-    COMPLETIONS_HEADERS,
-    Counts,
-    chat_body,
-    metrics_text,
-    phase_of,
-    req_body,
-    req_headers,
-    routed_pool,
-    run_stream,
-    sample,
-)
+from tests.hardening.helpers import Counts, metrics_text, sample
+from tests.pb import COMPLETIONS_HEADERS, chat_body, phase_of, req_body, req_headers, routed_pool, run_stream
 
 
 def _obj(**fields: object) -> bytes:

@@ -20,16 +20,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.core.request_body import parse_request_body
 from extproc.service.app import RouterApp
-from tests.hardening.helpers import (
-    Counts,
-    chat_body,
-    phase_of,
-    req_body,
-    req_headers,
-    resp_body,
-    resp_headers,
-    run_stream,
-)
+from tests.hardening.helpers import Counts
+from tests.pb import chat_body, phase_of, req_body, req_headers, resp_body, resp_headers, run_stream
 
 TEXT = "hello there, general kenobi. " * 30  # 870 bytes, latin
 SSE = (Path(__file__).parent / "captures" / "openai_usage_null_then_final.sse").read_bytes()

@@ -16,16 +16,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from extproc.adapter.responses import header_option
 from extproc.config import RouterConfig, parse_config
 from extproc.service.app import RouterApp
-from tests.hardening.helpers import (
-    CONFIG,
-    chat_body,
-    req_body,
-    req_headers,
-    resp_body,
-    resp_headers,
-    routed_pool,
-    run_stream,
-)
+from tests.hardening.helpers import CONFIG
+from tests.pb import chat_body, req_body, req_headers, resp_body, resp_headers, routed_pool, run_stream
 
 OPENSSL = shutil.which("openssl")
 

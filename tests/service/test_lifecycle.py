@@ -18,7 +18,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from extproc.adapter.server import EXT_PROC_SERVICE
-from tests.service.streams import POOLS, json_response_msgs, request_msgs
+from tests.pb import json_response_msgs, request_msgs
+from tests.service.streams import POOLS
 
 SECRET = "zebra-quartz-prompt-marker " * 20  # must never appear in logs
 

@@ -7,26 +7,12 @@ import re
 from prometheus_client.metrics import MetricWrapperBase
 
 from extproc.config import parse_config
-from extproc.core.load import LoadMetrics
+from extproc.core.load import LoadTracker
 from extproc.service.app import RouterApp
+from extproc.service.load_metrics import LoadCollector
 from extproc.service.metrics import RouterMetrics
-from tests.service.conftest import REPO
+from tests.service.contracts import documented
 from tests.service.streams import POOLS, admin_get, calibrate
-
-ROW = re.compile(r"^\| `(tbr_[a-z_]+)` \| (counter|gauge|histogram) \| ([^|]*) \| ([^|]+) \|")
-
-
-def documented() -> dict[str, tuple[str, frozenset[str]]]:
-    """{family name: (type, labels)} from the table in docs/metrics.md."""
-    out = {}
-    for line in (REPO / "docs" / "metrics.md").read_text().splitlines():
-        m = ROW.match(line)
-        if m:
-            name, kind, labels, unit = m.groups()
-            assert unit.strip(), f"{name}: no unit"
-            family = name.removesuffix("_total") if kind == "counter" else name
-            out[family] = (kind, frozenset(re.findall(r"`([a-z_]+)`", labels)))
-    return out
 
 
 def test_every_metric_object_is_documented_with_its_type_and_labels() -> None:
@@ -34,10 +20,13 @@ def test_every_metric_object_is_documented_with_its_type_and_labels() -> None:
     metrics = RouterMetrics()
     code = {
         w._name: (w._type, frozenset(w._labelnames))
-        for group in (metrics, LoadMetrics(metrics.registry))
+        for group in (metrics, metrics.load)
         for w in vars(group).values()
         if isinstance(w, MetricWrapperBase)
     }
+    # series a collector reads from the load tracker at scrape time
+    for fam in LoadCollector(LoadTracker()).collect():
+        code[fam.name] = (fam.type, frozenset(getattr(fam, "_labelnames", ())))
     assert code == doc
 
 

@@ -9,12 +9,12 @@ from collections.abc import Awaitable, Callable
 import pytest
 import redis.asyncio as aioredis
 
+from devstack.redis import RedisServer
 from extproc.config import parse_config
 from extproc.core.calibration import InMemoryRatioStore, LearnerParams
 from extproc.service.app import RouterApp
 from extproc.service.metrics import RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
-from tests.service.conftest import RedisServer
 from tests.service.streams import POOLS, TEXT_8000, calibrate, ratios, route_of
 
 pytestmark = pytest.mark.redis
@@ -124,7 +124,7 @@ async def test_redis_down_keeps_routing_counts_and_recovers(redis_server: RedisS
 
 
 async def test_unreachable_redis_at_start_still_serves() -> None:
-    from tests.service.conftest import free_port
+    from devstack.procs import free_port
 
     cfg = parse_config(redis_config(f"redis://127.0.0.1:{free_port()}/0"))
     t0 = time.monotonic()

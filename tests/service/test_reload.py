@@ -10,16 +10,8 @@ import yaml
 
 from extproc.config import load_config
 from extproc.service.app import RouterApp
-from tests.service.streams import (
-    POOLS,
-    TEXT_8000,
-    admin_get,
-    calibrate,
-    json_response_msgs,
-    ratios,
-    request_msgs,
-    route_of,
-)
+from tests.pb import json_response_msgs, request_msgs
+from tests.service.streams import POOLS, TEXT_8000, admin_get, calibrate, ratios, route_of
 
 
 def write_config(path: Path, short_max_model_len: int) -> None:

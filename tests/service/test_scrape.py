@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from devstack.procs import free_port
 from extproc.config import PoolConfig, SpilloverConfig
-from extproc.core.load import LoadMetrics, LoadTracker, Thresholds
+from extproc.core.load import LoadTracker, Thresholds
+from extproc.service.load_metrics import LoadCollector, LoadMetrics
 from extproc.service.scrape import MetricsParseError, PoolScraper, parse_vllm_metrics
 from mockpool.server import serve_pool
 from mockpool.settings import PoolSettings
@@ -45,7 +46,9 @@ def test_parse_prefers_current_kv_name_and_handles_absence() -> None:
 async def test_scrape_real_pool_while_held_then_failures_go_stale() -> None:
     settings = PoolSettings(name="short", max_model_len=4096, max_num_seqs=1, hold=True)
     reg = CollectorRegistry()
-    tracker = LoadTracker(LoadMetrics(reg))
+    tracker = LoadTracker()
+    reg.register(LoadCollector(tracker))
+    metrics = LoadMetrics(reg)
     sp = SpilloverConfig(enabled=True, max_waiting=1, scrape_interval_s=0.05, max_staleness_s=0.3)
     async with serve_pool(settings) as base, httpx.AsyncClient() as client:
         pools = [
@@ -60,7 +63,7 @@ async def test_scrape_real_pool_while_held_then_failures_go_stale() -> None:
                 name="nometrics", max_model_len=16384, header_value="n", metrics_url=f"{base}/v1/models"
             ),
         ]
-        scraper = PoolScraper(pools, sp, tracker, client)
+        scraper = PoolScraper(pools, sp, tracker, client, metrics)
         req = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
         sent = [
             asyncio.create_task(client.post(f"{base}/v1/chat/completions", json=req, timeout=20))

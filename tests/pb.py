@@ -1,0 +1,123 @@
+"""The tests' one set of ext_proc message builders and one real ext_proc client.
+
+Builders produce the ``ProcessingRequest`` messages Envoy sends with ``envoy/envoy.yaml``'s
+processing mode (request headers SEND, request body BUFFERED, response headers SEND, response body
+as the router's ``mode_override`` asks). :func:`run_stream` sends them on one real gRPC stream in
+Envoy's lock-step order (one message, its answer, the next ...) and collects the answers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import grpc
+from envoy.config.core.v3 import base_pb2 as core
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+
+ROUTING_HEADER = "x-tbr-pool"
+CHAT_HEADERS = {":method": "POST", ":path": "/v1/chat/completions", "x-request-id": "r1"}
+COMPLETIONS_HEADERS = {":method": "POST", ":path": "/v1/completions", "x-request-id": "r2"}
+
+HeaderPairs = dict[str, str] | Iterable[tuple[str, str | bytes]]
+
+
+def chat_body(text: str, **extra: object) -> bytes:
+    """A chat-completions body with one user message ``text`` (model ``m``)."""
+    return json.dumps({"model": "m", "messages": [{"role": "user", "content": text}], **extra}).encode()
+
+
+def usage_body(prompt_tokens: int, completion_tokens: int = 1) -> bytes:
+    """A JSON response body carrying only ``usage`` (what the router learns from)."""
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+    return json.dumps({"usage": usage}).encode()
+
+
+def headers(pairs: HeaderPairs, *, eos: bool = False, raw: bool = True) -> pb.HttpHeaders:
+    """An ``HttpHeaders`` message; values in ``raw_value`` (what Envoy sends) or in ``value``."""
+    items = pairs.items() if isinstance(pairs, dict) else pairs
+    hs = []
+    for k, v in items:
+        b = v if isinstance(v, bytes) else v.encode()
+        hs.append(core.HeaderValue(key=k, raw_value=b) if raw else core.HeaderValue(key=k, value=b.decode()))
+    return pb.HttpHeaders(headers=core.HeaderMap(headers=hs), end_of_stream=eos)
+
+
+def req_headers(
+    pairs: HeaderPairs | None = None, *, eos: bool = False, raw: bool = True
+) -> pb.ProcessingRequest:
+    """A ``request_headers`` message (default: a chat-completions POST)."""
+    return pb.ProcessingRequest(request_headers=headers(pairs or CHAT_HEADERS, eos=eos, raw=raw))
+
+
+def req_body(body: bytes, *, eos: bool = True) -> pb.ProcessingRequest:
+    """A ``request_body`` message (BUFFERED mode: the whole body, end of stream)."""
+    return pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=eos))
+
+
+def resp_headers(pairs: HeaderPairs, *, eos: bool = False) -> pb.ProcessingRequest:
+    """A ``response_headers`` message."""
+    return pb.ProcessingRequest(response_headers=headers(pairs, eos=eos))
+
+
+def resp_body(body: bytes, *, eos: bool = False) -> pb.ProcessingRequest:
+    """A ``response_body`` message (one chunk; ``eos`` on the last)."""
+    return pb.ProcessingRequest(response_body=pb.HttpBody(body=body, end_of_stream=eos))
+
+
+def request_msgs(text: str, request_id: str = "r1") -> list[pb.ProcessingRequest]:
+    """Request headers + body of a chat request with ``text``."""
+    return [req_headers({**CHAT_HEADERS, "x-request-id": request_id}), req_body(chat_body(text))]
+
+
+def json_response_msgs(prompt_tokens: int) -> list[pb.ProcessingRequest]:
+    """Response headers (200, JSON) + a body reporting ``prompt_tokens``."""
+    return [
+        resp_headers({":status": "200", "content-type": "application/json"}),
+        resp_body(usage_body(prompt_tokens), eos=True),
+    ]
+
+
+def phase_of(resp: pb.ProcessingResponse) -> str:
+    """Which phase a ProcessingResponse answers."""
+    return str(resp.WhichOneof("response"))
+
+
+def routed_pool(resp: pb.ProcessingResponse) -> str | None:
+    """The pool a response routes to (``x-tbr-pool`` raw_value), or None when it sets no header.
+
+    Asserts the mutation is the router's: one header, OVERWRITE_IF_EXISTS_OR_ADD, route cache
+    cleared, the value in ``raw_value``.
+    """
+    if resp.HasField("request_body"):
+        common = resp.request_body.response
+    elif resp.HasField("request_headers"):
+        common = resp.request_headers.response
+    else:
+        return None
+    sets = list(common.header_mutation.set_headers)
+    if not sets:
+        return None
+    assert common.clear_route_cache
+    (opt,) = sets
+    assert opt.header.key == ROUTING_HEADER
+    assert opt.append_action == core.HeaderValueOption.OVERWRITE_IF_EXISTS_OR_ADD
+    assert opt.header.value == ""
+    return str(opt.header.raw_value.decode())
+
+
+async def run_stream(
+    port: int, msgs: list[pb.ProcessingRequest], **channel_kw: object
+) -> list[pb.ProcessingResponse]:
+    """Send each message on one real gRPC stream to 127.0.0.1:``port``, read its answer, half-close,
+    and wait for the server to end the call."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", **channel_kw) as ch:  # type: ignore[arg-type]
+        call = pb_grpc.ExternalProcessorStub(ch).Process()
+        out = []
+        for m in msgs:
+            await call.write(m)
+            out.append(await call.read())
+        await call.done_writing()
+        await call.code()
+        return out
