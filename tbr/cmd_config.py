@@ -29,7 +29,8 @@ def run_check(args: argparse.Namespace) -> int:
     for set_name, names in cfg.pool_groups.items():
         members = sorted((by_name[n] for n in names), key=lambda p: p.max_model_len)
         pools = ", ".join(
-            f"{p.name} (max_model_len {p.max_model_len}, {cfg.routing_header}: {p.header_value})" for p in members
+            f"{p.name} (max_model_len {p.max_model_len}, {cfg.routing_header}: {p.header_value})"
+            for p in members
         )
         sets.append(pools if not cfg.models else f"[{set_name}] {pools}")
     label = "pools" if not cfg.models else "model sets"
