@@ -62,6 +62,10 @@ class ResponsePools:
         self._queue.clear()
         return out
 
+    def requeue(self, response_id: str, pool: str) -> None:
+        """Queue an entry again for sharing (its push failed)."""
+        self._queue.append((response_id, pool))
+
     def merge(self, entries: list[tuple[str, str]]) -> None:
         """Fold entries learned by other replicas (not queued again)."""
         for response_id, pool in entries:

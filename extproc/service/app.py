@@ -39,6 +39,7 @@ from extproc.service.load_metrics import LoadCollector
 from extproc.service.metrics import RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
+from extproc.service.response_sync import ResponsePoolSync
 from extproc.service.scrape import PoolScraper
 from extproc.service.snapshot import load_snapshot, save_snapshot
 
@@ -92,6 +93,7 @@ class RouterApp:
         self.config_generation = 0
         self.redis: RedisRatioStore | None = None
         self.response_pools = ResponsePools()
+        self.response_sync: ResponsePoolSync | None = None
         self.memory: InMemoryRatioStore | None = None
         if cal.redis_url:
             self.redis = RedisRatioStore(
@@ -152,6 +154,16 @@ class RouterApp:
         if self.redis is not None:
             self.redis.on_update = self._publish
             await self.redis.start()
+            cal = cfg.calibration
+            assert cal.redis_url is not None
+            self.response_sync = ResponsePoolSync(
+                self.response_pools,
+                url=cal.redis_url,
+                key_prefix=cal.redis_key_prefix,
+                interval_s=cal.redis_sync_interval_s,
+                timeout_s=cal.redis_timeout_s,
+            )
+            await self.response_sync.start()
         if cfg.decision_log_path:
             self._decision_log = open(cfg.decision_log_path, "ab")  # noqa: SIM115, ASYNC230 (closed in stop(); once at start)
         self._install(cfg)
@@ -266,6 +278,8 @@ class RouterApp:
             await self._admin_task
         if self._admin_sock is not None:
             self._admin_sock.close()
+        if self.response_sync is not None:
+            await self.response_sync.close()
         if self.redis is not None:
             await self.redis.close()
         if self.scraper is not None:
