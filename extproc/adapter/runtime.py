@@ -13,6 +13,7 @@ from typing import IO
 import orjson
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
+from extproc.adapter.observer import NullObserver, StreamObserver
 from extproc.adapter.responses import route_request_body, route_request_headers
 from extproc.config import RouterConfig
 from extproc.core.calibration import InMemoryRatioStore, RatioStore
@@ -23,7 +24,6 @@ from extproc.core.model_sets import ModelRouting
 from extproc.core.policy import Policy
 from extproc.core.recovery import MisrouteRecovery
 from extproc.core.response_ids import ResponsePools
-from extproc.service.metrics import RouterMetrics
 
 __all__ = ["Runtime"]
 
@@ -31,13 +31,14 @@ log = logging.getLogger(__name__)
 
 
 class Runtime:
-    """Runtime objects shared by all streams: config, estimator, policy, metrics, prebuilt replies.
+    """Runtime objects shared by all streams: config, estimator, policy, observer, prebuilt replies.
 
     Args:
         config: the validated configuration.
         store: the ratio store (kept across reloads); a new in-memory store when None.
-        metrics: the metrics (kept across reloads); new ones when None.
-        estimator: an existing estimator whose model keys are kept across reloads.
+        observer: where streams report outcomes (kept across reloads); a :class:`NullObserver`
+            when None.
+        decision_log: where :meth:`log_decision` appends JSON lines (None = no log).
         load: the process-wide pool load tracker (kept across reloads); a new one when None.
         response_pools: the Responses API ``id`` → pool map (kept across reloads); new when None.
     """
@@ -47,7 +48,7 @@ class Runtime:
         config: RouterConfig,
         *,
         store: RatioStore | None = None,
-        metrics: RouterMetrics | None = None,
+        observer: StreamObserver | None = None,
         decision_log: IO[bytes] | None = None,
         load: LoadTracker | None = None,
         response_pools: ResponsePools | None = None,
@@ -56,7 +57,7 @@ class Runtime:
         self.store: RatioStore = (
             store if store is not None else InMemoryRatioStore.from_config(config.calibration)
         )
-        self.metrics = metrics if metrics is not None else RouterMetrics()
+        self.observer: StreamObserver = observer if observer is not None else NullObserver()
         self.estimator = Estimator(
             estimator=config.estimator, calibration=config.calibration, store=self.store
         )
@@ -77,14 +78,11 @@ class Runtime:
         }
 
     def publish_ratio(self, model: str, category: str) -> None:
-        """Export the current learned ratio of a key as gauges."""
+        """Report the current learned ratio of a key to the observer (nothing when the key is unknown)."""
         state = self.store.get((model, category))
         if state is None:
             return
-        m = self.metrics
-        m.ratio.labels(model, category).set(state.mean_bpt)
-        m.ratio_dev.labels(model, category).set(state.dev_bpt)
-        m.ratio_samples.labels(model, category).set(state.samples)
+        self.observer.ratio_updated(model, category, state.mean_bpt, state.dev_bpt, state.samples)
 
     def log_decision(self, record: DecisionRecord) -> None:
         """Append one JSON line to the decision log (no prompt text); errors are logged, not raised."""

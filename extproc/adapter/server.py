@@ -17,14 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import grpc.aio
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import _async as health_aio  # grpc-stubs lack the asyncio servicer
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from extproc.adapter.observer import request_id_var
 from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.runtime import Runtime
 from extproc.config import ServerConfig
-from extproc.service.logs import request_id_var
 
 __all__ = ["EXT_PROC_SERVICE", "ExtProcServicer", "GrpcServer", "freeze_startup_objects", "start_grpc_server"]
 
@@ -37,7 +39,7 @@ _MESSAGE_HEADROOM_BYTES = 1 << 20
 exactly the Envoy buffer limit, plus request attributes or metadata Envoy may attach."""
 
 
-class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
+class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
     """The ext_proc service; ``get_router`` returns the current runtime (swapped on reload)."""
 
     def __init__(self, get_router: Callable[[], Runtime]) -> None:
@@ -52,7 +54,8 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
         """Answer every message of one stream, in order."""
         router = self._get_router()
         proc = StreamProcessor(router)
-        router.metrics.inflight.inc()
+        observer = router.observer
+        observer.stream_started()
         self.active_streams += 1
         end = "complete"
         try:
@@ -75,11 +78,11 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
             log.exception("ext_proc stream failed (request_id=%s)", proc.request_id)
         finally:
             self.active_streams -= 1
-            router.metrics.inflight.dec()
             try:
                 proc.finish(end)
             except Exception:
                 log.exception("finishing stream failed (request_id=%s)", proc.request_id)
+            observer.stream_ended(end)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "stream ended",
@@ -177,7 +180,7 @@ async def start_grpc_server(
     server = grpc.aio.server(options=options)
     servicer = ExtProcServicer(get_router)
     pb_grpc.add_ExternalProcessorServicer_to_server(servicer, server)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     address = f"{cfg.grpc_host}:{cfg.grpc_port if port is None else port}"
     creds = _credentials(cfg)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -47,12 +47,14 @@ def build_admin_app(
     get_router: Callable[[], Runtime],
     is_ready: Callable[[], bool],
     status: Callable[[], Mapping[str, object]] | None = None,
+    *,
+    registry: CollectorRegistry,
 ) -> Starlette:
     """The admin application; ``get_router`` returns the current runtime (swapped on reload),
-    ``status`` the operational state shown with the ratios."""
+    ``status`` the operational state shown with the ratios, ``registry`` what ``/metrics`` exposes."""
 
     async def metrics(_: Request) -> Response:
-        return Response(generate_latest(get_router().metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(_: Request) -> Response:
         return PlainTextResponse("ok\n")

@@ -36,7 +36,7 @@ from extproc.core.load import LoadTracker
 from extproc.core.response_ids import ResponsePools
 from extproc.service.admin import build_admin_app
 from extproc.service.load_metrics import LoadCollector
-from extproc.service.metrics import RouterMetrics
+from extproc.service.metrics import PrometheusObserver, RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
 from extproc.service.response_sync import ResponsePoolSync
@@ -88,6 +88,7 @@ class RouterApp:
         self._config_path = config_path
         self._watch_config = watch_config
         self.metrics = RouterMetrics()
+        self.observer = PrometheusObserver(self.metrics)
         cal = config.calibration
         self.store: InMemoryRatioStore | RedisRatioStore
         self.config_generation = 0
@@ -193,7 +194,7 @@ class RouterApp:
         router = Runtime(
             cfg,
             store=self.store,
-            metrics=self.metrics,
+            observer=self.observer,
             decision_log=self._decision_log,
             load=self.load,
             response_pools=self.response_pools,
@@ -250,7 +251,9 @@ class RouterApp:
         sock.bind((cfg.host, port))
         self._admin_sock = sock
         self.admin_port = sock.getsockname()[1]
-        app = build_admin_app(self.current_router, lambda: self.ready, self.status)
+        app = build_admin_app(
+            self.current_router, lambda: self.ready, self.status, registry=self.metrics.registry
+        )
         server = _AdminServer(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
         self._admin = server
         self._admin_task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -11,7 +11,6 @@ never request or response bodies. There is no redaction pass here to rely on.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import sys
 from datetime import UTC, datetime
@@ -19,10 +18,10 @@ from typing import Any
 
 import orjson
 
+from extproc.adapter.observer import request_id_var
+
 __all__ = ["JsonFormatter", "configure_logging", "request_id_var"]
 
-request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("tbr_request_id", default="")
-"""The ``x-request-id`` of the ext_proc stream being handled in this task ("" if none)."""
 
 # Attributes every LogRecord has; anything else was passed with ``extra=`` and is emitted.
 _STANDARD_ATTRS = frozenset(

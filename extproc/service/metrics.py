@@ -7,11 +7,13 @@ Every label takes values from a bounded set: pools (config), categories
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from extproc.service.load_metrics import LoadMetrics
 
-__all__ = ["RouterMetrics"]
+__all__ = ["PrometheusObserver", "RouterMetrics"]
 
 _REL_ERROR_BUCKETS = (-0.5, -0.25, -0.1, -0.05, -0.02, 0.0, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 _PHASE_BUCKETS = (5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
@@ -147,3 +149,89 @@ class RouterMetrics:
             buckets=(1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 1.0),
             registry=r,
         )
+
+
+class PrometheusObserver:
+    """The :class:`extproc.adapter.observer.StreamObserver` of ``tbr serve``: records each outcome
+    in :class:`RouterMetrics` (names and labels in docs/metrics.md).
+
+    Labelled children are cached per label tuple: prometheus_client's ``labels()`` takes a lock
+    and builds a tuple on every call (~1–5 µs), several times per request on the hot path. Every
+    label takes values from a bounded set (module docstring), so the caches are bounded too.
+
+    Args:
+        metrics: where to record.
+    """
+
+    def __init__(self, metrics: RouterMetrics) -> None:
+        self.metrics = metrics
+        self._children: dict[tuple[str, ...], Any] = {}
+        m = metrics
+        self._inflight_inc = m.inflight.inc
+        self._inflight_dec = m.inflight.dec
+
+    def _child(self, name: str, metric: Any, *labels: str) -> Any:
+        key = (name, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def stream_started(self) -> None:
+        """``tbr_inflight_streams`` + 1."""
+        self._inflight_inc()
+
+    def stream_ended(self, end: str) -> None:
+        """``tbr_inflight_streams`` − 1 and ``tbr_streams_total{end}``."""
+        self._inflight_dec()
+        self._child("streams", self.metrics.streams, end).inc()
+
+    def decision(self, pool: str, category: str, reason: str, budget_tokens: int | None) -> None:
+        """``tbr_routing_decisions_total`` and, when budgeted, ``tbr_budget_tokens``."""
+        m = self.metrics
+        self._child("decisions", m.decisions, pool, category, reason).inc()
+        if budget_tokens is not None:
+            self._child("budget", m.budget_tokens, pool).observe(budget_tokens)
+
+    def unreadable(self, reason: str) -> None:
+        """``tbr_unreadable_requests_total{reason}``."""
+        self._child("unreadable", self.metrics.unreadable, reason).inc()
+
+    def calibration(self, outcome: str) -> None:
+        """``tbr_calibration_events_total{outcome}``."""
+        self._child("calibration", self.metrics.calibration, outcome).inc()
+
+    def estimate_error(self, category: str, rel_error: float) -> None:
+        """``tbr_prompt_estimate_relative_error{category}``."""
+        self._child("rel_error", self.metrics.rel_error, category).observe(rel_error)
+
+    def ratio_updated(self, model: str, category: str, mean_bpt: float, dev_bpt: float, samples: int) -> None:
+        """The three ``tbr_ratio_*`` gauges of ``(model, category)``."""
+        m = self.metrics
+        self._child("ratio", m.ratio, model, category).set(mean_bpt)
+        self._child("ratio_dev", m.ratio_dev, model, category).set(dev_bpt)
+        self._child("ratio_samples", m.ratio_samples, model, category).set(samples)
+
+    def phase_timing(self, phase: str, seconds: float) -> None:
+        """``tbr_phase_processing_seconds{phase}``."""
+        self._child("phase", self.metrics.phase_seconds, phase).observe(seconds)
+
+    def phase_error(self, phase: str) -> None:
+        """``tbr_processing_errors_total{phase}``."""
+        self._child("errors", self.metrics.errors, phase).inc()
+
+    def saturated(self, pool: str, signal: str) -> None:
+        """``tbr_pool_saturated_checks_total{pool,signal}``."""
+        self._child("saturated", self.metrics.load.saturated_checks, pool, signal).inc()
+
+    def spillover(self, from_pool: str, to_pool: str, signal: str) -> None:
+        """``tbr_spillover_total{from_pool,to_pool,signal}``."""
+        self._child("spillover", self.metrics.load.spillover, from_pool, to_pool, signal).inc()
+
+    def misroute(self, from_pool: str, to_pool: str, outcome: str) -> None:
+        """``tbr_misroutes_total{from_pool,to_pool,outcome}``."""
+        self._child("misroutes", self.metrics.load.misroutes, from_pool, to_pool, outcome).inc()
+
+    def misroute_calibration(self, pool: str, outcome: str) -> None:
+        """``tbr_misroute_calibration_total{pool,outcome}``."""
+        self._child("misroute_cal", self.metrics.load.misroute_calibration, pool, outcome).inc()

@@ -18,6 +18,7 @@ from extproc.config import parse_config
 from extproc.core.encoding import DecodeError, make_decoder
 from extproc.core.request_body import RequestFeatures, UnreadableRequest, parse_request_body
 from extproc.core.sse import SSEUsageReader
+from extproc.service.metrics import PrometheusObserver, RouterMetrics
 from tests.hardening.helpers import CONFIG
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -175,7 +176,8 @@ def test_decoders_raise_only_decode_error(encoding: str, chunks: list[bytes]) ->
 
 # -- scripted ext_proc message sequences --------------------------------------------------------
 
-ROUTER = Runtime(parse_config(CONFIG))
+METRICS = RouterMetrics()
+ROUTER = Runtime(parse_config(CONFIG), observer=PrometheusObserver(METRICS))
 
 header_key = st.one_of(
     st.sampled_from(
@@ -274,7 +276,7 @@ sequences = st.one_of(st.lists(processing_request, max_size=10), st.composite(_e
 @given(seq=sequences, end=st.sampled_from(["complete", "cancelled", "error"]))
 def test_processor_never_raises_and_answers_the_phase_sent(seq: list[pb.ProcessingRequest], end: str) -> None:
     errs = lambda: sum(  # noqa: E731
-        s.value for fam in ROUTER.metrics.errors.collect() for s in fam.samples if s.name.endswith("_total")
+        s.value for fam in METRICS.errors.collect() for s in fam.samples if s.name.endswith("_total")
     )
     before = errs()
     proc = StreamProcessor(ROUTER, rng=random.Random(0))
