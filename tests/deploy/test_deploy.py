@@ -24,7 +24,8 @@ Key = tuple[str, str, str]  # (kind, namespace, name)
 
 def load_docs() -> dict[Key, dict[str, Any]]:
     docs: dict[Key, dict[str, Any]] = {}
-    files = sorted(DEPLOY.rglob("*.yaml"))
+    # deploy/two-models/ replaces objects of the base by name (tests/deploy/test_deploy_two_models.py)
+    files = sorted(p for p in DEPLOY.rglob("*.yaml") if "two-models" not in p.parts)
     assert len(files) >= 5
     for path in files:
         for doc in yaml.safe_load_all(path.read_text()):
