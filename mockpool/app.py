@@ -5,6 +5,10 @@ Endpoints (OpenAI-compatible like ``vllm serve``):
 * ``POST /v1/chat/completions``, ``POST /v1/completions`` — JSON or SSE (``stream: true``, optional
   ``stream_options.include_usage``); ``usage.prompt_tokens`` from a real tokenizer (:mod:`mockpool.tokencount`);
   vLLM's ``max_model_len`` check and 400 error shape (:mod:`mockpool.protocol`).
+* ``POST /v1/responses``, ``POST /v1/messages`` (Anthropic), ``POST /v1/chat/completions/batch`` in vLLM's
+  shapes and errors (:mod:`mockpool.apis`).
+* Images: a flat ``image_tokens`` per part, or ``image_rule="qwen2.5-vl"``: decoded and counted as
+  Qwen2.5-VL's processor does (:mod:`mockpool.vision`).
 * ``GET /v1/models``, ``GET /health`` (200, empty body), ``GET /metrics`` (:mod:`mockpool.metrics`).
 * Test/demo aids (not in vLLM): ``POST /admin/hold``, ``POST /admin/release``, ``GET /admin/stats``,
   ``POST /admin/reset``.
