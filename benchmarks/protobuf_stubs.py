@@ -1,7 +1,7 @@
 """Micro-benchmark: serialize+parse of ext_proc messages with the xds-protos stubs (protobuf upb).
 
 Run: ``.venv/bin/python benchmarks/protobuf_stubs.py``. Prints µs per operation (best of 3 × 100,000).
-Recorded in docs/design/001-protobuf-stubs.md; the same three operations as envoy-notes.md §2.
+Recorded in docs/design/001-protobuf-stubs.md; the same three operations as docs/envoy-facts.md §2.
 """
 
 import json

@@ -1,8 +1,8 @@
 """The two-model stack on loopback: four stand-in pools (a Qwen3 pair and a Llama-3 pair), the
 router on ``config/router-2models.yaml`` and Envoy on ``envoy/envoy-2models.yaml``.
 
-Used by ``tbr demo --two-models``. Pool ``a-b`` of the router config is served by cluster
-``a_b_pool`` of the Envoy config; each pool serves only its model (``--strict-model``: vLLM's 404
+Used by ``tbr demo --two-models``. Pool ``p`` of the router config is served by cluster
+``p_pool`` of the Envoy config; each pool serves only its model (``--strict-model``: vLLM's 404
 for any other), so a request routed to the wrong model's pool fails visibly.
 """
 
@@ -36,8 +36,9 @@ MODEL_POOLS: dict[str, tuple[str, str]] = {
 
 
 def cluster_of(pool: str) -> str:
-    """Envoy cluster of a router pool: ``qwen-short`` → ``qwen_short_pool``."""
-    return pool.replace("-", "_") + "_pool"
+    """Envoy cluster of a router pool: ``qwen-short`` → ``qwen-short_pool`` (as
+    :func:`devstack.inprocess.pool_cluster`)."""
+    return f"{pool}_pool"
 
 
 @dataclass

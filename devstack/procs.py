@@ -137,6 +137,13 @@ class ManagedProcess:
             self.launch()
         self.wait_ready()
 
+    def restart(self) -> None:
+        """Stop the child if it runs, then start a new one on the same command line and log file
+        (the log is rewritten) and wait until it is ready (raises :class:`StartupError`)."""
+        self.stop()
+        self.proc = None
+        self.start()
+
     def stop(self, grace_s: float = 5.0) -> int | None:
         """SIGTERM, wait up to ``grace_s``, then SIGKILL. Returns the exit code (None if never started)."""
         proc = self.proc

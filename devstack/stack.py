@@ -8,22 +8,29 @@ the child and waits until it is ready.
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import httpx
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from devstack.envoy_runner import DEFAULT_ENVOY_CONFIG, EnvoyPorts, EnvoyProcess, write_envoy_config
 from devstack.procs import LOOPBACK, ManagedProcess, free_port, http_ok, tcp_open
 
 __all__ = [
     "DEFAULT_ROUTER_CONFIG",
+    "Gateway",
     "Stack",
     "StackOptions",
     "envoy_process",
+    "merge_overrides",
     "pool_process",
     "render_router_config",
     "router_process",
@@ -122,6 +129,25 @@ def envoy_process(
     return proc
 
 
+def merge_overrides(base: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` merged in place, recursively for mappings (a non-mapping
+    value replaces); returns ``base``."""
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            merge_overrides(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """A running Envoy of a stack and its OpenAI base URL (``http://127.0.0.1:<listener>/v1``)."""
+
+    envoy: EnvoyProcess
+    base_url: str
+
+
 @dataclass(frozen=True)
 class StackOptions:
     """What :class:`Stack` starts.
@@ -132,6 +158,8 @@ class StackOptions:
         decision_log: True makes the router write its JSON Lines decision log in the work dir.
         pool_args: extra ``tbr mock-pool`` arguments for both pools.
         router_config / envoy_config: the files to render.
+        router_overrides: merged into the rendered router config (nested mappings merge), e.g.
+            ``{"calibration": {"warmup_samples": 2}}``.
     """
 
     short_max_model_len: int = 8192
@@ -141,19 +169,22 @@ class StackOptions:
     pool_args: tuple[str, ...] = ()
     router_config: Path = DEFAULT_ROUTER_CONFIG
     envoy_config: Path = DEFAULT_ENVOY_CONFIG
+    router_overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class Stack:
     """Pools → router → Envoy on free loopback ports, stopped in reverse order on exit.
 
-    Attributes (valid inside the ``with`` block): ``ports``, ``processes`` (started, in order),
-    ``envoy``, ``base_url`` (``http://127.0.0.1:<listener>/v1``), ``router_admin_url``,
-    ``decision_log_path`` (None unless ``options.decision_log``).
+    Attributes (valid inside the ``with`` block): ``ports``, ``processes`` (every process
+    started, in order, for log reports), ``pools`` (name → process), ``router`` (the current
+    ``tbr serve`` process, or None), ``envoy``, ``base_url`` (``http://127.0.0.1:<listener>/v1``),
+    ``router_admin_url``, ``router_config_path``, ``decision_log_path`` (None unless
+    ``options.decision_log``).
 
     Raises:
-        StartupError: from ``__enter__`` when a process fails to start (everything started so
-            far is stopped first).
+        StartupError: from ``__enter__`` (or :meth:`start_router`, :meth:`add_envoy`) when a
+            process fails to start (everything started so far is stopped first).
     """
 
     work_dir: Path
@@ -174,46 +205,35 @@ class Stack:
         self.decision_log_path: Path | None = (
             self.work_dir / "decisions.jsonl" if self.options.decision_log else None
         )
+        self.router_config_path = self.work_dir / "router.yaml"
         self._exit = contextlib.ExitStack()
+        self.pools: dict[str, ManagedProcess] = {}
+        self.router: ManagedProcess | None = None
         self.envoy: EnvoyProcess | None = None
 
     def _start(self, proc: ManagedProcess) -> None:
-        self._exit.enter_context(proc)
         self.processes.append(proc)
+        self._exit.callback(proc.stop)
+        proc.start()
 
     def __enter__(self) -> Stack:
         o = self.options
         self.work_dir.mkdir(parents=True, exist_ok=True)
         try:
-            pools = [
-                pool_process(name, port, limit, log_dir=self.work_dir, extra_args=o.pool_args)
-                for name, port, limit in (
-                    ("short", self.ports.short_pool, o.short_max_model_len),
-                    ("long", self.ports.long_pool, o.long_max_model_len),
-                )
-            ]
-            for pool in pools:  # both load their tokenizer at the same time (~3 s each)
+            for name, port, limit in (
+                ("short", self.ports.short_pool, o.short_max_model_len),
+                ("long", self.ports.long_pool, o.long_max_model_len),
+            ):  # both load their tokenizer at the same time (~3 s each)
+                pool = pool_process(name, port, limit, log_dir=self.work_dir, extra_args=o.pool_args)
                 pool.launch()
                 self._exit.callback(pool.stop)
                 self.processes.append(pool)
-            for pool in pools:
+                self.pools[name] = pool
+            for pool in self.pools.values():
                 pool.wait_ready()
+            self.write_router_config()
             if o.start_router:
-                cfg = render_router_config(
-                    grpc_port=self.ports.router_grpc,
-                    admin_port=self.router_admin_port,
-                    short_max_model_len=o.short_max_model_len,
-                    long_max_model_len=o.long_max_model_len,
-                    decision_log_path=self.decision_log_path,
-                    source=o.router_config,
-                )
-                cfg_path = self.work_dir / "router.yaml"
-                cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-                self._start(
-                    router_process(
-                        cfg_path, self.ports.router_grpc, self.router_admin_port, log_dir=self.work_dir
-                    )
-                )
+                self.start_router()
             self.envoy = envoy_process(self.ports, log_dir=self.work_dir, source=o.envoy_config)
             self._start(self.envoy)
         except BaseException:
@@ -225,6 +245,66 @@ class Stack:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._exit.close()
+
+    def write_router_config(self) -> Path:
+        """Render ``options.router_config`` (ports, pool limits, decision log, overrides) into
+        ``router_config_path``; returns the path."""
+        o = self.options
+        cfg = render_router_config(
+            grpc_port=self.ports.router_grpc,
+            admin_port=self.router_admin_port,
+            short_max_model_len=o.short_max_model_len,
+            long_max_model_len=o.long_max_model_len,
+            decision_log_path=self.decision_log_path,
+            source=o.router_config,
+        )
+        merge_overrides(cfg, o.router_overrides)
+        self.router_config_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+        return self.router_config_path
+
+    def start_router(self) -> ManagedProcess:
+        """Start a new ``tbr serve`` on the stack's ports (the previous one must be stopped);
+        the n-th router after the first logs to ``router-<n>.log``. Returns it once ready."""
+        if self.router is not None and self.router.running():
+            raise RuntimeError("the router is still running; stop it first")
+        proc = router_process(
+            self.router_config_path, self.ports.router_grpc, self.router_admin_port, log_dir=self.work_dir
+        )
+        restarts = sum(p.name == "router" for p in self.processes)
+        if restarts:
+            proc.log_path = self.work_dir / f"router-{restarts}.log"
+        self.router = proc
+        self._start(proc)
+        return proc
+
+    @property
+    def gateway(self) -> Gateway:
+        """The stack's Envoy and its ``/v1`` URL (inside the ``with`` block)."""
+        if self.envoy is None:
+            raise RuntimeError("the stack is not running")
+        return Gateway(self.envoy, self.base_url)
+
+    def add_envoy(self, *, router_grpc: int, tag: str) -> Gateway:
+        """Start one more Envoy on the same pools whose ext_proc cluster points at
+        ``router_grpc`` (e.g. a port nothing listens on: the router is down); stopped with the
+        stack."""
+        ports = dataclasses.replace(
+            self.ports, listener=free_port(), admin=free_port(), router_grpc=router_grpc
+        )
+        proc = envoy_process(ports, log_dir=self.work_dir, tag=tag, source=self.options.envoy_config)
+        self._start(proc)
+        return Gateway(proc, f"http://{LOOPBACK}:{ports.listener}/v1")
+
+    def router_metric(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """Sum of the router's Prometheus samples ``name`` whose labels include ``labels``
+        (admin ``/metrics``; 0.0 when absent)."""
+        text = httpx.get(f"{self.router_admin_url}/metrics", timeout=5.0).text
+        return sum(
+            s.value
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in (labels or {}).items())
+        )
 
     def logs(self, lines: int = 40) -> str:
         """Tail of every process log, for error reports."""

@@ -1,4 +1,4 @@
-"""Rebuild the real chat requests of ``../shared/data/text`` exactly as data-stats.md §2.2 defines.
+"""Rebuild the real chat requests of ``../shared/data/text`` exactly as docs/data.md §2.2 defines.
 
 One request per user turn of a multi-turn conversation (holding every earlier message plus that
 turn; leading assistant messages before the first user/system message are dropped), one per prompt
@@ -56,7 +56,7 @@ class ReplayRequest:
     """One real chat request.
 
     Attributes:
-        source: source id (data-stats.md §1), e.g. ``"wildchat_ru"``.
+        source: source id (docs/data.md §1.1), e.g. ``"wildchat_ru"``.
         req_id: id unique within the source, as in ``request_token_counts.csv``.
         messages: OpenAI chat messages (``role``, ``content``), content verbatim.
         tools: OpenAI ``tools`` (``[{"type": "function", "function": ...}]``) or None.
@@ -171,7 +171,7 @@ def _longbench(root: Path) -> Iterator[ReplayRequest]:
 
 
 def load_requests(data_dir: str | Path, sources: tuple[str, ...] = SOURCES) -> list[ReplayRequest]:
-    """Every request of data-stats.md §2.2 (13,932 with all sources), in a fixed source order.
+    """Every request of docs/data.md §2.2 (13,932 with all sources), in a fixed source order.
 
     Args:
         data_dir: the shared data directory (holds ``text/``).

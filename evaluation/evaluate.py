@@ -4,7 +4,7 @@ Strategies (all but ``fixed4_body`` run through the router's own :class:`~extpro
 
 * ``ours``: the shipped defaults (per-model framing, digits, per-family priors, per-category
   weighted quantile learner).
-* ``paper``: per-category EMA with ``c* = ĉ − γσ̂`` (arXiv 2604.09613 §3.3), the authors' code
+* ``paper``: per-category EMA with ``c* = ĉ − γσ̂`` (arXiv 2604.09613; docs/method.md §3.3), the authors' code
   constants (β = 0.995, warm-up 10, prior 4.0), framing folded into the ratio, no digit or
   punctuation model.
 * ``global_ema``: the same with a single ratio for all traffic.

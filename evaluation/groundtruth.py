@@ -1,6 +1,6 @@
 """Ground-truth prompt tokens: the real tokenizer and the served model's chat template.
 
-Exactly data-stats.md §2.2 (so counts equal ``derived/request_token_counts.csv``):
+Exactly docs/data.md §2.2 (so counts equal ``derived/request_token_counts.csv``):
 
 * ``llama3``: Meta's ``tokenizer.model`` through ``tiktoken`` with Meta's pre-tokenisation regex;
   the canonical Llama-3 chat format without a default system prompt,

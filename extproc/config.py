@@ -206,7 +206,7 @@ DEFAULT_IMAGE_RULES: tuple[ImageRule, ...] = (
 
 
 class EstimatorConfig(_Strict):
-    """Token-budget estimator parameters (method: arXiv 2604.09613 §3, see docs/estimator.md).
+    """Token-budget estimator parameters (method: arXiv 2604.09613, docs/method.md §3; docs/estimator.md).
 
     Ratios are bytes of UTF-8 text per token.
     """
@@ -258,7 +258,7 @@ class EstimatorConfig(_Strict):
 
 
 class CalibrationConfig(_Strict):
-    """Online calibration (EMA of observed bytes/token), arXiv 2604.09613 §3.3; defaults chosen by
+    """Online calibration (EMA of observed bytes/token), arXiv 2604.09613, docs/method.md §3.3; defaults chosen by
     the sweep of ``tbr eval-estimator`` (docs/estimator.md)."""
 
     learner: Literal["quantile", "ema_dev"] = "quantile"
@@ -550,11 +550,11 @@ def parse_config(data: Any) -> RouterConfig:
         raise ConfigError(_format_errors(exc)) from exc
 
 
-def load_config(path: str | Path) -> RouterConfig:
-    """Read and validate a YAML configuration file.
+def read_config_data(path: str | Path) -> Any:
+    """Read a YAML configuration file into plain data (not validated).
 
     Raises:
-        ConfigError: the file cannot be read, is not YAML, or fails validation.
+        ConfigError: the file cannot be read or is not YAML.
     """
     p = Path(path)
     try:
@@ -562,7 +562,15 @@ def load_config(path: str | Path) -> RouterConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read configuration {p}: {exc.strerror or exc}") from exc
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"configuration {p} is not valid YAML: {exc}") from exc
-    return parse_config(data)
+
+
+def load_config(path: str | Path) -> RouterConfig:
+    """Read and validate a YAML configuration file.
+
+    Raises:
+        ConfigError: the file cannot be read, is not YAML, or fails validation.
+    """
+    return parse_config(read_config_data(path))

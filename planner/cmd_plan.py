@@ -4,47 +4,81 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import time
 from typing import Any
 
 from planner.cli_common import (
     add_router_config_args,
     add_trace_args,
     eprint,
-    fmt_s,
     load_normalized,
     load_router_config,
     profile_arg,
     replay_for,
 )
-from planner.fleet_report import format_fleet
+from planner.des import LB_POLICIES
 from planner.plan import PlanInputs, run_plan
+from planner.plan_report import format_plan
 from planner.sizing import Slo
 from planner.trace import TraceError
 
-__all__ = ["add_parser", "format_plan", "run"]
+__all__ = ["add_parser", "run"]
 
 
 def add_parser(subparsers: Any) -> None:
     """Register ``plan`` on the ``tbr`` subparsers."""
-    p = subparsers.add_parser("plan", help="size homogeneous vs token-budget pools for a trace")
+    p = subparsers.add_parser(
+        "plan",
+        help="size homogeneous vs token-budget pools for a trace",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     add_trace_args(p)
     p.add_argument("--short-max-tokens", type=int, default=8192, help="B: short pool max_model_len, tokens")
-    p.add_argument("--long-max-model-len", type=int, default=65536)
-    p.add_argument("--slo-ttft-p99-s", type=float, default=2.0)
-    p.add_argument("--slo-tpot-p99-s", type=float, default=None)
+    p.add_argument("--long-max-model-len", type=int, default=65536, help="long pool max_model_len, tokens")
+    p.add_argument("--slo-ttft-p99-s", type=float, default=2.0, help="P99 time to first token, seconds")
+    p.add_argument("--slo-tpot-p99-s", type=float, default=None, help="P99 time per output token, seconds")
     p.add_argument(
-        "--sweep", type=int, nargs="*", default=[2048, 4096, 8192, 16384, 32768], help="thresholds, tokens"
-    )
-    p.add_argument(
-        "--sweep-des-top", type=int, default=1, help="DES-verify this many cheapest sweep points besides B"
+        "--sweep",
+        type=int,
+        nargs="*",
+        default=[2048, 4096, 8192, 16384, 32768],
+        help="candidate thresholds B, tokens (each sized by DES unless it cannot beat a verified one)",
     )
     p.add_argument("--no-des", action="store_true", help="closed form and analytical sizing only")
     p.add_argument(
         "--size-tolerance",
         type=float,
         default=0.01,
-        help="stop the DES bisection within this fraction of the passing count (0 = exact, as tbr results)",
+        help="stop the DES bisection within this fraction of the passing count (0 = exact)",
     )
+    p.add_argument(
+        "--lb",
+        choices=LB_POLICIES,
+        default="round_robin",
+        help="load balancing inside every pool, the homogeneous baseline included",
+    )
+    p.add_argument(
+        "--compare-lb",
+        action="store_true",
+        help="also re-size the homogeneous fleet and the recommended B under the other --lb policies",
+    )
+    p.add_argument(
+        "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes for the DES sizing"
+    )
+    p.add_argument(
+        "--mu-short-req-per-s",
+        type=float,
+        default=None,
+        help="given short-pool throughput per instance, req/s (e.g. the paper's 11.2); needs --mu-long-req-per-s",
+    )
+    p.add_argument(
+        "--mu-long-req-per-s",
+        type=float,
+        default=None,
+        help="given long/homogeneous throughput per instance, req/s (e.g. the paper's 2.8)",
+    )
+    p.add_argument("--verbose", action="store_true", help="one progress line per simulated size")
     p.add_argument(
         "--estimator-replay",
         default=None,
@@ -64,69 +98,8 @@ def add_parser(subparsers: Any) -> None:
         help="only replay spillover at the token-budget sizes (skip sizing with spillover on)",
     )
     p.add_argument("--plot", default=None, metavar="DIR", help="write length-CDF and cost-vs-threshold PNGs")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON instead of text")
     p.set_defaults(func=run)
-
-
-def format_plan(res: dict[str, Any], report_lines: list[str]) -> str:
-    """Human-readable plan (the normalisation report first)."""
-    cf = res["closed_form"]
-    lines = [*report_lines, ""]
-    lines.append(
-        f"profile {res['profile']} ({res['gpus_per_instance']} GPU/instance, ${res['price_usd_per_gpu_h']}/GPU-h); "
-        f"B = {res['short_max_tokens']}, long max_model_len = {res['long_max_model_len']}, "
-        f"SLO P99 TTFT <= {res['slo']['ttft_p99_s']} s; {res['requests']} requests at {cf['lambda_req_per_s']:.1f} req/s"
-    )
-    lines.append(
-        f"alpha = F(B) = {cf['alpha']:.4f}; rho = mu_short/mu_homog = {cf['mu_short']:.2f}/{cf['mu_homogeneous']:.2f} = "
-        f"{cf['rho']:.2f} (slots {cf['short_slots']} vs {cf['long_slots']})"
-    )
-    lines.append(
-        f"closed form alpha(1-1/rho) = {cf['savings_closed_form']:.1%}; fluid (per-pool rates) = {cf['savings_fluid']:.1%}; "
-        f"M/G/c sizing: {cf['analytical_homogeneous_instances']} -> {cf['analytical_short_instances']} + "
-        f"{cf['analytical_long_instances']} instances ({cf['analytical_savings']:.1%})"
-    )
-    if "des_homogeneous" in res:
-        h, d = res["des_homogeneous"], res["des_two_pool"]
-        lines.append("")
-        lines.append(
-            f"{'fleet':<14}{'inst':>6}{'GPUs':>7}{'$/yr':>14}{'P50 TTFT':>10}{'P99 TTFT':>10}{'P99 TPOT':>10}{'preempt‰':>10}{'reject':>8}"
-        )
-        for name, r in (("homogeneous", h), ("two-pool", d)):
-            f = r["summary"]["fleet"]
-            lines.append(
-                f"{name:<14}{r['instances']:>6}{r['gpus']:>7}{r['usd_per_year']:>14,.0f}{fmt_s(f['p50_ttft_s']):>10}"
-                f"{fmt_s(f['p99_ttft_s']):>10}{fmt_s(f['p99_tpot_s']):>10}{f['preemptions_per_1000']:>10.2f}{f['rejection_rate']:>8.4f}"
-            )
-        for name, r in (("homogeneous", h), ("two-pool", d)):
-            if not r["slo_met"]:
-                lines.append(
-                    f"WARNING: {name} did not meet the SLO at the search cap ({r['instances']} instances)"
-                )
-        lines.append(
-            f"DES: short {d['short_instances']} + long {d['long_instances']} instances; saving "
-            f"{d['savings_vs_homogeneous']:.1%} = ${h['usd_per_year'] - d['usd_per_year']:,.0f}/yr"
-        )
-    lines.append("")
-    lines.append(
-        f"{'B':>7}{'alpha':>8}{'rho':>6}{'a(1-1/r)':>10}{'M/G/c inst':>12}{'DES inst':>10}{'DES $/yr':>14}"
-    )
-    des = {r["threshold_tokens"]: r for r in res.get("des_sweep", [])}
-    for s in res["sweep"]:
-        d = des.get(s["threshold_tokens"])
-        lines.append(
-            f"{s['threshold_tokens']:>7}{s['alpha']:>8.4f}{s['rho']:>6.2f}{s['savings_closed_form']:>10.1%}"
-            f"{s['analytical_short_instances'] + s['analytical_long_instances']:>12}"
-            f"{(d['instances'] if d else '-'):>10}{(format(d['usd_per_year'], ',.0f') if d else '-'):>14}"
-        )
-    if "recommended_threshold_tokens" in res:
-        lines.append(
-            f"recommended B = {res['recommended_threshold_tokens']} (cheapest DES-verified threshold meeting the SLO)"
-        )
-    if "fleet" in res:
-        lines.append("")
-        lines.extend(format_fleet(res["fleet"], res["des_homogeneous"]))
-    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -145,6 +118,18 @@ def run(args: argparse.Namespace) -> int:
         if len(lens) >= 2:
             short, long_ = lens[0], lens[-1]
             eprint(f"router config: two-pool baseline B = {short}, long max_model_len = {long_}")
+    if (args.mu_short_req_per_s is None) != (args.mu_long_req_per_s is None):
+        eprint("error: --mu-short-req-per-s and --mu-long-req-per-s go together")
+        return 2
+    if any(x is not None and x <= 0 for x in (args.mu_short_req_per_s, args.mu_long_req_per_s)):
+        eprint("error: given throughputs must be > 0 req/s")
+        return 2
+    if short >= long_:
+        eprint(
+            f"error: B = {short} tokens is not below the largest pool's max_model_len {long_} "
+            "(--short-max-tokens must be smaller than --long-max-model-len)"
+        )
+        return 2
     inp = PlanInputs(
         trace=trace,
         profile=profile_arg(args.profile, args.max_num_batched_tokens),
@@ -153,20 +138,31 @@ def run(args: argparse.Namespace) -> int:
         slo=Slo(args.slo_ttft_p99_s, args.slo_tpot_p99_s),
         seed=args.seed,
         sweep_thresholds=tuple(args.sweep),
-        sweep_des_top=args.sweep_des_top,
         est_input_tokens=est,
         router_config=cfg,
         spill_sweep=tuple(sweep),
         size_with_spillover=not args.no_spill_sizing,
         size_rel_tol=max(0.0, args.size_tolerance),
         des=not args.no_des,
+        lb=args.lb,
+        lb_compare=args.compare_lb,
+        jobs=max(1, args.jobs),
+        verbose=args.verbose,
+        mu_short_req_per_s=args.mu_short_req_per_s,
+        mu_long_req_per_s=args.mu_long_req_per_s,
+        rate_req_per_s=args.rate,
+        loaded_max_budget_tokens=report.max_budget_tokens,
     )
+    t0 = time.perf_counter()
     res = run_plan(inp, progress=eprint)
+    res["wall_s"] = time.perf_counter() - t0
+    eprint(f"plan done in {res['wall_s']:.0f} s")
     res["normalization"] = report.to_dict()
     if args.plot:
         from planner.plots import write_plots
 
-        for path in write_plots(args.plot, trace, res):
+        name = " + ".join(os.path.basename(t) for t in args.trace)
+        for path in write_plots(args.plot, trace, res, name):
             eprint(f"wrote {path}")
     if args.json:
         print(json.dumps(res, sort_keys=True, indent=1))

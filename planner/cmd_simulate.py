@@ -16,16 +16,16 @@ from planner.cli_common import (
     add_router_config_args,
     add_trace_args,
     eprint,
-    fmt_s,
     load_normalized,
     load_router_config,
     profile_arg,
     replay_for,
 )
-from planner.des import PoolSpec, simulate
+from planner.des import LB_POLICIES, PoolSpec, simulate
 from planner.fleet import FleetInputs, describe_spillover, router_config_for, run_fleet, spill_config
 from planner.fleet_report import format_rows
 from planner.routers import ROUTERS, make_router
+from planner.simulate_report import format_simulation, pool_guards, steady_verdict
 from planner.sizing import Slo
 from planner.trace import TraceError
 
@@ -53,7 +53,11 @@ def parse_pool(text: str) -> tuple[str, int | None, int]:
 
 def add_parser(subparsers: Any) -> None:
     """Register ``simulate`` on the ``tbr`` subparsers."""
-    p = subparsers.add_parser("simulate", help="simulate one fleet configuration")
+    p = subparsers.add_parser(
+        "simulate",
+        help="simulate one fleet configuration",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     add_trace_args(p)
     p.add_argument(
         "--pool",
@@ -69,11 +73,27 @@ def add_parser(subparsers: Any) -> None:
         help="default: token-budget, or the router config's policy (spillover when enabled)",
     )
     add_router_config_args(p)
-    p.add_argument("--estimator-replay", default=None, metavar="DATA_DIR")
-    p.add_argument("--replay-tokenizer", choices=["auto", "llama3", "qwen3", "cl100k"], default="auto")
-    p.add_argument("--slo-ttft-p99-s", type=float, default=2.0, help="for the SLO column of sweeps")
-    p.add_argument("--lb", choices=["round_robin", "p2c"], default="round_robin")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--estimator-replay",
+        default=None,
+        metavar="DATA_DIR",
+        help="route on the router's estimates, replaying real prompt text from DATA_DIR",
+    )
+    p.add_argument(
+        "--replay-tokenizer",
+        choices=["auto", "llama3", "qwen3", "cl100k"],
+        default="auto",
+        help="ground-truth tokens for the replay (auto: from the profile's model)",
+    )
+    p.add_argument("--slo-ttft-p99-s", type=float, default=2.0, help="P99 time to first token, seconds")
+    p.add_argument("--slo-tpot-p99-s", type=float, default=None, help="P99 time per output token, seconds")
+    p.add_argument("--lb", choices=LB_POLICIES, default="round_robin", help="load balancing inside each pool")
+    p.add_argument(
+        "--allow-unstable",
+        action="store_true",
+        help="simulate even when a pool's arrival rate is at or above its capacity (λ >= N·μ)",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
     p.set_defaults(func=run)
 
 
@@ -144,30 +164,38 @@ def run(args: argparse.Namespace) -> int:
         PoolSpec(p.name, prof, p.max_model_len, n, lb=args.lb)
         for p, n in zip(cfg.pools_by_size, sizes, strict=True)
     ]
+    slo = Slo(args.slo_ttft_p99_s, args.slo_tpot_p99_s)
+    guards = pool_guards(trace, specs, est_budget, slo)
+    unstable = [g for g in guards if g["unstable"]]
+    if unstable and not args.allow_unstable:
+        print("\n".join(report.lines()))
+        for g in unstable:
+            eprint(
+                f"pool {g['pool']} is unstable: λ = {g['lam_req_per_s']:.3f} req/s >= N·μ = {g['instances']} x "
+                f"{g['mu_req_per_s']:.3f} req/s (load {g['utilization']:.2f}); it needs at least "
+                f"{g['min_stable_instances']} instances. Not simulated (--allow-unstable simulates anyway)."
+            )
+        return 1
     name = args.router or ("spillover" if cfg.spillover.enabled else "token-budget")
     router = make_router(
         name, [s.max_model_len for s in specs], pools=cfg.pools_by_size, spillover=cfg.spillover
     )
     res = simulate(
-        trace, specs, router, est_budget_tokens=est_budget, seed=args.seed, progress=True
+        trace, specs, router, est_budget_tokens=est_budget, seed=args.seed, progress=not args.json
     ).summary()
     res["normalization"] = report.to_dict()
+    for g in guards:
+        b = res["pools"][g["pool"]]
+        b["load"] = g
+        b["trace_requests"] = len(trace)
+        b["verdict"] = steady_verdict(b, g, slo)
+    res["slo"] = {"ttft_p99_s": slo.ttft_p99_s, "tpot_p99_s": slo.tpot_p99_s}
+    res["all_pools_meet_slo"] = all(b["verdict"] == "meets" for b in res["pools"].values())
     if args.json:
         print(json.dumps(res, sort_keys=True, indent=1))
         return 0
     print("\n".join(report.lines()))
     if name == "spillover":
         print(describe_spillover(cfg))
-    print(
-        f"{'pool':<10}{'inst':>6}{'reqs':>9}{'P50 TTFT':>10}{'P99 TTFT':>10}{'P99 TPOT':>10}{'preempt‰':>10}{'reject':>8}{'util':>7}"
-    )
-    for pname, b in res["pools"].items():
-        print(
-            f"{pname:<10}{b['instances']:>6}{b['requests']:>9}{fmt_s(b['p50_ttft_s']):>10}{fmt_s(b['p99_ttft_s']):>10}"
-            f"{fmt_s(b['p99_tpot_s']):>10}{b['preemptions_per_1000']:>10.2f}{b['rejection_rate']:>8.4f}{b['utilization']:>7.2f}"
-        )
-    f = res["fleet"]
-    print(
-        f"fleet: {f['instances']} instances, {f['gpus']} GPUs, ${f['usd_per_year']:,.0f}/yr, P99 TTFT {fmt_s(f['p99_ttft_s'])} s"
-    )
+    print("\n".join(format_simulation(res, slo)))
     return 0

@@ -1,7 +1,7 @@
 """Closed-form cost model: α, ρ, ``savings = α(1 − 1/ρ)``, per-instance throughput, M/G/c sizing, $/yr.
 
 Sources: the savings formula is arXiv 2604.09613 [A1] (``ΔG/G = α(1−1/ρ)`` in 2604.08075); its
-derivation and assumptions are in method.md §5. Erlang-C is the standard M/M/c waiting probability;
+derivation and assumptions are in docs/method.md §5. Erlang-C is the standard M/M/c waiting probability;
 the M/G/c P99 wait uses the Kimura (1994) two-moment correction ``(1 + C_s²)/2`` as vllm-sr-sim's
 ``optimizer/analytical.py`` does. All times are seconds, rates requests/second.
 """
@@ -58,7 +58,7 @@ def savings_closed_form(alpha: float, rho: float) -> float:
 
 
 def fluid_savings(alpha: float, mu_homogeneous: float, mu_short: float, mu_long: float) -> float:
-    """Savings without assumption 1 of method.md §5 (one service rate for all traffic).
+    """Savings without assumption 1 of docs/method.md §5 (one service rate for all traffic).
 
     ``G_h = 1/μ_h``, ``G_d = α/μ_s + (1−α)/μ_l`` (per unit λ); returns ``1 − G_d/G_h``. Equals
     :func:`savings_closed_form` when ``μ_l = μ_h`` and ``μ_s = ρ μ_h``. Rates in req/s per instance.

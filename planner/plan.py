@@ -6,9 +6,9 @@ Nothing here prints or writes files.
 
 from __future__ import annotations
 
-import time
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -24,21 +24,29 @@ from planner.costmodel import (
     savings_closed_form,
     size_pool_mgc,
 )
-from planner.des import PoolSpec, simulate
+from planner.des import LB_POLICIES
 from planner.fleet import FleetInputs, SpillSetting, plan_fleet, router_config_for
+from planner.plan_des import DesRequest, PoolPlan, run_des
 from planner.profiles import PoolProfile
-from planner.routers import make_router
-from planner.sizing import Slo, meets_slo, size_pool_des
+from planner.sizing import Slo
 from planner.trace import Trace
 
-__all__ = ["PlanInputs", "closed_form", "des_two_pool", "run_plan"]
+__all__ = ["PlanInputs", "closed_form", "run_plan", "throughput_sizing"]
 
 Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
 class PlanInputs:
-    """Everything a plan needs; ``est_input_tokens`` (shape ``(n,)``) makes routing use estimates."""
+    """Everything a plan needs; ``est_input_tokens`` (shape ``(n,)``) makes routing use estimates.
+
+    ``lb`` is the load balancing inside every pool (homogeneous baseline included); ``lb_compare``
+    re-sizes under the other policies; ``jobs`` worker processes; ``mu_short_req_per_s`` /
+    ``mu_long_req_per_s`` given per-instance throughputs (the paper's 11.2 / 2.8) for
+    :func:`throughput_sizing` at the operator's ``rate_req_per_s`` (default: the trace's rate);
+    ``loaded_max_budget_tokens`` the largest budget of the loaded trace
+    before sampling (decides whether a long pool with no sampled request is needed).
+    """
 
     trace: Trace
     profile: PoolProfile
@@ -54,6 +62,14 @@ class PlanInputs:
     size_with_spillover: bool = True
     size_rel_tol: float = 0.0
     des: bool = True
+    lb: str = "round_robin"
+    lb_compare: bool = False
+    jobs: int = 2
+    verbose: bool = False
+    mu_short_req_per_s: float | None = None
+    mu_long_req_per_s: float | None = None
+    rate_req_per_s: float | None = None
+    loaded_max_budget_tokens: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -70,7 +86,7 @@ def closed_form(inp: PlanInputs, threshold: int) -> dict[str, Any]:
     """α, μ's, ρ, ``α(1−1/ρ)``, the fluid savings, and analytical (M/G/c) pool sizes at ``threshold``.
 
     ρ = μ_short(short mix at max_model_len = threshold) / μ_homogeneous(full mix at the long
-    max_model_len), the paper's "throughput gain of the short configuration" (method.md §4).
+    max_model_len), the paper's "throughput gain of the short configuration" (docs/method.md §4).
     """
     t, prof = inp.trace, inp.profile
     lam = t.rate_req_per_s
@@ -120,110 +136,62 @@ def closed_form(inp: PlanInputs, threshold: int) -> dict[str, Any]:
     return out
 
 
-def _stepper(progress: Progress | None, label: str) -> Callable[[int, bool], None] | None:
-    """Adapter from sizing steps to progress lines."""
-    if progress is None:
+def throughput_sizing(inp: PlanInputs, threshold: int) -> dict[str, Any] | None:
+    """The paper's fluid sizing from given per-instance throughputs (method.md §5, [A1]):
+    homogeneous ``⌈λ/μ_long⌉``, two-pool ``⌈αλ/μ_short⌉ + ⌈(1−α)λ/μ_long⌉`` (req/s per instance).
+
+    None unless both ``mu_short_req_per_s`` and ``mu_long_req_per_s`` are given. Example: λ = 1,000,
+    μ_long = 2.8 -> homogeneous ⌈357.1⌉ = 358.
+    """
+    mu_s, mu_l = inp.mu_short_req_per_s, inp.mu_long_req_per_s
+    if mu_s is None or mu_l is None:
         return None
-    report = progress
-    last = [time.perf_counter()]
-
-    def step(k: int, ok: bool) -> None:
-        now = time.perf_counter()
-        report(f"{label}: {k} instances -> {'ok' if ok else 'miss'} ({now - last[0]:.0f} s)")
-        last[0] = now
-
-    return step
-
-
-def _homogeneous_des(inp: PlanInputs, start: int, progress: Progress | None) -> dict[str, Any]:
-    prof = inp.profile
-    n, block = size_pool_des(
-        inp.trace,
-        prof,
-        inp.long_max_model_len,
-        inp.slo,
-        start_instances=start,
-        seed=inp.seed,
-        on_step=_stepper(progress, "homogeneous"),
-        rel_tol=inp.size_rel_tol,
-    )
-    res = simulate(
-        inp.trace,
-        [PoolSpec("homogeneous", prof, inp.long_max_model_len, n)],
-        make_router("homogeneous"),
-        seed=inp.seed,
-    )
+    lam = inp.rate_req_per_s or inp.trace.rate_req_per_s
+    alpha = alpha_at_threshold(inp.trace.budget_tokens, threshold)
+    homog = math.ceil(lam / mu_l - 1e-9)
+    n_s = math.ceil(alpha * lam / mu_s - 1e-9)
+    n_l = math.ceil((1.0 - alpha) * lam / mu_l - 1e-9)
     return {
-        "instances": n,
-        "gpus": n * prof.tp,
-        "usd_per_year": annual_cost_usd(n, prof),
-        "slo_met": meets_slo(block, inp.slo),
-        "summary": res.summary(),
-    }
-
-
-def des_two_pool(
-    inp: PlanInputs, threshold: int, cf: dict[str, Any], progress: Progress | None
-) -> dict[str, Any]:
-    """Size the short and long pools on their sub-traces by DES, then verify the fleet jointly."""
-    prof, t = inp.profile, inp.trace
-    # sized on the requests each pool *serves*: an under-estimate routed short whose true total
-    # exceeds the short max_model_len is rejected there (vLLM's 400) and retried on the long pool
-    short = _split(inp, threshold) & np.asarray(t.total_tokens <= threshold)
-    sizes = []
-    slo_met = True
-    for name, mask, mml, start in (
-        ("short", short, threshold, cf["analytical_short_instances"]),
-        ("long", ~short, inp.long_max_model_len, cf["analytical_long_instances"]),
-    ):
-        if not mask.any():
-            sizes.append(0)
-            continue
-        sub = t.subset(mask)
-        n, block = size_pool_des(
-            sub,
-            prof,
-            mml,
-            inp.slo,
-            start_instances=max(1, start),
-            seed=inp.seed,
-            on_step=_stepper(progress, f"B={threshold} {name}"),
-            rel_tol=inp.size_rel_tol,
-        )
-        sizes.append(n)
-        slo_met = slo_met and meets_slo(block, inp.slo)
-    n_s, n_l = sizes
-    pools = [
-        PoolSpec("short", prof, threshold, max(1, n_s)),
-        PoolSpec("long", prof, inp.long_max_model_len, max(1, n_l)),
-    ]
-    est = None if inp.est_input_tokens is None else inp.est_input_tokens + t.output_budget_tokens
-    res = simulate(
-        t,
-        pools,
-        make_router("token-budget", [threshold, inp.long_max_model_len]),
-        est_budget_tokens=est,
-        seed=inp.seed,
-    )
-    out: dict[str, Any] = {
-        "threshold_tokens": threshold,
+        "lambda_req_per_s": lam,
+        "mu_short_req_per_s": mu_s,
+        "mu_long_req_per_s": mu_l,
+        "rho": mu_s / mu_l,
+        "homogeneous_instances": homog,
         "short_instances": n_s,
         "long_instances": n_l,
-        "instances": n_s + n_l,
-        "gpus": (n_s + n_l) * prof.tp,
-        "usd_per_year": annual_cost_usd(n_s + n_l, prof),
-        "slo_met": slo_met,
-        "summary": res.summary(),
+        "savings": 1.0 - (n_s + n_l) / homog if homog else 0.0,
+        "savings_closed_form": savings_closed_form(alpha, mu_s / mu_l),
     }
-    return out
+
+
+def _pool_plans(inp: PlanInputs, threshold: int, cf: dict[str, Any]) -> tuple[PoolPlan, PoolPlan]:
+    """Short/long pools at ``threshold``: each sized on the requests it *serves* (an under-estimate
+    routed short whose true total exceeds B is rejected there and retried on the long pool)."""
+    t = inp.trace
+    short = _split(inp, threshold) & np.asarray(t.total_tokens <= threshold)
+    top = max(int(t.budget_tokens.max()), inp.loaded_max_budget_tokens or 0)
+    return (
+        PoolPlan("short", threshold, short, cf["analytical_short_instances"], True),
+        PoolPlan("long", inp.long_max_model_len, ~short, cf["analytical_long_instances"], top > threshold),
+    )
 
 
 def run_plan(inp: PlanInputs, progress: Progress | None = None) -> dict[str, Any]:
-    """Full plan: closed form at B, homogeneous and two-pool DES sizing, threshold sweep, recommendation."""
+    """Full plan: closed form at B, stability-checked steady-state DES sizing of the homogeneous
+    fleet and of every candidate threshold, the recommendation, and (``lb_compare``) the same
+    sizing under the other load-balancing policies. Raises ``ValueError`` when B is not below the
+    long pool's ``max_model_len``."""
     b = inp.short_max_tokens
+    if b >= inp.long_max_model_len:
+        raise ValueError(
+            f"B = {b} tokens is not below the largest pool's max_model_len {inp.long_max_model_len}: "
+            "a short pool at or above the long pool's length is not a split"
+        )
     cands = sorted({b, *(x for x in inp.sweep_thresholds if x < inp.long_max_model_len)})
     sweep = [closed_form(inp, x) for x in cands]
     cf = next(s for s in sweep if s["threshold_tokens"] == b)
+    t = inp.trace
+    too_long = float(np.mean(t.total_tokens > inp.long_max_model_len))
     out: dict[str, Any] = {
         "profile": inp.profile.name,
         "profile_source": inp.profile.source,
@@ -232,53 +200,101 @@ def run_plan(inp: PlanInputs, progress: Progress | None = None) -> dict[str, Any
         "short_max_tokens": b,
         "long_max_model_len": inp.long_max_model_len,
         "slo": {"ttft_p99_s": inp.slo.ttft_p99_s, "tpot_p99_s": inp.slo.tpot_p99_s},
-        "requests": len(inp.trace),
+        "requests": len(t),
+        "lambda_req_per_s": t.rate_req_per_s,
         "closed_form": cf,
         "sweep": sweep,
+        "throughput_sizing": throughput_sizing(inp, b),
+        "too_long_share": too_long,
+        "lb": inp.lb,
         "routing_uses_estimates": inp.est_input_tokens is not None,
     }
     if not inp.des:
         return out
-    homog = _homogeneous_des(inp, cf["analytical_homogeneous_instances"], progress)
-    out["des_homogeneous"] = homog
-    verify = [
-        b,
-        *[
-            s["threshold_tokens"]
-            for s in sorted(sweep, key=lambda s: s["analytical_usd_per_year"])
-            if s["threshold_tokens"] != b
-        ][: inp.sweep_des_top],
-    ]
-    des_runs = {}
-    for x in verify:
-        cfx = next(s for s in sweep if s["threshold_tokens"] == x)
-        des_runs[x] = des_two_pool(inp, x, cfx, progress)
-        des_runs[x]["savings_vs_homogeneous"] = 1.0 - des_runs[x]["instances"] / homog["instances"]
-    out["des_two_pool"] = des_runs[b]
-    out["des_sweep"] = [des_runs[x] for x in sorted(des_runs)]
-    best = min(des_runs.values(), key=lambda r: (r["usd_per_year"], r["threshold_tokens"]))
-    out["recommended_threshold_tokens"] = best["threshold_tokens"]
+    everyone = np.ones(len(t), dtype=np.bool_)
+    req = DesRequest(
+        trace=t,
+        profile=inp.profile,
+        slo=inp.slo,
+        homogeneous=PoolPlan(
+            "homogeneous", inp.long_max_model_len, everyone, cf["analytical_homogeneous_instances"]
+        ),
+        candidates={s["threshold_tokens"]: _pool_plans(inp, s["threshold_tokens"], s) for s in sweep},
+        must_verify=(b,),
+        lb=inp.lb,
+        seed=inp.seed,
+        rel_tol=inp.size_rel_tol,
+        jobs=inp.jobs,
+        verbose=inp.verbose,
+        too_long_share=too_long,
+        long_max_model_len=inp.long_max_model_len,
+    )
+    des = run_des(req, progress)
+    out["des"] = des
+    out["des_homogeneous"] = des["homogeneous"]
+    out["des_two_pool"] = des["candidates"][b]
+    out["des_sweep"] = [des["candidates"][x] for x in sorted(des["candidates"])]
+    out["recommended_threshold_tokens"] = des["recommended_threshold_tokens"]
+    if inp.lb_compare:
+        out["lb_compare"] = _lb_compare(inp, req, des, progress)
     if inp.router_config is not None or inp.spill_sweep:
-        cfg = inp.router_config or router_config_for([b, inp.long_max_model_len])
-        d = des_runs[b]
-        known = None
-        if [p.max_model_len for p in cfg.pools_by_size] == [b, inp.long_max_model_len] and d["slo_met"]:
-            known = [max(1, d["short_instances"]), max(1, d["long_instances"])]
-        est = None if inp.est_input_tokens is None else inp.est_input_tokens + inp.trace.output_budget_tokens
-        if progress is not None:
-            progress(f"fleet of the router config: pools {[p.name for p in cfg.pools_by_size]}")
-        out["fleet"] = plan_fleet(
-            FleetInputs(
-                trace=inp.trace,
-                profile=inp.profile,
-                slo=inp.slo,
-                config=cfg,
-                seed=inp.seed,
-                est_budget_tokens=est,
-                sweep=inp.spill_sweep,
-                size_with_spillover=inp.size_with_spillover,
-                token_budget_sizes=known,
-            ),
-            progress,
-        )
+        out["fleet"] = _router_fleet(inp, des, progress)
     return out
+
+
+def _lb_compare(
+    inp: PlanInputs, req: DesRequest, des: dict[str, Any], progress: Progress | None
+) -> dict[str, Any]:
+    """The homogeneous fleet and the recommended (else B's) two-pool fleet re-sized under each other
+    load-balancing policy, starting from this plan's sizes."""
+    b = des["recommended_threshold_tokens"] or inp.short_max_tokens
+    d = des["candidates"][b]
+    short, long_ = req.candidates[b]
+    sized = replace(
+        req,
+        homogeneous=replace(req.homogeneous, start_instances=des["homogeneous"]["instances"]),
+        candidates={
+            b: (
+                replace(short, start_instances=d["short_instances"]),
+                replace(long_, start_instances=d["long_instances"]),
+            )
+        },
+        must_verify=(b,),
+    )
+    out: dict[str, Any] = {"threshold_tokens": b}
+    for policy in LB_POLICIES:
+        if policy == inp.lb:
+            out[policy] = {"homogeneous": des["homogeneous"], "two_pool": d}
+            continue
+        if progress is not None:
+            progress(f"load balancing {policy}: re-sizing the homogeneous fleet and B = {b}")
+        other = run_des(sized, progress, lb=policy)
+        out[policy] = {"homogeneous": other["homogeneous"], "two_pool": other["candidates"][b]}
+    return out
+
+
+def _router_fleet(inp: PlanInputs, des: dict[str, Any], progress: Progress | None) -> dict[str, Any]:
+    """The router-config fleet section (:func:`planner.fleet.plan_fleet`)."""
+    b = inp.short_max_tokens
+    cfg = inp.router_config or router_config_for([b, inp.long_max_model_len])
+    d = des["candidates"][b]
+    known = None
+    if [p.max_model_len for p in cfg.pools_by_size] == [b, inp.long_max_model_len] and d["slo_met"]:
+        known = [max(1, d["short_instances"]), max(1, d["long_instances"])]
+    est = None if inp.est_input_tokens is None else inp.est_input_tokens + inp.trace.output_budget_tokens
+    if progress is not None:
+        progress(f"fleet of the router config: pools {[p.name for p in cfg.pools_by_size]}")
+    return plan_fleet(
+        FleetInputs(
+            trace=inp.trace,
+            profile=inp.profile,
+            slo=inp.slo,
+            config=cfg,
+            seed=inp.seed,
+            est_budget_tokens=est,
+            sweep=inp.spill_sweep,
+            size_with_spillover=inp.size_with_spillover,
+            token_budget_sizes=known,
+        ),
+        progress,
+    )

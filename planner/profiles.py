@@ -1,6 +1,6 @@
 """Pool profiles: KV capacity, concurrency and iteration-time constants from a model and a GPU.
 
-Formulas (method.md §2, transcribed from arXiv 2604.08075 §1.1 via [S4]):
+Formulas (docs/method.md §2, transcribed from arXiv 2604.08075 §1.1 via [S4]):
 
 - KV bytes per token ``= 2 * n_layers * n_kv_heads * head_dim * kv_dtype_bytes`` (K and V);
 - KV capacity ``= (tp * gpu_memory_bytes * gpu_memory_utilization - weight_bytes

@@ -1,6 +1,6 @@
 """Generate ``docs/results.md``: the paper's Table 2 and Table 6 settings, side by side.
 
-For each setting: the paper's reported figure (method.md §7, secondary sources), our closed form
+For each setting: the paper's reported figure (docs/method.md §7, secondary sources), our closed form
 ``α(1−1/ρ)``, our M/G/c sizing, our DES-verified sizing, and vllm-sr-sim's analytical sizing. The
 gap sentences are generated from the computed numbers, not typed.
 """

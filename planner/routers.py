@@ -1,4 +1,4 @@
-"""Pool-selection policies of the fleet simulator (method.md §3.5, docs/design/002-spillover.md).
+"""Pool-selection policies of the fleet simulator (docs/method.md §3.5, docs/design/002-spillover.md).
 
 A router maps a request's *estimated* token budget ``L_total`` (tokens), the simulated time and a
 :class:`FleetView` of live pool state to a pool index. Pools are ordered by ``max_model_len``

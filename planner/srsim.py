@@ -24,21 +24,30 @@ def package_cdf_path(name: str) -> Path:
     return Path(fleet_sim.__file__).parent / "data" / name
 
 
-def cdf_from_trace(trace: Trace, points: int = 200) -> list[list[float]]:
-    """Empirical CDF of ``input + output`` in vllm-sr-sim's format (its data/README.md recipe)."""
+def cdf_from_trace(trace: Trace, points: int = 200, tail_share: float = 0.01) -> list[list[float]]:
+    """Empirical CDF of ``input + output`` in vllm-sr-sim's format ``[[tokens, F], ...]``.
+
+    vllm-sr-sim samples uniformly inside each bin ``(previous tokens, tokens]``, so a wide bin
+    spreads its mass over lengths the trace never had. The body uses ``points`` quantile points;
+    the top ``tail_share`` of requests keeps every distinct length ``v`` as a point, each preceded
+    by ``[v − 1, F(v − 1)]``, so a tail bin holds exactly the requests of one length and no mass is
+    invented between the last points (Azure 2023: 0.0035 % above 8K, not a linear segment's 0.27 %).
+    """
     lengths = np.sort(trace.total_tokens)
     n = lengths.size
-    step = max(1, n // points)
-    cdf = [[int(lengths[i]), (i + 1) / n] for i in range(0, n, step)]
-    if cdf[-1][1] < 1.0:
-        cdf.append([int(lengths[-1]), 1.0])
-    # strictly increasing thresholds (vllm-sr-sim samples uniformly inside (prev, thresh])
+    values, counts = np.unique(lengths, return_counts=True)
+    cum = np.cumsum(counts) / n
+    keep = set(np.searchsorted(cum, np.arange(1, points + 1) / points - 1e-12).tolist())
+    keep |= set(np.nonzero(cum > 1.0 - tail_share)[0].tolist())
+    keep.add(len(values) - 1)
     out: list[list[float]] = []
-    for t, f in cdf:
-        if out and t <= out[-1][0]:
-            out[-1][1] = f
-        else:
-            out.append([t, f])
+    for i in sorted(keep):
+        v = int(values[i])
+        if i > 0 and (not out or out[-1][0] < v - 1):
+            # F(v - 1) = cumulative share of lengths <= v - 1 = cum of the previous distinct value
+            out.append([v - 1, float(cum[i - 1])])
+        out.append([v, float(cum[i])])
+    out[-1][1] = 1.0
     return out
 
 

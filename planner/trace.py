@@ -2,13 +2,13 @@
 
 A :class:`Trace` is a set of parallel numpy arrays sorted by arrival time (seconds, first arrival at 0).
 Every change a loader or :func:`normalize` makes is counted in a :class:`NormalizationReport`, which the
-CLI prints with every result (style.md §7 item 10: nothing changes silently).
+CLI prints with every result (nothing changes silently).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,7 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-__all__ = ["NormalizationReport", "Trace", "TraceError", "normalize"]
+__all__ = ["NormalizationReport", "Trace", "TraceError", "merge_traces", "normalize", "tile_periods"]
 
 
 class TraceError(ValueError):
@@ -62,6 +62,8 @@ class NormalizationReport:
     synthesized: str | None = None
     notes: list[str] = field(default_factory=list)
     rows_kept: int = 0
+    max_budget_tokens: int | None = None
+    """Largest ``input + output budget`` of the loaded trace before truncation (a CDF's last point)."""
 
     def drop(self, reason: str, n: int = 1) -> None:
         """Count ``n`` rows dropped for ``reason``."""
@@ -85,10 +87,10 @@ class NormalizationReport:
         if self.time_scale != 1.0:
             out.append(
                 f"  time-scaled inter-arrival gaps x{self.time_scale:.6g} "
-                f"({self.rate_before_req_per_s:.4g} -> {self.rate_after_req_per_s:.4g} req/s)"
+                f"({self.rate_before_req_per_s:.5g} -> {self.rate_after_req_per_s:.5g} req/s)"
             )
         elif self.rate_before_req_per_s is not None:
-            out.append(f"  arrival rate {self.rate_before_req_per_s:.4g} req/s (not time-scaled)")
+            out.append(f"  arrival rate {self.rate_before_req_per_s:.5g} req/s (not time-scaled)")
         out.extend(f"  note: {n}" for n in self.notes)
         if len(out) == 1:
             out.append("  unchanged")
@@ -127,7 +129,9 @@ class Trace:
       prompt estimate; equals ``output_tokens`` when the source does not record it;
     - ``category_ids`` index into ``categories`` (all 0 with ``categories == ("_default",)`` if unknown);
     - ``est_input_tokens`` the router's own prompt estimate when the source has it (decision log), or
-      ``None``.
+      ``None``;
+    - ``origin_s`` the absolute time of the first arrival (unix seconds) when the source has a wall
+      clock, else ``None``: traces that share a clock are merged on it (:func:`merge_traces`).
     """
 
     arrival_s: FloatArray
@@ -137,13 +141,14 @@ class Trace:
     category_ids: IntArray
     categories: tuple[str, ...]
     est_input_tokens: IntArray | None = None
+    origin_s: float | None = None
 
     def __len__(self) -> int:
         return int(self.arrival_s.shape[0])
 
     @property
     def budget_tokens(self) -> IntArray:
-        """``L_total = input + output budget`` per request (method.md §3.1), tokens."""
+        """``L_total = input + output budget`` per request (docs/method.md §3.1), tokens."""
         return self.input_tokens + self.output_budget_tokens
 
     @property
@@ -158,7 +163,7 @@ class Trace:
 
     @property
     def rate_req_per_s(self) -> float:
-        """Mean arrival rate ``N / (t_last - t_first)`` (data-stats.md §4 definition), req/s."""
+        """Mean arrival rate ``N / (t_last - t_first)`` (docs/data.md §4.1 definition), req/s."""
         d = self.duration_s
         return len(self) / d if d > 0 else float("inf")
 
@@ -172,6 +177,7 @@ class Trace:
             category_ids=self.category_ids[mask],
             categories=self.categories,
             est_input_tokens=None if self.est_input_tokens is None else self.est_input_tokens[mask],
+            origin_s=self.origin_s,
         )
 
 
@@ -183,9 +189,11 @@ def build_trace(
     output_budget_tokens: list[int] | IntArray | None = None,
     categories: list[str] | None = None,
     est_input_tokens: list[int] | IntArray | None = None,
+    absolute_clock: bool = False,
 ) -> Trace:
     """Build a :class:`Trace` from row-wise values: stable-sorts by arrival and re-bases time to 0.
 
+    ``absolute_clock``: the arrivals are wall-clock times, so the first one is kept as ``origin_s``.
     Raises :class:`TraceError` when there are no rows or the columns differ in length.
     """
     arr = np.asarray(arrival_s, dtype=np.float64)
@@ -208,6 +216,7 @@ def build_trace(
         cat_ids = np.fromiter((index[c] for c in categories), dtype=np.int64, count=n)
     order = np.argsort(arr, kind="stable")
     arr = arr[order]
+    origin = float(arr[0]) if absolute_clock else None
     arr = arr - arr[0]
     return Trace(
         arrival_s=arr,
@@ -217,6 +226,57 @@ def build_trace(
         category_ids=cat_ids[order],
         categories=names,
         est_input_tokens=None if est is None else est[order],
+        origin_s=origin,
+    )
+
+
+def merge_traces(traces: list[Trace]) -> tuple[Trace, str]:
+    """Merge traces by arrival time; returns the merged trace and a note saying how.
+
+    When every trace has a wall clock (``origin_s``), each keeps its offset from the earliest, so
+    requests interleave as they really did (e.g. Azure 2023 code + conv: 8.0225 req/s together);
+    otherwise each is re-based to t = 0. Categories are merged by name.
+    """
+    shared = all(t.origin_s is not None for t in traces)
+    base = min(t.origin_s or 0.0 for t in traces) if shared else 0.0
+    offsets = [(t.origin_s or 0.0) - base if shared else 0.0 for t in traces]
+    cats = [t.categories[i] for t in traces for i in t.category_ids.tolist()]
+    merged = build_trace(
+        np.concatenate([t.arrival_s + off for t, off in zip(traces, offsets, strict=True)]),
+        np.concatenate([t.input_tokens for t in traces]),
+        np.concatenate([t.output_tokens for t in traces]),
+        output_budget_tokens=np.concatenate([t.output_budget_tokens for t in traces]),
+        categories=cats,
+        est_input_tokens=(
+            np.concatenate([t.est_input_tokens for t in traces if t.est_input_tokens is not None])
+            if all(t.est_input_tokens is not None for t in traces)
+            else None
+        ),
+    )
+    if shared:
+        merged = replace(merged, origin_s=base)
+        return merged, f"merged {len(traces)} traces on their shared wall clock"
+    return merged, f"merged {len(traces)} traces by arrival time (each re-based to t=0: no shared clock)"
+
+
+def tile_periods(trace: Trace, period_s: float, copies: int) -> Trace:
+    """``copies`` back-to-back repetitions of ``trace``, copy ``i`` shifted by ``i * period_s`` seconds.
+
+    Used to lengthen a pool's sub-trace while keeping its arrival pattern: ``period_s`` is the period
+    of the base trace the sub-trace was taken from. Raises ``ValueError`` for ``copies < 1``.
+    """
+    if copies < 1:
+        raise ValueError("copies must be >= 1")
+    shift = np.repeat(np.arange(copies, dtype=np.float64) * period_s, len(trace))
+    return Trace(
+        arrival_s=np.tile(trace.arrival_s, copies) + shift,
+        input_tokens=np.tile(trace.input_tokens, copies),
+        output_tokens=np.tile(trace.output_tokens, copies),
+        output_budget_tokens=np.tile(trace.output_budget_tokens, copies),
+        category_ids=np.tile(trace.category_ids, copies),
+        categories=trace.categories,
+        est_input_tokens=None if trace.est_input_tokens is None else np.tile(trace.est_input_tokens, copies),
+        origin_s=trace.origin_s,
     )
 
 
@@ -237,6 +297,8 @@ def normalize(
     time-scale gaps so the mean rate is ``target_rate_req_per_s``. Tiling keeps each copy's gaps and
     puts one mean gap between copies. Raises :class:`TraceError` for non-positive scales or rates.
     """
+    if len(trace):
+        report.max_budget_tokens = max(report.max_budget_tokens or 0, int(trace.budget_tokens.max()))
     inp = trace.input_tokens.copy()
     out = trace.output_tokens.copy()
     bud = trace.output_budget_tokens.copy()
@@ -297,4 +359,5 @@ def normalize(
         category_ids=cats,
         categories=trace.categories,
         est_input_tokens=est,
+        origin_s=trace.origin_s,
     )

@@ -32,7 +32,7 @@ import numpy as np
 from extproc.core.decision import DecisionRecord, DecisionRecordError
 from planner.trace import NormalizationReport, Trace, TraceError, build_trace
 
-__all__ = ["FORMATS", "detect_format", "load_cdf", "load_trace", "read_cdf_points"]
+__all__ = ["FORMATS", "REQUIRED_FIELDS", "detect_format", "load_cdf", "load_trace", "read_cdf_points"]
 
 
 def _int_field(row: dict[str, Any], key: str, report: NormalizationReport, *, minimum: int) -> int | None:
@@ -73,9 +73,30 @@ def _azure_ts_s(text: str) -> float:
     return secs + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
-def _csv_rows(path: Path) -> Iterator[dict[str, Any]]:
+REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
+    "azure": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+    "mooncake": ("timestamp", "input_length", "output_length"),
+    "burstgpt": ("Timestamp", "Request tokens", "Response tokens"),
+    "decision-log": ("ts_s", "estimated_prompt_tokens", "output_reserve_tokens"),
+}
+"""Columns (CSV) or keys (JSON Lines) each format needs."""
+
+
+def _csv_rows(path: Path, fmt: str) -> Iterator[dict[str, Any]]:
+    """Rows of a CSV whose header has every column of ``REQUIRED_FIELDS[fmt]``.
+
+    Raises :class:`TraceError` naming the missing columns and the header found.
+    """
     with path.open(newline="", encoding="utf-8") as fh:
-        yield from csv.DictReader(fh)
+        reader = csv.DictReader(fh)
+        header = reader.fieldnames or []
+        missing = [c for c in REQUIRED_FIELDS[fmt] if c not in header]
+        if missing:
+            raise TraceError(
+                f"{path}: --format {fmt} needs column(s) {', '.join(missing)}; the header has "
+                f"{', '.join(header)[:200] if header else 'nothing (empty file)'}"
+            )
+        yield from reader
 
 
 def _jsonl_rows(path: Path, report: NormalizationReport) -> Iterator[dict[str, Any]]:
@@ -100,7 +121,7 @@ def _load_azure(path: Path, report: NormalizationReport) -> Trace:
     ts: list[float] = []
     inp: list[int] = []
     out: list[int] = []
-    for row in _csv_rows(path):
+    for row in _csv_rows(path, "azure"):
         report.rows_read += 1
         try:
             t = _azure_ts_s(row.get("TIMESTAMP") or "")
@@ -116,7 +137,7 @@ def _load_azure(path: Path, report: NormalizationReport) -> Trace:
         ts.append(t)
         inp.append(ci)
         out.append(go)
-    return build_trace(ts, inp, out)
+    return build_trace(ts, inp, out, absolute_clock=True)
 
 
 def _load_mooncake(path: Path, report: NormalizationReport) -> Trace:
@@ -145,7 +166,7 @@ def _load_burstgpt(path: Path, report: NormalizationReport) -> Trace:
     inp: list[int] = []
     out: list[int] = []
     cats: list[str] = []
-    for row in _csv_rows(path):
+    for row in _csv_rows(path, "burstgpt"):
         report.rows_read += 1
         try:
             t = float(row.get("Timestamp") or "nan")
@@ -213,7 +234,9 @@ def _load_decision_log(path: Path, report: NormalizationReport) -> Trace:
         report.notes.append(f"{used_estimate} rows had no prompt_tokens; used estimated_prompt_tokens")
     if used_reserve:
         report.notes.append(f"{used_reserve} rows had no completion_tokens; used output_reserve_tokens")
-    return build_trace(ts, inp, out, output_budget_tokens=bud, categories=cats, est_input_tokens=est)
+    return build_trace(
+        ts, inp, out, output_budget_tokens=bud, categories=cats, est_input_tokens=est, absolute_clock=True
+    )
 
 
 def read_cdf_points(path: Path) -> list[tuple[int, float]]:
@@ -284,6 +307,7 @@ def load_cdf(
         out.append(max(1, total - li))
     report.rows_read = len(pts)
     report.rows_kept = n_requests
+    report.max_budget_tokens = thresholds[-1]
     report.synthesized = (
         f"{n_requests} requests from {len(pts)} CDF points, Poisson arrivals at {rate_req_per_s:g} req/s, "
         f"input = {input_fraction:g} x total (seed {seed})"
@@ -316,7 +340,11 @@ def detect_format(path: Path) -> str:
         return "mooncake"
     if '"budget_tokens"' in head or '"estimated_prompt_tokens"' in head:
         return "decision-log"
-    raise TraceError(f"cannot detect the format of {path}; pass --format")
+    needs = "; ".join(f"{k}: {', '.join(v)}" for k, v in REQUIRED_FIELDS.items())
+    raise TraceError(
+        f"cannot detect the format of {path} from its first line ({head.strip()[:120]!r}); pass --format "
+        f"(columns/keys each needs — {needs}; cdf: a JSON list of [tokens, cumulative_fraction])"
+    )
 
 
 def load_trace(
@@ -345,6 +373,16 @@ def load_trace(
         trace = FORMATS[fmt](p, report)
     except (UnicodeDecodeError, csv.Error) as exc:
         raise TraceError(f"{p}: not a readable {fmt} file: {exc}") from exc
+    except TraceError as exc:
+        if report.rows_read == 0 and "needs column" not in str(exc):
+            raise TraceError(f"{p}: no data rows for --format {fmt} (empty or header-only file)") from exc
+        if "needs column" in str(exc):
+            raise
+        drops = "; ".join(f"{n} rows: {reason}" for reason, n in sorted(report.dropped.items()))
+        raise TraceError(
+            f"{p}: no usable row for --format {fmt} ({report.rows_read} rows read; dropped {drops}); "
+            f"this format needs {', '.join(REQUIRED_FIELDS[fmt])}"
+        ) from exc
     report.rows_kept = len(trace)
     report.rate_before_req_per_s = trace.rate_req_per_s if len(trace) > 1 else None
     if int(np.sum(trace.arrival_s[1:] < trace.arrival_s[:-1])):  # pragma: no cover - build_trace sorts

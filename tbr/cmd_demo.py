@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from extproc.config import load_config
 
@@ -33,7 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--short-max-model-len", type=int, default=8192, help="short pool limit (tokens)")
     p.add_argument("--long-max-model-len", type=int, default=65536, help="long pool limit (tokens)")
     p.add_argument("--model", default="Qwen/Qwen3-8B", help="model name sent in requests")
-    p.add_argument("--json", type=Path, default=None, help="also write the summary as JSON to this path")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
+    p.add_argument("--json-out", type=Path, default=None, help="also write the summary as JSON to this path")
     p.add_argument(
         "--envoy-config", type=Path, default=None, help="Envoy config to render (default envoy/envoy.yaml)"
     )
@@ -68,6 +70,25 @@ def _read_decisions(path: Path | None, expected: int, timeout_s: float = 30.0) -
         time.sleep(0.1)
 
 
+def check_envoy_config(path: Path) -> str | None:
+    """Why ``path`` cannot be the demo's Envoy config (None when it can): it must exist, be YAML
+    and have what the demo rewrites (admin, one listener, clusters ext_proc/short_pool/long_pool
+    with one endpoint each)."""
+    from devstack.envoy_runner import EnvoyPorts, render_envoy_config
+
+    if not path.is_file():
+        return "no such file"
+    try:
+        render_envoy_config(path, ports=EnvoyPorts(1, 2, 3, 4, 5))
+    except yaml.YAMLError as exc:
+        return f"not valid YAML: {exc}"
+    except (KeyError, TypeError, AttributeError) as exc:
+        return f"incomplete Envoy bootstrap (missing {exc}); start from envoy/envoy.yaml"
+    except (ValueError, OSError) as exc:
+        return f"{exc}; start from envoy/envoy.yaml"
+    return None
+
+
 def _progress(total: int) -> Any:
     from tqdm import tqdm
 
@@ -88,6 +109,11 @@ def run(args: argparse.Namespace) -> int:
     if not 0 < args.short_max_model_len < args.long_max_model_len:
         print("need 0 < --short-max-model-len < --long-max-model-len", file=sys.stderr)
         return 2
+    if args.envoy_config is not None:
+        problem = check_envoy_config(args.envoy_config)
+        if problem:
+            print(f"tbr demo: --envoy-config {args.envoy_config}: {problem}", file=sys.stderr)
+            return 2
     data_dir = Path(args.data).resolve()
     workload = build_workload(
         data_dir, n_requests=args.requests, seed=args.seed, long_max_model_len=args.long_max_model_len
@@ -156,11 +182,14 @@ def run(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
         )
     )
-    print(format_summary(summary))
-    if args.json is not None:
-        args.json.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(f"summary written to {args.json}")
     ok = summary["harmful_misroutes"] == 0 and summary["failed_requests"] == 0
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"summary written to {args.json_out}", file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(summary, indent=2, ensure_ascii=False))
+        return 0 if ok else 1
+    print(format_summary(summary))
     if ok:
         print(f"OK: {summary['requests']} requests answered, zero harmful misroutes")
     else:

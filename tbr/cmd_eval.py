@@ -48,7 +48,10 @@ def add_parser(subparsers: Any) -> None:
         "derived/request_token_counts.csv (same numbers, tested; seconds instead of minutes)",
     )
     p.add_argument("--paper-gamma", type=float, default=1.0, help="γ of the paper baseline (default 1.0)")
-    p.add_argument("--json", dest="json_path", default=None, help="write all numbers to this JSON file")
+    p.add_argument("--json", action="store_true", help="print all numbers as JSON instead of the text report")
+    p.add_argument(
+        "--json-out", dest="json_path", default=None, help="also write all numbers to this JSON file"
+    )
     p.set_defaults(func=run)
 
 
@@ -86,7 +89,12 @@ def run(args: argparse.Namespace) -> int:
         "ground_truth": args.ground_truth,
         "tokenizers": {},
     }
-    print(
+
+    def say(text: str) -> None:  # the text report; with --json only the JSON report is printed
+        if not args.json:
+            print(text)
+
+    say(
         f"# Estimator evaluation: {len(requests)} real requests, seed {args.seed}, B = {thresholds}, "
         f"ground truth: {args.ground_truth}\n"
     )
@@ -102,17 +110,19 @@ def run(args: argparse.Namespace) -> int:
         summary = evaluate(items, thresholds, [ours(), *baseline_strategies(args.paper_gamma)])
         summary["ground_truth_s"] = round(t1 - t0, 1)
         summary["replay_s"] = round(time.perf_counter() - t1, 1)
-        print(render_markdown(name, summary, thresholds))
+        say(render_markdown(name, summary, thresholds))
         if seeds:
             by_seed = seed_rows(requests, truth, SERVED_MODELS[name], seeds, thresholds, args.limit)
             summary["seeds"] = by_seed
-            print(render_seeds(name, by_seed, thresholds))
+            say(render_seeds(name, by_seed, thresholds))
         if args.sweep:
             rows = sweep(items, thresholds)
             summary["sweep"] = rows
-            print(render_sweep(name, rows, thresholds))
+            say(render_sweep(name, rows, thresholds))
         report["tokenizers"][name] = summary
         sys.stdout.flush()
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(report, indent=1, default=float), encoding="utf-8")
+    if args.json:
+        print(json.dumps(report, indent=1, default=float))
     return 0

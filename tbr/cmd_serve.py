@@ -13,10 +13,12 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from extproc.config import ConfigError, load_config
+from extproc.config import ConfigError, RouterConfig
 from extproc.service.logs import configure_logging
+from extproc.service.overrides import env_overrides, load_config_with_overrides, redis_password
 
 if TYPE_CHECKING:  # imported in run(): `tbr --help` and the other subcommands skip gRPC's import cost
     from extproc.service.app import RouterApp
@@ -28,10 +30,31 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     """Register ``tbr serve``."""
     p = subparsers.add_parser("serve", help="run the ext_proc router")
     p.add_argument("--config", required=True, help="router YAML configuration")
+    # Flags > TBR_* environment > YAML (extproc/service/overrides.py); kept across reloads.
+    p.add_argument("--grpc-host", help="override server.grpc_host (env TBR_GRPC_HOST)")
     p.add_argument(
-        "--grpc-port", type=int, default=None, help="override server.grpc_port (0 = any free port)"
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="override server.grpc_port, 0 = any free port (env TBR_GRPC_PORT)",
     )
-    p.add_argument("--admin-port", type=int, default=None, help="override admin.port (0 = any free port)")
+    p.add_argument("--admin-host", help="override admin.host (env TBR_ADMIN_HOST)")
+    p.add_argument(
+        "--admin-port",
+        type=int,
+        default=None,
+        help="override admin.port, 0 = any free port (env TBR_ADMIN_PORT)",
+    )
+    p.add_argument(
+        "--redis-url",
+        help="override calibration.redis_url (env TBR_REDIS_URL; password: TBR_REDIS_PASSWORD[_FILE])",
+    )
+    p.add_argument(
+        "--pool",
+        action="append",
+        metavar="NAME=MAX_MODEL_LEN",
+        help="replace the pools, repeated once per pool (env TBR_POOLS=NAME=LEN,NAME=LEN)",
+    )
     p.add_argument(
         "--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
@@ -66,22 +89,44 @@ async def _serve(app: RouterApp) -> None:
     log.info("stopped")
 
 
+def flag_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """The ``tbr serve`` flags that were given, as {dotted setting: raw value}."""
+    flags = {
+        "server.grpc_host": args.grpc_host,
+        "server.grpc_port": args.grpc_port,
+        "admin.host": args.admin_host,
+        "admin.port": args.admin_port,
+        "calibration.redis_url": args.redis_url,
+        "pools": ",".join(args.pool) if args.pool else None,
+    }
+    return {k: str(v) for k, v in flags.items() if v is not None}
+
+
 def run(args: argparse.Namespace) -> int:
-    """Load the config (exit 2 with the errors if invalid) and serve; 0 after a clean stop."""
+    """Load the config with its overrides (exit 2 with the errors if invalid) and serve; 0 after
+    a clean stop."""
     configure_logging(args.log_level, args.log_format)
+    overrides = env_overrides(os.environ) | flag_overrides(args)
+
+    def load(path: str | Path) -> RouterConfig:
+        return load_config_with_overrides(path, overrides)
+
     try:
-        cfg = load_config(args.config)
+        cfg = load(args.config)
+        password = redis_password(os.environ)
     except ConfigError as exc:
         print(f"{args.config}: {exc}", file=sys.stderr)
         return 2
+    if overrides:
+        log.info("settings over %s: %s", args.config, ", ".join(sorted(overrides)))
     from extproc.service.app import RouterApp
 
     app = RouterApp(
         cfg,
-        grpc_port=args.grpc_port,
-        admin_port=args.admin_port,
         config_path=args.config,
         watch_config=args.watch,
+        config_loader=load,
+        redis_password=password,
     )
     try:
         asyncio.run(_serve(app))

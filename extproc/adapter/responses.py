@@ -64,7 +64,7 @@ def route_request_headers(header: str, value: str) -> pb.ProcessingResponse:
     """Answer to ``request_headers`` for bodiless or unhandled requests: route now, and skip the body.
 
     The mode override keeps response headers SEND (for accounting) and turns the request body off;
-    body modes have no DEFAULT, so the override states every mode explicitly (envoy-notes §1 gotcha 4).
+    body modes have no DEFAULT, so the override states every mode explicitly (docs/envoy-facts.md §1.4 gotcha 4).
     """
     return pb.ProcessingResponse(
         request_headers=pb.HeadersResponse(response=_routing_common(header, value)),
@@ -86,7 +86,7 @@ CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE = pb.ProcessingResponse(
     ),
 )
 """Answer to ``request_headers`` of a request routed on its body but not sampled for calibration:
-keep the request body BUFFERED (body modes have no DEFAULT, so it is stated; envoy-notes §1
+keep the request body BUFFERED (body modes have no DEFAULT, so it is stated; docs/envoy-facts.md §1.4
 gotcha 4) and turn the response phases off, so the stream ends after ``request_body``
 (2 messages instead of 4). Envoy honours it only with ``allow_mode_override: true`` and without
 ``send_body_without_waiting_for_header_response``; otherwise the response headers still arrive

@@ -1,4 +1,4 @@
-"""Online calibration of bytes-per-token ratios (arXiv 2604.09613 §3.3, extended).
+"""Online calibration of bytes-per-token ratios (arXiv 2604.09613, docs/method.md §3.3; extended).
 
 On each response with ``usage.prompt_tokens`` the router observes
 ``c_obs = ratio_bytes / ratio_tokens`` for the request's (model, category) key, with a weight

@@ -1,12 +1,12 @@
 """Content category of a request, decided before routing from a bounded sample of its text.
 
 The bytes-per-token ratio of a tokenizer depends mostly on the script and on whether the text is
-code or structured JSON (../shared/docs/data-stats.md §3: Llama-3 gives 4.7 B/token on English prose,
+code or structured JSON (docs/data.md §3.1: Llama-3 gives 4.7 B/token on English prose,
 5.6 on Cyrillic, 3.3 on Chinese, 1.6 on Telugu). The classifier therefore looks at UTF-8 *lead
 bytes*, which identify the Unicode block of each non-ASCII character, and counts them with
 ``bytes.count`` (C speed): classification of a 16 KiB sample costs tens of microseconds.
 
-Rules (first match wins), mirroring data-stats.md §2.3 so the measured ratios apply:
+Rules (first match wins), mirroring docs/data.md §2.3 so the measured ratios apply:
 
 1. ``json``: the text (stripped) starts with ``{`` or ``[`` and ends with ``}`` or ``]``.
 2. CJK (Han + Kana + Hangul ≥ 30 % of letters): ``cjk_ko`` / ``cjk_ja`` / ``cjk_zh``.

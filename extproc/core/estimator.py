@@ -1,4 +1,4 @@
-"""Token-budget estimate of a request, and calibration from its response (arXiv 2604.09613 §3).
+"""Token-budget estimate of a request, and calibration from its response (arXiv 2604.09613; docs/method.md §3).
 
 ``L_total = prompt_tokens_est + n_sequences · output_reserve`` where
 

@@ -1,6 +1,6 @@
 """Routing policy: which pool a budget goes to (no gRPC, no I/O).
 
-Rule (arXiv 2604.09613 §3; generalised to N pools as the shortest fit of vllm-sr-sim's
+Rule (arXiv 2604.09613, docs/method.md §3.5; generalised to N pools as the shortest fit of vllm-sr-sim's
 ``LengthRouter``): the smallest pool whose ``max_model_len`` holds ``budget.total_tokens`` (the
 *preferred* pool); when none does, the largest pool (vLLM there answers with its own
 context-length error, which is the correct answer for such a request). Requests the router

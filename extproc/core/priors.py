@@ -2,7 +2,7 @@
 
 A key uses its prior until it has ``calibration.warmup_samples`` observations. Each family value
 is the 1st percentile of the per-request observed ratio ``c_obs`` of that category (after
-framing, digits, punctuation and newlines are taken out) in the replay of data-stats.md §2.2
+framing, digits, punctuation and newlines are taken out) in the replay of docs/data.md §2.2
 with that family's tokenizer, rounded down to 0.1, as printed by ``tbr eval-estimator``
 (``priors_from_replay``; docs/estimator.md §Priors): conservative, so a cold key errs
 towards the long pool. :data:`CATEGORY_PRIORS_BPT` (models of unknown family) takes the minimum

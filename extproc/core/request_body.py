@@ -6,7 +6,7 @@ Endpoints parsed here: ``/v1/chat/completions`` (``messages``) and ``/v1/complet
 :mod:`extproc.core.api_bodies` with the walkers of this module.
 Text is measured in UTF-8 bytes of the *decoded* JSON strings, not of the escaped body: a
 Python client escapes every CJK character as ``\\uXXXX`` (6 bytes for 3), which would skew the
-ratio by 2× (data-stats.md, "Python default" column).
+ratio by 2× (docs/data.md §3.3, "Python default" columns).
 
 Anything the router cannot read raises :class:`UnreadableRequest` whose ``reason`` is a short
 fixed string (a bounded metric label); the caller sends such requests to the largest pool.

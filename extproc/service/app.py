@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -68,6 +68,9 @@ class RouterApp:
         watch_config: reload when ``config_path`` changes (needs ``config_path``).
         http_client: client for scraping pool ``/metrics`` (spillover); one is built (and
             closed on stop) when None and a scrape is configured.
+        config_loader: reads ``config_path`` on reload (default: the file alone; ``tbr serve``
+            applies its environment and flag overrides, :mod:`extproc.service.overrides`).
+        redis_password: password for ``calibration.redis_url`` (a secret kept out of the YAML).
 
     Building it does no I/O.
     """
@@ -81,8 +84,11 @@ class RouterApp:
         config_path: str | Path | None = None,
         watch_config: bool = False,
         http_client: httpx.AsyncClient | None = None,
+        config_loader: Callable[[Path], RouterConfig] | None = None,
+        redis_password: str | None = None,
     ) -> None:
         self.config = config
+        self._config_loader = config_loader
         self._grpc_port_req = grpc_port
         self._admin_port_req = admin_port
         self._config_path = config_path
@@ -99,6 +105,7 @@ class RouterApp:
         if cal.redis_url:
             self.redis = RedisRatioStore(
                 url=cal.redis_url,
+                password=redis_password,
                 params=InMemoryRatioStore.from_config(cal).params,
                 metrics=self.metrics,
                 key_prefix=cal.redis_key_prefix,
@@ -179,6 +186,7 @@ class RouterApp:
                 current=lambda: self.current_router().config,
                 apply=self._install,
                 on_outcome=lambda outcome: self.metrics.config_reloads.labels(outcome).inc(),
+                **({"load": self._config_loader} if self._config_loader is not None else {}),
             )
             if self._watch_config:
                 self.reloader.start_watching()

@@ -110,6 +110,7 @@ class RedisRatioStore:
     Args:
         url: Redis URL (``redis://host:port/db``, ``unix:///path``).
         params: learner parameters (applied locally and by the server-side script).
+        password: Redis AUTH password when not in ``url`` (from the environment or a file).
         metrics: where store health is counted.
         key_prefix: prefix of the Redis hashes.
         sync_interval_s: push/pull period in seconds.
@@ -126,6 +127,7 @@ class RedisRatioStore:
         *,
         url: str,
         params: LearnerParams,
+        password: str | None = None,
         metrics: RouterMetrics,
         key_prefix: str = "tbr:",
         sync_interval_s: float = 1.0,
@@ -144,6 +146,7 @@ class RedisRatioStore:
         self.on_update: Callable[[RatioKey], None] | None = None
         """Called with each key whose local state changed after a pull (e.g. to publish gauges)."""
         self._url = url
+        self._password = password
         self._client = client
         self._script: Any = None
         self._queue: deque[tuple[RatioKey, float, float]] = deque()
@@ -217,6 +220,7 @@ class RedisRatioStore:
         if self._client is None:
             self._client = aioredis.from_url(
                 self._url,
+                password=self._password,
                 decode_responses=True,
                 socket_timeout=self.timeout_s,
                 socket_connect_timeout=self.timeout_s,

@@ -21,6 +21,7 @@ from pathlib import Path
 from watchfiles import awatch
 
 from extproc.config import ConfigError, RouterConfig, load_config
+from extproc.service.overrides import changed_fields
 
 __all__ = ["ConfigReloader", "restart_only_changes"]
 
@@ -63,6 +64,11 @@ class ConfigReloader:
         current: returns the configuration in use.
         apply: installs a validated new configuration (builds and swaps the Router).
         on_outcome: called with ``applied``, ``invalid`` or ``unchanged`` after each attempt.
+        load: reads and validates the file (default :func:`~extproc.config.load_config`; ``tbr
+            serve`` passes one that applies its environment and flag overrides).
+
+    A reload whose validated configuration equals the running one (e.g. SIGHUP on an unchanged
+    file) is ``unchanged``; an applied one logs the names of the changed settings.
     """
 
     def __init__(
@@ -72,8 +78,10 @@ class ConfigReloader:
         current: Callable[[], RouterConfig],
         apply: Callable[[RouterConfig], None],
         on_outcome: Callable[[str], None],
+        load: Callable[[Path], RouterConfig] = load_config,
     ) -> None:
         self.path = Path(path)
+        self._load = load
         self._current = current
         self._apply = apply
         self._on_outcome = on_outcome
@@ -97,18 +105,31 @@ class ConfigReloader:
             outcome = "unchanged"
         else:
             try:
-                new = load_config(self.path)
+                new = self._load(self.path)
             except ConfigError as exc:
                 log.error("config reload rejected, keeping the running configuration: %s", exc)
                 outcome = "invalid"
             else:
-                ignored = restart_only_changes(self._current(), new)
-                if ignored:
-                    log.warning("config reload: %s changed; takes effect after a restart", ", ".join(ignored))
-                self._apply(new)
+                old = self._current()
+                changed = changed_fields(old, new)
                 self._digest = digest
-                outcome = "applied"
-                log.info("config reloaded from %s", self.path)
+                if not changed:
+                    outcome = "unchanged"
+                    log.info("config reload: %s has no changed setting", self.path)
+                else:
+                    ignored = restart_only_changes(old, new)
+                    if ignored:
+                        log.warning(
+                            "config reload: %s changed; takes effect after a restart", ", ".join(ignored)
+                        )
+                    self._apply(new)
+                    outcome = "applied"
+                    log.info(
+                        "config reloaded from %s; changed: %s",
+                        self.path,
+                        ", ".join(changed),
+                        extra={"changed": changed},
+                    )
         self._on_outcome(outcome)
         return outcome
 

@@ -1,7 +1,7 @@
 """Demo requests: real prompts read in place from ``../shared/data`` (never copied), or the built-in sample.
 
 One :class:`DemoRequest` = one OpenAI chat request replayed through Envoy. Requests follow
-data-stats.md §2.2 (one request per user turn with its history; BFCL with ``tools``; LongBench v2 as
+docs/data.md §2.2 (one request per user turn with its history; BFCL with ``tools``; LongBench v2 as
 ``context + question + choices``). The mix covers English prose (ShareGPT, LMSYS, MT-Bench, MGSM-en),
 other Latin languages (MGSM de/es/fr/sw), code (HumanEval, fenced chat turns), CJK (AlignBench,
 MT-Bench ja/ko, MGSM zh/ja), other scripts (WildChat-ru, MGSM ru/th/bn/te), tool calls (BFCL) and long
@@ -66,7 +66,7 @@ class DemoRequest:
     Attributes:
         request_id: sent as ``x-request-id``; the router's decision log is joined on it.
         category: demo category (a key of :data:`DEMO_CATEGORIES`).
-        source: dataset id (data-stats.md §1) or ``builtin``.
+        source: dataset id (docs/data.md §1.1) or ``builtin``.
         messages: OpenAI chat messages.
         tools: OpenAI ``tools`` (tool-call requests) or None.
         stream: send ``stream: true``.
@@ -104,7 +104,7 @@ def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def _turn_requests(turns: list[Message]) -> Iterator[list[Message]]:
-    """One request per user turn: all earlier messages plus that turn (data-stats.md §2.2)."""
+    """One request per user turn: all earlier messages plus that turn (docs/data.md §2.2)."""
     while turns and turns[0]["role"] == "assistant":
         turns = turns[1:]
     for i, m in enumerate(turns):

@@ -34,9 +34,13 @@ def compose_binary() -> Path:
 
 
 def run_compose(*args: str, file: Path = COMPOSE) -> subprocess.CompletedProcess[str]:
+    """The compose binary on ``file`` with every profile (Grafana is behind ``grafana``) and the
+    stand-in image variables unset, so the upstream defaults are what is checked."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TBR_")}
     return subprocess.run(
-        [str(compose_binary()), "-f", str(file), *args], capture_output=True, text=True, timeout=60
-    )
+        [str(compose_binary()), "-f", str(file), "--profile", "*", *args],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +59,7 @@ def test_compose_file_is_valid() -> None:
 def test_compose_validation_can_fail(tmp_path: Path) -> None:
     """The binary (not the wrapper) reports errors, so the test above can fail."""
     broken = tmp_path / "docker-compose.yaml"
-    broken.write_text(COMPOSE.read_text().replace('- "10000:10000"', "- {bogus: 1}", 1))
+    broken.write_text(COMPOSE.read_text().replace('- "${TBR_ENVOY_PUBLISH:-10000}:10000"', "- {bogus: 1}", 1))
     proc = run_compose("config", "-q", file=broken)
     assert proc.returncode != 0
 
@@ -184,9 +188,42 @@ def test_grafana_dashboard_uses_documented_metrics(rendered: dict[str, Any]) -> 
     assert {p["datasource"]["uid"] for p in dashboard["panels"]} == {datasource["datasources"][0]["uid"]}
 
 
-def test_dockerfile_builds_the_router_image() -> None:
+def test_images_built_once_and_pinned(rendered: dict[str, Any]) -> None:
+    """One build per image (router, stand-in pool), every image tag pinned, Grafana optional."""
+    services = rendered["services"]
+    built = {name: s["build"] for name, s in services.items() if "build" in s}
+    assert {name: b["target"] for name, b in built.items()} == {"router": "router", "pool-short": "mockpool"}
+    assert services["pool-long"]["image"] == services["pool-short"]["image"]
+    assert services["pool-long"]["pull_policy"] == "never"
+    for name, service in services.items():
+        repo, _, tag = service["image"].rpartition(":")
+        assert repo and tag and tag != "latest", (name, service["image"])
+    assert "latest" not in COMPOSE.read_text()
+    assert services["grafana"]["profiles"] == ["grafana"]
+    default = subprocess.run(
+        [str(compose_binary()), "-f", str(COMPOSE), "config", "--services"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.split()  # fmt: skip
+    assert "grafana" not in default and "router" in default
+
+
+def test_dockerfile_router_image() -> None:
+    """Router-only default target, non-root, health-checked, labelled, on all interfaces."""
     text = (REPO / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.11-slim$", text, flags=re.M)
-    assert "pip install ." in text
-    assert 'CMD ["serve", "--config", "/etc/tbr/router.yaml"]' in text
-    assert 'ENTRYPOINT ["tbr"]' in text
+    stages = re.findall(r"^FROM (\S+) AS (\S+)$", text, flags=re.M)
+    assert stages[-1][1] == "router"  # `docker build .` builds the router
+    assert {name for _, name in stages} >= {"deps", "router-build", "mockpool", "router"}
+    router = text.split("AS router\n")[1]
+    assert "USER 10001" in router and "HEALTHCHECK" in router and "/readyz" in router
+    for label in ("title", "version", "revision", "licenses", "description"):
+        assert f"org.opencontainers.image.{label}=" in router
+    assert 'CMD ["serve", "--config", "/etc/tbr/router.yaml"]' in router
+    assert 'ENTRYPOINT ["tbr"]' in router
+    # Dependencies come from pinned constraints before the source is copied.
+    deps = text.split("AS deps\n")[1].split("\nFROM ")[0]
+    assert "-c constraints.txt" in deps and "COPY extproc" not in deps
+    pins = [
+        line for line in (REPO / "docker" / "constraints.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]  # fmt: skip
+    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[^=\s]+", p) for p in pins), pins

@@ -11,14 +11,11 @@ import yaml
 
 from extproc.config import RouterConfig, load_config, parse_config
 from tests.deploy.test_compose import run_compose
+from tests.deploy.test_kustomize import render
 from tests.service.contracts import REPO
 
-TWO = REPO / "deploy" / "two-models"
+OVERLAY = REPO / "deploy" / "overlays" / "two-models"
 REFERENCE = load_config(REPO / "config" / "router-2models.yaml")
-
-
-def docs(name: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((TWO / name).read_text(encoding="utf-8")) if d]
 
 
 def arg(args: list[str], flag: str) -> str:
@@ -35,28 +32,35 @@ def served(cfg: RouterConfig) -> dict[str, str]:
     return {pool: ms.models[0] for ms in cfg.models for pool in ms.pools}
 
 
-def test_k8s_router_config_pools_and_route() -> None:
-    (cm,) = docs("router.yaml")
-    assert (cm["kind"], cm["metadata"]["name"]) == ("ConfigMap", "tbr-router-config")
-    cfg = parse_config(yaml.safe_load(cm["data"]["router.yaml"]))
+def test_k8s_overlay_router_config_pools_and_envoy() -> None:
+    objs = render("two-models")
+    by = {(d["kind"], d["metadata"]["name"]): d for d in objs}
+    cfg = parse_config(yaml.safe_load(by[("ConfigMap", "tbr-router-config")]["data"]["router.yaml"]))
     same_sets(cfg)
+    assert cfg.calibration.redis_url is not None  # the base's shared store is kept
     limits = {p.name: p.max_model_len for p in cfg.pools}
-    deployments = {d["metadata"]["name"]: d for d in docs("pools.yaml") if d["kind"] == "Deployment"}
-    services = {d["metadata"]["name"]: d for d in docs("pools.yaml") if d["kind"] == "Service"}
-    assert set(deployments) == set(services) == {f"pool-{n}" for n in limits}
+    pools = {name for kind, name in by if kind == "Deployment" and name.startswith("pool-")}
+    assert pools == {f"pool-{n}" for n in limits}  # the base's pool-short/pool-long are gone
+    (envoy_cm,) = [
+        d for (kind, name), d in by.items() if kind == "ConfigMap" and name.startswith("envoy-config")
+    ]
+    envoy_text = envoy_cm["data"]["envoy.yaml"]
+    assert envoy_text == (REPO / "envoy" / "envoy-2models.yaml").read_text(encoding="utf-8")
+    envoy = yaml.safe_load(envoy_text)
+    endpoints = {
+        c["name"]: c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"][
+            "socket_address"
+        ]
+        for c in envoy["static_resources"]["clusters"]
+    }
     for pool, model in served(cfg).items():
-        (container,) = deployments[f"pool-{pool}"]["spec"]["template"]["spec"]["containers"]
+        (container,) = by[("Deployment", f"pool-{pool}")]["spec"]["template"]["spec"]["containers"]
         assert int(arg(container["args"], "--max-model-len")) == limits[pool]
         assert arg(container["args"], "--served-model-name") == model
-    (route,) = docs("httproute.yaml")
-    by_header = {}
-    for rule in route["spec"]["rules"]:
-        headers = rule["matches"][0].get("headers") or [{"value": None}]
-        by_header[headers[0]["value"]] = rule["backendRefs"][0]["name"]
-    assert by_header == {
-        **{p.header_value: f"pool-{p.name}" for p in cfg.pools},
-        None: f"pool-{cfg.fallback_pool.name}",
-    }
+        (port,) = by[("Service", f"pool-{pool}")]["spec"]["ports"]
+        assert endpoints[f"{pool}_pool"] == {"address": f"pool-{pool}", "port_value": port["port"]}
+    selector = by[("NetworkPolicy", "tbr-pools")]["spec"]["podSelector"]["matchExpressions"][0]["values"]
+    assert set(selector) == pools
 
 
 def test_compose_two_models(tmp_path: Path) -> None:
@@ -81,5 +85,5 @@ def test_compose_two_models(tmp_path: Path) -> None:
         cmd = services[f"pool-{pool}"]["command"]
         assert int(arg(cmd, "--max-model-len")) == limits[pool]
         assert arg(cmd, "--served-model-name") == model and "--strict-model" in cmd
-        sock = endpoints[pool.replace("-", "_") + "_pool"]
+        sock = endpoints[f"{pool}_pool"]
         assert sock == {"address": f"pool-{pool}", "port_value": int(arg(cmd, "--port"))}

@@ -10,17 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from devstack.stack import Gateway
 from tbr.cmd_demo import _read_decisions
 from tbr.demo.replay import replay
 from tbr.demo.summary import SummaryInputs, build_summary
 from tbr.demo.workload import build_workload
 from tests.e2e.client import MODEL
-from tests.e2e.conftest import REPO, Gateway, Router
+from tests.e2e.harness import REPO, RouterEndpoints
 
 pytestmark = pytest.mark.envoy
 
 
-def test_builtin_replay_through_envoy(gateway: Gateway, router: Router, tmp_path: Path) -> None:
+def test_builtin_replay_through_envoy(gateway: Gateway, router: RouterEndpoints, tmp_path: Path) -> None:
     w = build_workload(tmp_path / "no-data", n_requests=24, seed=11)
     outcomes = asyncio.run(replay(gateway.base_url, w.requests, model=MODEL, concurrency=4))
     assert all(o.status == 200 for o in outcomes), [
@@ -67,7 +68,7 @@ def test_tbr_demo_cli_on_builtin_sample(tmp_path: Path) -> None:
             str(tmp_path / "absent"),
             "--requests",
             "20",
-            "--json",
+            "--json-out",
             str(out),
         ],
         capture_output=True,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from devstack.envoy_runner import validate_envoy_config
+from devstack.envoy_runner import render_envoy_clusters, validate_envoy_config
 from extproc.config import load_config
-from tests.e2e.harness import ENVOY_3POOLS, REPO, render_envoy
+from tests.e2e.harness import ENVOY_3POOLS, REPO
 
 pytestmark = pytest.mark.envoy
 
@@ -23,7 +23,7 @@ def test_envoy_3pools_validates_as_written_and_rendered(tmp_path: Path) -> None:
     ports = {"ext_proc": 21002, "short_pool": 21003, "medium_pool": 21004, "long_pool": 21005}
     rendered = tmp_path / "e.yaml"
     rendered.write_text(
-        yaml.safe_dump(render_envoy(ENVOY_3POOLS, listener=21000, admin=21001, clusters=ports))
+        yaml.safe_dump(render_envoy_clusters(ENVOY_3POOLS, listener=21000, admin=21001, clusters=ports))
     )
     res = validate_envoy_config(rendered)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from devstack.stack import Gateway
 from tbr.demo.workload import long_prompt, short_prompt
 from tests.e2e.client import chat
-from tests.e2e.conftest import Gateway, data_dir
+from tests.e2e.harness import data_dir
 
 pytestmark = pytest.mark.envoy
 

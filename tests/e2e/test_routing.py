@@ -8,14 +8,15 @@ import time
 import httpx
 import pytest
 
+from devstack.stack import Gateway
 from tbr.demo.workload import long_prompt, short_prompt
 from tests.e2e.client import MODEL, chat
-from tests.e2e.conftest import Gateway, Router, data_dir
+from tests.e2e.harness import RouterEndpoints, data_dir
 
 pytestmark = pytest.mark.envoy
 
 
-def _decision(router: Router, request_id: str, timeout_s: float = 5.0) -> dict[str, object]:
+def _decision(router: RouterEndpoints, request_id: str, timeout_s: float = 5.0) -> dict[str, object]:
     """The router's decision-log record for ``request_id`` (written when the ext_proc stream ends)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -28,7 +29,7 @@ def _decision(router: Router, request_id: str, timeout_s: float = 5.0) -> dict[s
     raise AssertionError(f"no decision logged for {request_id}")
 
 
-def _samples(router: Router) -> dict[tuple[str, str], int]:
+def _samples(router: RouterEndpoints) -> dict[tuple[str, str], int]:
     rows = httpx.get(f"{router.admin_url}/ratios", timeout=5.0).json()["ratios"]
     return {(r["model"], r["category"]): int(r["samples"]) for r in rows}
 
@@ -41,7 +42,7 @@ def _samples(router: Router) -> dict[tuple[str, str], int]:
     ],
 )
 def test_prompt_reaches_the_pool_that_fits(
-    gateway: Gateway, router: Router, kind: str, expected_pool: str
+    gateway: Gateway, router: RouterEndpoints, kind: str, expected_pool: str
 ) -> None:
     _, text = (short_prompt if kind == "short" else long_prompt)(data_dir())
     rid = f"e2e-route-{kind}"
@@ -57,7 +58,7 @@ def test_prompt_reaches_the_pool_that_fits(
         assert served.prompt_tokens is not None and served.prompt_tokens > 8192
 
 
-def test_spoofed_short_header_on_long_prompt_is_ignored(gateway: Gateway, router: Router) -> None:
+def test_spoofed_short_header_on_long_prompt_is_ignored(gateway: Gateway, router: RouterEndpoints) -> None:
     _, text = long_prompt(data_dir())
     served = chat(
         gateway.base_url, text, headers={"x-tbr-pool": "short", "x-request-id": "e2e-spoof"}, max_tokens=16
@@ -66,7 +67,7 @@ def test_spoofed_short_header_on_long_prompt_is_ignored(gateway: Gateway, router
     assert _decision(router, "e2e-spoof")["pool"] == "long"
 
 
-def test_streaming_with_include_usage_calibrates(gateway: Gateway, router: Router) -> None:
+def test_streaming_with_include_usage_calibrates(gateway: Gateway, router: RouterEndpoints) -> None:
     """The router reads usage from the SSE stream: the decision log carries the served prompt_tokens
     and the learned-ratio table gains one sample for the request's (model, category)."""
     _, text = short_prompt(data_dir())
@@ -83,7 +84,7 @@ def test_streaming_with_include_usage_calibrates(gateway: Gateway, router: Route
     assert after.get(key, 0) == before.get(key, 0) + 1
 
 
-def test_envoy_did_not_fail_open(gateway: Gateway, router: Router) -> None:
+def test_envoy_did_not_fail_open(gateway: Gateway, router: RouterEndpoints) -> None:
     """With the router up, no request took the fail-open path."""
     chat(gateway.base_url, short_prompt(data_dir())[1], max_tokens=4)
     stats = gateway.envoy.stats("ext_proc.tbr.")
@@ -92,7 +93,9 @@ def test_envoy_did_not_fail_open(gateway: Gateway, router: Router) -> None:
     assert stats["http.llm_ingress.ext_proc.tbr.message_timeouts"] == 0
 
 
-def test_body_over_one_mebibyte_is_budgeted_not_rejected_by_envoy(gateway: Gateway, router: Router) -> None:
+def test_body_over_one_mebibyte_is_budgeted_not_rejected_by_envoy(
+    gateway: Gateway, router: RouterEndpoints
+) -> None:
     """Over Envoy's default 1 MiB buffer: the raised per-connection limit and the router's 8 MiB gRPC
     message size let the router read it (no 413, no fail-open); it exceeds every pool, so it goes to
     the long pool, whose own max_model_len check answers vLLM's 400."""

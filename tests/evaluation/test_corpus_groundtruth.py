@@ -1,4 +1,4 @@
-"""The replayed requests are the real ones of data-stats.md §2.2, with exact ground truth."""
+"""The replayed requests are the real ones of docs/data.md §2.2, with exact ground truth."""
 
 from __future__ import annotations
 

@@ -13,17 +13,12 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 from PIL import Image
 
-from devstack.envoy_runner import EnvoyPorts, EnvoyProcess
-from devstack.procs import ManagedProcess, free_port
-from devstack.stack import envoy_process, pool_process, render_router_config, router_process
+from devstack.stack import Stack, StackOptions
 
 pytestmark = pytest.mark.envoy
 
@@ -32,90 +27,27 @@ SHORT_TEXT = "Please summarise the plot of a short story about a lighthouse keep
 LONG_TEXT = "The committee reviewed every clause of the agreement in detail before the vote. " * 1500
 
 
-@dataclass
-class FaultStack:
-    work: Path
-    ports: EnvoyPorts
-    router_admin_port: int
-    router_cfg_path: Path
-    short: ManagedProcess
-    long: ManagedProcess
-    envoy: EnvoyProcess
-    router: ManagedProcess | None = None
-    old_routers: list[ManagedProcess] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.ports.listener}/v1/chat/completions"
-
-    @property
-    def admin(self) -> str:
-        return f"http://127.0.0.1:{self.router_admin_port}"
-
-    def start_router(self) -> ManagedProcess:
-        if self.router is not None:
-            self.old_routers.append(self.router)
-        self.router = router_process(
-            self.router_cfg_path, self.ports.router_grpc, self.router_admin_port, log_dir=self.work
-        )
-        self.router.log_path = self.work / f"router-{len(self.old_routers)}.log"
-        self.router.start()
-        return self.router
-
-    def metric(self, name: str, labels: dict[str, str] | None = None) -> float:
-        from prometheus_client.parser import text_string_to_metric_families
-
-        text = httpx.get(f"{self.admin}/metrics", timeout=5).text
-        total = 0.0
-        for fam in text_string_to_metric_families(text):
-            for s in fam.samples:
-                if s.name == name and all(s.labels.get(k) == v for k, v in (labels or {}).items()):
-                    total += s.value
-        return total
-
-    def envoy_stat(self, suffix: str) -> int:
-        stats = self.envoy.stats(suffix)
-        return sum(v for k, v in stats.items() if k.endswith(suffix))
-
-
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultStack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Two pools, a restartable router that snapshots its learned ratios, Envoy."""
     work = tmp_path_factory.mktemp("faults")
-    ports = EnvoyPorts(
-        listener=free_port(),
-        admin=free_port(),
-        router_grpc=free_port(),
-        short_pool=free_port(),
-        long_pool=free_port(),
-    )
-    admin_port = free_port()
-    cfg = render_router_config(
-        grpc_port=ports.router_grpc, admin_port=admin_port, short_max_model_len=8192, long_max_model_len=65536
-    )
-    cfg["calibration"]["snapshot_path"] = str(work / "ratios.json")
-    cfg["calibration"]["warmup_samples"] = 2
-    cfg_path = work / "router.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-    short = pool_process("short", ports.short_pool, 8192, log_dir=work)
-    long = pool_process("long", ports.long_pool, 65536, log_dir=work)
-    envoy = envoy_process(ports, log_dir=work)
-    s = FaultStack(work, ports, admin_port, cfg_path, short, long, envoy)
-    try:
-        short.launch()
-        long.launch()
-        short.wait_ready()
-        long.wait_ready()
-        s.start_router()
-        envoy.start()
+    overrides = {"calibration": {"snapshot_path": str(work / "ratios.json"), "warmup_samples": 2}}
+    with Stack(work, StackOptions(router_overrides=overrides)) as s:
         yield s
-    finally:
-        for p in [envoy, s.router, *s.old_routers, short, long]:
-            if p is not None:
-                p.stop()
+
+
+def url(stack: Stack) -> str:
+    return f"{stack.base_url}/chat/completions"
+
+
+def envoy_stat(stack: Stack, suffix: str) -> int:
+    assert stack.envoy is not None
+    stats = stack.envoy.stats(suffix)
+    return sum(v for k, v in stats.items() if k.endswith(suffix))
 
 
 def post(
-    stack: FaultStack,
+    stack: Stack,
     text: str,
     *,
     stream: bool = False,
@@ -125,7 +57,7 @@ def post(
     body = {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens}
     if stream:
         body |= {"stream": True, "stream_options": {"include_usage": True}}
-    return httpx.post(stack.url, json=body, headers=headers or {}, timeout=30.0)
+    return httpx.post(url(stack), json=body, headers=headers or {}, timeout=30.0)
 
 
 def served_by(r: httpx.Response) -> str | None:
@@ -139,18 +71,18 @@ def _wait(pred: object, timeout_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def test_baseline_routing(stack: FaultStack) -> None:
+def test_baseline_routing(stack: Stack) -> None:
     assert served_by(post(stack, SHORT_TEXT)) == "short"
     assert served_by(post(stack, LONG_TEXT)) == "long"
     assert served_by(post(stack, SHORT_TEXT, headers={"x-tbr-pool": "long"})) == "short"
 
 
-def test_router_frozen_hits_message_timeout_and_fails_open_to_long(stack: FaultStack) -> None:
+def test_router_frozen_hits_message_timeout_and_fails_open_to_long(stack: Stack) -> None:
     """SIGSTOP (like a long GC pause): Envoy's 2 s message_timeout fires, the request goes on
     without the header → long pool, 200. After SIGCONT the router routes again and its
     in-flight gauge returns to zero (the timed-out stream was reset by Envoy)."""
     assert stack.router is not None and stack.router.proc is not None
-    timeouts_before = stack.envoy_stat("ext_proc.tbr.message_timeouts")
+    timeouts_before = envoy_stat(stack, "ext_proc.tbr.message_timeouts")
     stack.router.proc.send_signal(signal.SIGSTOP)
     try:
         t0 = time.monotonic()
@@ -160,28 +92,28 @@ def test_router_frozen_hits_message_timeout_and_fails_open_to_long(stack: FaultS
         stack.router.proc.send_signal(signal.SIGCONT)
     assert r.status_code == 200 and served_by(r) == "long"
     assert 1.5 < elapsed_s < 10, elapsed_s
-    assert stack.envoy_stat("ext_proc.tbr.message_timeouts") == timeouts_before + 1
-    _wait(lambda: stack.metric("tbr_inflight_streams") == 0.0)
+    assert envoy_stat(stack, "ext_proc.tbr.message_timeouts") == timeouts_before + 1
+    _wait(lambda: stack.router_metric("tbr_inflight_streams") == 0.0)
     assert served_by(post(stack, SHORT_TEXT)) == "short"
-    assert stack.metric("tbr_processing_errors_total") == 0.0
+    assert stack.router_metric("tbr_processing_errors_total") == 0.0
 
 
-def test_router_restart_restores_learned_ratios(stack: FaultStack) -> None:
+def test_router_restart_restores_learned_ratios(stack: Stack) -> None:
     """Graceful restart (SIGTERM → snapshot_path written; new process loads it)."""
     for _ in range(4):
         assert post(stack, SHORT_TEXT, stream=True).status_code == 200
-    before = httpx.get(f"{stack.admin}/ratios", timeout=5).json()["ratios"]
+    before = httpx.get(f"{stack.router_admin_url}/ratios", timeout=5).json()["ratios"]
     assert before and max(r["samples"] for r in before) >= 4
     assert stack.router is not None
     assert stack.router.stop() == 0
-    assert (stack.work / "ratios.json").exists()
+    assert (stack.work_dir / "ratios.json").exists()
     stack.start_router()
-    after = httpx.get(f"{stack.admin}/ratios", timeout=5).json()["ratios"]
+    after = httpx.get(f"{stack.router_admin_url}/ratios", timeout=5).json()["ratios"]
     assert after == before
     assert served_by(post(stack, SHORT_TEXT)) == "short"
 
 
-def test_router_killed_under_load_fails_open_and_client_cannot_pick_the_pool(stack: FaultStack) -> None:
+def test_router_killed_under_load_fails_open_and_client_cannot_pick_the_pool(stack: Stack) -> None:
     """SIGKILL during a concurrent load whose every request carries `x-tbr-pool: short`: no
     client error; once the router is gone every request is served by the long pool. Restarted,
     routing resumes."""
@@ -199,7 +131,7 @@ def test_router_killed_under_load_fails_open_and_client_cannot_pick_the_pool(sta
                 }
                 if i % 2:
                     body |= {"stream": True, "stream_options": {"include_usage": True}}
-                r = c.post(stack.url, json=body, headers={"x-tbr-pool": "short"})
+                r = c.post(url(stack), json=body, headers={"x-tbr-pool": "short"})
                 with lock:
                     results.append((time.monotonic(), r.status_code, served_by(r)))
 
@@ -224,13 +156,13 @@ def test_router_killed_under_load_fails_open_and_client_cannot_pick_the_pool(sta
     assert served_by(post(stack, SHORT_TEXT)) == "short"
 
 
-def test_body_just_under_envoy_buffer_limit_is_routed_by_the_router(stack: FaultStack) -> None:
+def test_body_just_under_envoy_buffer_limit_is_routed_by_the_router(stack: Stack) -> None:
     """A ~7.9 MiB body (one large data-URI image, so the stand-in pool need not tokenize 8 MiB
     of text) is buffered by Envoy, read by the router (decision counted, no fail-open) and
     budgeted as one image → short pool. The image is a real 64×64 PNG header followed by padding:
     the router reads its size from the header (extproc.core.images), never the rest."""
-    failopen_before = stack.envoy_stat("ext_proc.tbr.failure_mode_allowed")
-    short_before = stack.metric("tbr_routing_decisions_total", {"pool": "short"})
+    failopen_before = envoy_stat(stack, "ext_proc.tbr.failure_mode_allowed")
+    short_before = stack.router_metric("tbr_routing_decisions_total", {"pool": "short"})
     png = io.BytesIO()
     Image.new("RGB", (64, 64)).save(png, format="PNG")
     head = png.getvalue() + b"\0" * (-len(png.getvalue()) % 3)
@@ -238,38 +170,38 @@ def test_body_just_under_envoy_buffer_limit_is_routed_by_the_router(stack: Fault
     uri = "data:image/png;base64," + b64 + "A" * ((8 << 20) - 4096 - len(b64))
     content = [{"type": "text", "text": "describe"}, {"type": "image_url", "image_url": {"url": uri}}]
     body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 4}
-    r = httpx.post(stack.url, json=body, timeout=60.0)
+    r = httpx.post(url(stack), json=body, timeout=60.0)
     assert r.status_code == 200 and served_by(r) == "short"
-    assert stack.metric("tbr_routing_decisions_total", {"pool": "short"}) == short_before + 1
-    assert stack.envoy_stat("ext_proc.tbr.failure_mode_allowed") == failopen_before
+    assert stack.router_metric("tbr_routing_decisions_total", {"pool": "short"}) == short_before + 1
+    assert envoy_stat(stack, "ext_proc.tbr.failure_mode_allowed") == failopen_before
 
 
-def test_body_over_envoy_buffer_limit_is_413_and_router_unaffected(stack: FaultStack) -> None:
-    errors_before = stack.metric("tbr_processing_errors_total")
+def test_body_over_envoy_buffer_limit_is_413_and_router_unaffected(stack: Stack) -> None:
+    errors_before = stack.router_metric("tbr_processing_errors_total")
     r = httpx.post(
-        stack.url,
+        url(stack),
         content=b'{"messages":"' + b"x" * (9 << 20) + b'"}',
         headers={"content-type": "application/json"},
         timeout=30,
     )
     assert r.status_code == 413
-    assert stack.metric("tbr_processing_errors_total") == errors_before
-    _wait(lambda: stack.metric("tbr_inflight_streams") == 0.0)
+    assert stack.router_metric("tbr_processing_errors_total") == errors_before
+    _wait(lambda: stack.router_metric("tbr_inflight_streams") == 0.0)
 
 
 @pytest.mark.parametrize(
     "body", [b"", b"{trunc", b"\xff\xfe", b"[]"], ids=["empty", "truncated", "not_utf8", "array"]
 )
-def test_bad_bodies_through_envoy_reach_long_pool_unchanged(stack: FaultStack, body: bytes) -> None:
+def test_bad_bodies_through_envoy_reach_long_pool_unchanged(stack: Stack, body: bytes) -> None:
     """The router routes unreadable bodies to long; the pool (not the router) answers them."""
-    before = stack.metric("tbr_unreadable_requests_total")
-    r = httpx.post(stack.url, content=body, headers={"content-type": "application/json"}, timeout=30)
+    before = stack.router_metric("tbr_unreadable_requests_total")
+    r = httpx.post(url(stack), content=body, headers={"content-type": "application/json"}, timeout=30)
     assert served_by(r) == "long"
     assert r.status_code in (400, 422)  # the stand-in pool's own validation error, passed through
-    assert stack.metric("tbr_unreadable_requests_total") == before + 1
+    assert stack.router_metric("tbr_unreadable_requests_total") == before + 1
 
 
-def test_client_abort_mid_stream_returns_router_gauge_to_zero(stack: FaultStack) -> None:
+def test_client_abort_mid_stream_returns_router_gauge_to_zero(stack: Stack) -> None:
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": SHORT_TEXT}],
@@ -277,26 +209,25 @@ def test_client_abort_mid_stream_returns_router_gauge_to_zero(stack: FaultStack)
         "stream": True,
     }
     for _ in range(5):
-        with httpx.stream("POST", stack.url, json=body, timeout=30) as r:
+        with httpx.stream("POST", url(stack), json=body, timeout=30) as r:
             assert r.status_code == 200
             next(r.iter_raw())  # first bytes, then drop the connection
-    _wait(lambda: stack.metric("tbr_inflight_streams") == 0.0)
-    assert stack.metric("tbr_processing_errors_total") == 0.0
+    _wait(lambda: stack.router_metric("tbr_inflight_streams") == 0.0)
+    assert stack.router_metric("tbr_processing_errors_total") == 0.0
 
 
-def test_short_pool_down_then_up(stack: FaultStack) -> None:
+def test_short_pool_down_then_up(stack: Stack) -> None:
     """A pool process dies: a request routed to it fails over to the next larger pool
     (envoy/envoy.yaml priority-group retry on connect-failure), so the client still gets a
     200 from long; the router keeps routing and counts nothing as an error; when the pool
     returns, short traffic is served by short again."""
-    stack.short.stop()
+    stack.pools["short"].stop()
     try:
         r = post(stack, SHORT_TEXT)
         assert r.status_code == 200 and served_by(r) == "long"
         assert served_by(post(stack, LONG_TEXT)) == "long"
     finally:
-        stack.short.proc = None
-        stack.short.start()
+        stack.pools["short"].restart()
     _wait(lambda: served_by(post(stack, SHORT_TEXT)) == "short", timeout_s=20)
-    assert stack.metric("tbr_processing_errors_total") == 0.0
-    _wait(lambda: stack.metric("tbr_inflight_streams") == 0.0)
+    assert stack.router_metric("tbr_processing_errors_total") == 0.0
+    _wait(lambda: stack.router_metric("tbr_inflight_streams") == 0.0)

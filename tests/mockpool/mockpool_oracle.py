@@ -1,4 +1,4 @@
-"""Rebuild real chat requests from ../shared/data exactly as docs/data-stats.md §2.2 defines them.
+"""Rebuild real chat requests from ../shared/data exactly as docs/data.md §2.2 defines them.
 
 Used as test oracles: ``derived/request_token_counts.csv`` holds ``{qwen3,llama3}_prompt_tokens`` computed by an
 independent one-off script from the same definitions.

@@ -1,4 +1,4 @@
-"""usage.prompt_tokens over HTTP equals the independent oracle counts for real requests (data-stats.md §2.2)."""
+"""usage.prompt_tokens over HTTP equals the independent oracle counts for real requests (docs/data.md §2.2)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Token counting against independent references: Meta's tiktoken Llama-3 tokenizer, hand-built Qwen3 prompts,
-and (when ../shared/data is present) the derived per-request oracle counts of docs/data-stats.md §2.2."""
+and (when ../shared/data is present) the derived per-request oracle counts of docs/data.md §2.2."""
 
 from __future__ import annotations
 

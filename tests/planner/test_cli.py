@@ -53,7 +53,7 @@ def test_plan_json_on_cdf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
             "a100-simcompat",
             "--sweep",
             "2048",
-            "--sweep-des-top",
+            "--jobs",
             "1",
             "--json",
             "--plot",
@@ -142,7 +142,7 @@ def test_plan_router_config_three_pools_sizes_with_spillover(
         [
             "plan", "--trace", str(_cdf(tmp_path)), "--rate", "20", "--min-requests", "1500",
             "--profile", "a100-simcompat", "--router-config", str(ROUTER_3POOLS), "--sweep",
-            "--sweep-des-top", "0", "--spill-sweep", "max_kv_cache_usage=0.5", "--json",
+            "--jobs", "1", "--spill-sweep", "max_kv_cache_usage=0.5", "--json",
         ]
     )  # fmt: skip
     assert args.func(args) == 0

@@ -190,3 +190,20 @@ def test_max_num_batched_tokens_limits_concurrent_prefill() -> None:
     assert np.allclose(free.ttft_s, free.ttft_s[0])  # all prefilled together
     assert len(set(np.round(capped.ttft_s, 9).tolist())) == 4  # two at a time: four waves
     assert float(np.max(capped.ttft_s)) > float(np.max(free.ttft_s))
+
+
+def test_load_balancing_policies_spread_a_burst_and_unknown_policy_is_refused() -> None:
+    """A burst of 12 equal requests on 3 one-slot instances: round robin and least-loaded give each
+    instance 4 (so 3 start at once and the last 3 wait 3 service times); p2c may pile up more."""
+    prof = _profile(max_num_seqs_cap=1)
+    trace = build_trace(np.zeros(12), np.full(12, 10), np.full(12, 50))
+    waves = {}
+    for lb in ("round_robin", "least_loaded", "p2c"):
+        res = simulate(
+            trace, [PoolSpec("p", prof, 1000, 3, lb=lb)], make_router("homogeneous"), check_invariants=True
+        )
+        waves[lb] = len(set(np.round(res.ttft_s, 9).tolist()))
+    assert waves["round_robin"] == waves["least_loaded"] == 4
+    assert waves["p2c"] >= 4
+    with pytest.raises(ValueError, match="load balancing"):
+        PoolSpec("p", prof, 1000, 3, lb="random")

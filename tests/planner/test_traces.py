@@ -31,7 +31,7 @@ def test_azure_2023_exact_counts(name: str, rows: int, le_2k: int, le_8k: int, r
     trace, report = load_trace(AZURE / f"AzureLLMInferenceTrace_{name}.csv")
     assert len(trace) == rows == report.rows_read == report.rows_kept
     assert report.dropped == {}
-    assert int((trace.total_tokens <= 2048).sum()) == le_2k  # data-stats.md §4
+    assert int((trace.total_tokens <= 2048).sum()) == le_2k  # docs/data.md §4.2
     assert int((trace.total_tokens <= 8192).sum()) == le_8k
     assert trace.rate_req_per_s == pytest.approx(rate, abs=5e-4)
     assert np.all(np.diff(trace.arrival_s) >= 0)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from extproc.config import load_config
@@ -69,12 +71,15 @@ async def test_invalid_config_keeps_running_one_and_is_counted(tmp_path: Path) -
         assert app.current_router().config.pools[0].max_model_len == 8192
         assert await route_of(app.grpc_port, "hello") == "short"
         write_config(cfg_path, 8192)
-        assert app.request_reload() == "applied"  # SIGHUP forces a reload of unchanged bytes
+        # SIGHUP re-reads the file; it equals the running configuration: unchanged, not applied.
+        assert app.request_reload() == "unchanged"
         assert app.reloader is not None and app.reloader.reload() == "unchanged"
+        write_config(cfg_path, 4096)
+        assert app.request_reload() == "applied"
         metrics = (await admin_get(app.admin_port, "/metrics")).text
         assert 'tbr_config_reloads_total{outcome="invalid"} 1.0' in metrics
         assert 'tbr_config_reloads_total{outcome="applied"} 1.0' in metrics
-        assert 'tbr_config_reloads_total{outcome="unchanged"} 1.0' in metrics
+        assert 'tbr_config_reloads_total{outcome="unchanged"} 2.0' in metrics
 
 
 async def test_model_keys_survive_reloads(tmp_path: Path) -> None:
@@ -83,6 +88,20 @@ async def test_model_keys_survive_reloads(tmp_path: Path) -> None:
     cfg_path.write_text(yaml.safe_dump({"pools": POOLS, "estimator": {"max_models": 1}}))
     async with RouterApp(load_config(cfg_path), grpc_port=0, admin_port=0, config_path=cfg_path) as app:
         await calibrate(app.grpc_port, "hello there " * 40, prompt_tokens=130)  # model "m"
+        pools = [dict(POOLS[0], max_model_len=4096), POOLS[1]]
+        cfg_path.write_text(yaml.safe_dump({"pools": pools, "estimator": {"max_models": 1}}))
         assert app.request_reload() == "applied"
         assert app.current_router().estimator.model_key("m") == "m"
         assert app.current_router().estimator.model_key("another") == "_other"
+
+
+async def test_reload_logs_the_changed_settings(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cfg_path = tmp_path / "router.yaml"
+    write_config(cfg_path, 8192)
+    async with RouterApp(load_config(cfg_path), grpc_port=0, admin_port=0, config_path=cfg_path) as app:
+        with caplog.at_level(logging.INFO, logger="extproc.service.reload"):
+            write_config(cfg_path, 16384)
+            assert app.request_reload() == "applied"
+        (record,) = [r for r in caplog.records if "changed:" in r.getMessage()]
+        assert record.changed == ["pools[0].max_model_len"]  # type: ignore[attr-defined]
+        assert "pools[0].max_model_len" in record.getMessage()
