@@ -1,4 +1,4 @@
-"""deploy/two-models/ and compose/docker-compose.2models.yaml: two models, each with its own short
+"""deploy/overlays/two-models and compose/docker-compose.2models.yaml: two models, each with its own short
 and long pool, consistent with config/router-2models.yaml and envoy/envoy-2models.yaml."""
 
 from __future__ import annotations
