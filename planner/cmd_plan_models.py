@@ -18,8 +18,8 @@ from typing import Any
 
 from extproc.config import RouterConfig, load_config
 from planner.cli_common import add_trace_args, eprint, load_normalized, profile_arg
-from planner.cmd_plan import format_plan
 from planner.plan import PlanInputs, run_plan
+from planner.plan_report import format_plan
 from planner.sizing import Slo
 from planner.trace import TraceError
 

@@ -235,7 +235,12 @@ def test_production_settings(overlay: str) -> None:
     grpc_from = [
         r["from"] for r in netpol["spec"]["ingress"] if {"port": "grpc", "protocol": "TCP"} in r["ports"]
     ]
-    gateway_ns = {"standalone-envoy": None, "two-models": None, "envoy-gateway": "envoy-gateway-system", "istio": "istio-system"}
+    gateway_ns = {
+        "standalone-envoy": None,
+        "two-models": None,
+        "envoy-gateway": "envoy-gateway-system",
+        "istio": "istio-system",
+    }
     if gateway_ns[overlay] is None:
         envoy_labels = by[("Deployment", "envoy")]["spec"]["template"]["metadata"]["labels"]
         assert any(
