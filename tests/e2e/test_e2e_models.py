@@ -24,8 +24,7 @@ from openai import AsyncOpenAI
 from PIL import Image, ImageDraw
 
 from tbr.demo.workload import long_prompt, short_prompt
-from tests.e2e.conftest import data_dir
-from tests.e2e.harness import Stack, model_sets_stack
+from tests.e2e.harness import Stack, data_dir, model_sets_stack
 
 pytestmark = [pytest.mark.envoy, pytest.mark.asyncio(loop_scope="module")]
 
@@ -173,12 +172,27 @@ async def test_previous_response_goes_to_the_pool_that_stored_it(stack: Stack) -
             model=MODELS["llama"], input=TEXT["long"], max_output_tokens=4
         )
         assert first.headers["x-served-by-pool"] == "llama-long"
+        await asyncio.sleep(0.3)
+        learned_before = applied(stack)
+        skipped_before = metric(stack, "tbr_calibration_events_total", {"outcome": "previous_response"})
         follow = await c.responses.with_raw_response.create(
             model=MODELS["llama"], input="Summarise it in one line.", previous_response_id=first.parse().id
         )
         # the follow-up alone is short, but only llama-long holds the stored conversation
         assert follow.headers["x-served-by-pool"] == "llama-long"
         assert follow.parse().usage.input_tokens > first.parse().usage.input_tokens  # type: ignore[union-attr]
+        for _ in range(200):  # its usage counts the stored turns: read, not learned from
+            if (
+                metric(stack, "tbr_calibration_events_total", {"outcome": "previous_response"})
+                > skipped_before
+            ):
+                break
+            await asyncio.sleep(0.025)
+        assert (
+            metric(stack, "tbr_calibration_events_total", {"outcome": "previous_response"})
+            == skipped_before + 1
+        )
+        assert applied(stack) == learned_before
         with pytest.raises(openai.NotFoundError):
             await c.responses.create(model=MODELS["llama"], input="x", previous_response_id="resp_unknown")
     assert decisions(stack, "llama-long", "previous_response") >= 1
