@@ -19,7 +19,9 @@ import logging
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
+from redis.retry import Retry
 
 from extproc.core.response_ids import ResponsePools
 
@@ -48,7 +50,10 @@ class ResponsePoolSync:
         self.pools = pools
         self.key = f"{key_prefix}response-pools"
         self.interval_s = interval_s
-        self._client = aioredis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        self.timeout_s = timeout_s
+        self._client = aioredis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0)
+        )
         self._last_id = "$"
         self._task: asyncio.Task[None] | None = None
         self._failing = False
@@ -58,14 +63,17 @@ class ResponsePoolSync:
         self._task = asyncio.create_task(self._run(), name="redis-response-pools")
 
     async def close(self) -> None:
-        """Push what is queued once more, then stop."""
+        """Stop the task, push what is queued once more, disconnect (each step time-bounded)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        with contextlib.suppress(RedisError, OSError):
-            await self._push()
-        await self._client.aclose()
+            self._task = None
+        bound = max(self.timeout_s, 0.1) * 2
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            await asyncio.wait_for(self._push(), timeout=bound)
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            await asyncio.wait_for(self._client.aclose(), timeout=bound)
 
     async def _run(self) -> None:
         while True:
