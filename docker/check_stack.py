@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def ratios_shared() -> str | None:
         up = by_instance(prom, "tbr_ratio_store_up")
-        samples = by_instance(prom, 'tbr_ratio_samples{model="m"}')
+        samples = by_instance(prom, 'tbr_ratio_samples{model_name="m"}')
         own = by_instance(prom, "tbr_routing_decisions_total")
         if len(up) != 2 or min(up.values()) != 1:
             return f"tbr_ratio_store_up {up}"

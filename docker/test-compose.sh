@@ -55,6 +55,7 @@ cleanup() {
   set +e
   log "tearing down"
   compose down -v --remove-orphans --timeout 30 >/dev/null 2>&1
+  [ -z "${ROUTER_CID:-}" ] || docker stop "$ROUTER_CID" >/dev/null 2>&1
   if [ "$KEEP" != 1 ]; then
     docker/images.sh clean
     for n in token-budget-router:0.1.0 token-budget-router-mockpool:0.1.0; do
@@ -94,6 +95,8 @@ export TBR_BASE_IMAGE="$(docker/images.sh names | sed -n 1p)"
 export TBR_ENVOY_IMAGE="$(docker/images.sh names | sed -n 2p)"
 export TBR_REDIS_IMAGE="$(docker/images.sh names | sed -n 3p)"
 export TBR_PROMETHEUS_IMAGE="$(docker/images.sh names | sed -n 4p)"
+TBR_REVISION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+export TBR_REVISION
 # Free loopback ports chosen by Docker.
 export TBR_ENVOY_PUBLISH=127.0.0.1: TBR_ENVOY_ADMIN_PUBLISH=127.0.0.1: TBR_PROMETHEUS_PUBLISH=127.0.0.1:
 
@@ -114,5 +117,20 @@ if ! "$PYTHON" docker/check_stack.py --envoy "127.0.0.1:$(port envoy 10000)" \
   compose logs --tail 30 >&2
   exit 1
 fi
+# --- the router image alone: only -p flags, a local Envoy in front ----------------------------
+log "docker run token-budget-router:0.1.0 with only -p flags, local Envoy and pools"
+# On the compose project's network (the only bridge this test uses), published on loopback.
+ROUTER_CID="$(docker run -d --rm --network "${PROJECT}_default" -p 127.0.0.1::50051 -p 127.0.0.1::9190 token-budget-router:0.1.0)"
+hport() { docker port "$ROUTER_CID" "$1/tcp" | head -1 | sed 's/.*://'; }
+for _ in $(seq 60); do
+  [ "$(docker inspect -f '{{.State.Health.Status}}' "$ROUTER_CID")" = healthy ] && break; sleep 1
+done
+if ! "$PYTHON" docker/check_router_image.py --grpc-port "$(hport 50051)" --admin-port "$(hport 9190)"; then
+  docker logs --tail 30 "$ROUTER_CID" >&2; docker stop "$ROUTER_CID" >/dev/null; exit 1
+fi
+docker stop "$ROUTER_CID" >/dev/null
+ROUTER_CID=""
+
 log "image sizes"
 docker image ls --format '{{.Repository}}:{{.Tag}}\t{{.Size}}' | grep -E 'token-budget-router|tbr-' >&2
+docker history --format '{{.Size}}\t{{.CreatedBy}}' token-budget-router:0.1.0 | grep -v '^0B' | cut -c1-110 >&2

@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +170,63 @@ def _longbench(root: Path) -> Iterator[ReplayRequest]:
         yield ReplayRequest("longbench_v2", rid, ({"role": "user", "content": content},))
 
 
+def _wildchat_ru(text: Path) -> Iterator[ReplayRequest]:
+    rows = json.loads((text / "wildchat_hard_ru" / "wildchat_hard_ru.json").read_text(encoding="utf-8"))
+    for r in rows:
+        yield ReplayRequest("wildchat_ru", f"{r['id']}@0", ({"role": "user", "content": r["instruction"]},))
+
+
+def _alignbench_zh(text: Path) -> Iterator[ReplayRequest]:
+    for r in _jsonl(text / "alignbench" / "data_v1.1_release.jsonl"):
+        msg = {"role": "user", "content": r["question"]}
+        yield ReplayRequest("alignbench_zh", f"{r['question_id']}@0", (msg,))
+
+
+def _mgsm(text: Path, src: str) -> Iterator[ReplayRequest]:
+    with (text / "mgsm" / f"{src}.tsv").open(encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
+        for i, row in enumerate(reader):
+            yield ReplayRequest(src, f"{i}@0", ({"role": "user", "content": row[0]},))
+
+
+def _humaneval(text: Path) -> Iterator[ReplayRequest]:
+    with gzip.open(text / "humaneval" / "HumanEval.jsonl.gz", "rt", encoding="utf-8") as fh:
+        for line in fh:
+            d = json.loads(line)
+            yield ReplayRequest("humaneval", d["task_id"], ({"role": "user", "content": d["prompt"]},))
+
+
+def _bfcl(text: Path) -> Iterator[ReplayRequest]:
+    for name in ("live_simple", "live_multiple", "simple_python"):
+        for d in _jsonl(text / "bfcl" / f"BFCL_v4_{name}.json"):
+            msgs = tuple({"role": m["role"], "content": m["content"]} for m in d["question"][0])
+            tools = tuple({"type": "function", "function": f} for f in d["function"])
+            yield ReplayRequest("bfcl", d["id"], msgs, tools)
+
+
+# Source id → loader (text dir → requests), in the fixed order of load_requests; the MGSM
+# languages come between mt_bench and humaneval, in the caller's order.
+_BEFORE_MGSM: dict[str, Callable[[Path], Iterable[ReplayRequest]]] = {
+    "sharegpt_multiturn": lambda t: _sharegpt(
+        t / "sharegpt" / "sharegpt_v3_multiturn_every12th.jsonl", "sharegpt_multiturn", False
+    ),
+    "sharegpt_first_turn": lambda t: _sharegpt(
+        t / "sharegpt" / "ShareGPT_V3_filtered_1000.json", "sharegpt_first_turn", True
+    ),
+    "lmsys": lambda t: _lmsys(t / "lmsys_chat_1m" / "lmsys_1000.jsonl"),
+    "wildchat_ru": _wildchat_ru,
+    "alignbench_zh": _alignbench_zh,
+    "mt_bench_en": lambda t: _mt_bench(t, "en"),
+    "mt_bench_ja": lambda t: _mt_bench(t, "ja"),
+    "mt_bench_ko": lambda t: _mt_bench(t, "ko"),
+}
+_AFTER_MGSM: dict[str, Callable[[Path], Iterable[ReplayRequest]]] = {
+    "humaneval": _humaneval,
+    "bfcl": _bfcl,
+    "longbench_v2": lambda t: _longbench(t / "longbench_v2"),
+}
+
+
 def load_requests(data_dir: str | Path, sources: tuple[str, ...] = SOURCES) -> list[ReplayRequest]:
     """Every request of docs/data.md §2.2 (13,932 with all sources), in a fixed source order.
 
@@ -183,49 +240,15 @@ def load_requests(data_dir: str | Path, sources: tuple[str, ...] = SOURCES) -> l
     text = Path(data_dir) / "text"
     wanted = set(sources)
     out: list[ReplayRequest] = []
-    if "sharegpt_multiturn" in wanted:
-        p = text / "sharegpt" / "sharegpt_v3_multiturn_every12th.jsonl"
-        out.extend(_sharegpt(p, "sharegpt_multiturn", False))
-    if "sharegpt_first_turn" in wanted:
-        out.extend(
-            _sharegpt(text / "sharegpt" / "ShareGPT_V3_filtered_1000.json", "sharegpt_first_turn", True)
-        )
-    if "lmsys" in wanted:
-        out.extend(_lmsys(text / "lmsys_chat_1m" / "lmsys_1000.jsonl"))
-    if "wildchat_ru" in wanted:
-        rows = json.loads((text / "wildchat_hard_ru" / "wildchat_hard_ru.json").read_text(encoding="utf-8"))
-        for r in rows:
-            out.append(
-                ReplayRequest("wildchat_ru", f"{r['id']}@0", ({"role": "user", "content": r["instruction"]},))
-            )
-    if "alignbench_zh" in wanted:
-        for r in _jsonl(text / "alignbench" / "data_v1.1_release.jsonl"):
-            msg = {"role": "user", "content": r["question"]}
-            out.append(ReplayRequest("alignbench_zh", f"{r['question_id']}@0", (msg,)))
-    for lang in ("en", "ja", "ko"):
-        if f"mt_bench_{lang}" in wanted:
-            out.extend(_mt_bench(text, lang))
+    for name, load in _BEFORE_MGSM.items():
+        if name in wanted:
+            out.extend(load(text))
     for src in sources:
         if src.startswith("mgsm_"):
-            with (text / "mgsm" / f"{src}.tsv").open(encoding="utf-8", newline="") as fh:
-                reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
-                for i, row in enumerate(reader):
-                    out.append(ReplayRequest(src, f"{i}@0", ({"role": "user", "content": row[0]},)))
-    if "humaneval" in wanted:
-        with gzip.open(text / "humaneval" / "HumanEval.jsonl.gz", "rt", encoding="utf-8") as fh:
-            for line in fh:
-                d = json.loads(line)
-                out.append(
-                    ReplayRequest("humaneval", d["task_id"], ({"role": "user", "content": d["prompt"]},))
-                )
-    if "bfcl" in wanted:
-        for name in ("live_simple", "live_multiple", "simple_python"):
-            for d in _jsonl(text / "bfcl" / f"BFCL_v4_{name}.json"):
-                msgs = tuple({"role": m["role"], "content": m["content"]} for m in d["question"][0])
-                tools = tuple({"type": "function", "function": f} for f in d["function"])
-                out.append(ReplayRequest("bfcl", d["id"], msgs, tools))
-    if "longbench_v2" in wanted:
-        out.extend(_longbench(text / "longbench_v2"))
+            out.extend(_mgsm(text, src))
+    for name, load in _AFTER_MGSM.items():
+        if name in wanted:
+            out.extend(load(text))
     return out
 
 

@@ -279,7 +279,12 @@ class CalibrationConfig(_Strict):
     warmup_samples: Annotated[int, Field(ge=0)] = 10
     """Observations needed before the learned ratio replaces the category prior."""
     snapshot_path: str | None = None
-    """File the learned ratios are written to on shutdown and read at start (when Redis is off)."""
+    """File the learned ratios are written to (atomically) every ``snapshot_interval_s`` and at
+    shutdown, and restored from at start (when Redis is off); None = learned ratios live in memory
+    only. A corrupt or foreign file is reported (``tbr_ratio_snapshots_total{operation="load",
+    outcome="invalid"}``), moved aside to ``<path>.invalid`` and ignored."""
+    snapshot_interval_s: Annotated[float, Field(gt=0.0, le=86_400.0)] = 30.0
+    """Seconds between periodic snapshots: the most learning a crash (SIGKILL) can lose."""
     redis_url: str | None = None
     """Shared ratio store across replicas (e.g. ``redis://127.0.0.1:6379/0``); None = in-memory.
     See docs/operations.md for the consistency model."""
@@ -432,7 +437,12 @@ class RouterConfig(_Strict):
     spillover: SpilloverConfig = SpilloverConfig()
     recovery: RecoveryConfig = RecoveryConfig()
     decision_log_path: str | None = None
-    """Optional JSON Lines log of routing decisions (no prompt text), readable by ``tbr plan``."""
+    """Optional JSON Lines log of routing decisions (no prompt text), readable by ``tbr plan``.
+    Written off the request path (extproc/service/decision_log.py)."""
+    decision_log_flush_interval_s: Annotated[float, Field(gt=0.0, le=60.0)] = 1.0
+    """Seconds between background writes of the decision log (and at shutdown)."""
+    decision_log_queue_max: Annotated[int, Field(ge=1, le=10_000_000)] = 100_000
+    """Records held between flushes at most; more are dropped (``tbr_decision_log_dropped_records_total``)."""
 
     @field_validator("routing_header")
     @classmethod

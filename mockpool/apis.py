@@ -149,29 +149,7 @@ def anthropic_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         if isinstance(content, str):
             out.append({"role": role, "content": content})
             continue
-        chat_parts: list[dict[str, Any]] = []
-        calls: list[dict[str, Any]] = []
-        for block in content if isinstance(content, list) else ():
-            kind = block.get("type") if isinstance(block, dict) else None
-            if kind == "text" and block.get("text"):
-                chat_parts.append({"type": "text", "text": block["text"]})
-            elif kind == "image":
-                chat_parts.append({"type": "image", "source": block.get("source", {})})
-            elif kind == "tool_use":
-                fn = {"name": block.get("name", ""), "arguments": json.dumps(block.get("input") or {})}
-                calls.append({"id": block.get("id", ""), "type": "function", "function": fn})
-            elif kind == "tool_result":
-                inner = block.get("content")
-                text = (
-                    inner
-                    if isinstance(inner, str)
-                    else "\n".join(
-                        b.get("text", "")
-                        for b in inner or ()
-                        if isinstance(b, dict) and b.get("type") == "text"
-                    )
-                )
-                out.append({"role": "tool", "tool_call_id": block.get("tool_use_id", ""), "content": text})
+        chat_parts, calls = _anthropic_blocks(content if isinstance(content, list) else [], out)
         entry: dict[str, Any] = {"role": role}
         if calls:
             entry["tool_calls"] = calls
@@ -183,6 +161,38 @@ def anthropic_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
             entry.setdefault("content", "")
             out.append(entry)
     return out
+
+
+def _anthropic_blocks(
+    blocks: list[Any], out: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(content parts, tool_calls)`` of one Anthropic message's blocks; a ``tool_result`` is
+    appended to ``out`` as its own ``tool`` message (vLLM's ``_convert_user_tool_result``)."""
+    chat_parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for block in blocks:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and block.get("text"):
+            chat_parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image":
+            chat_parts.append({"type": "image", "source": block.get("source", {})})
+        elif kind == "tool_use":
+            fn = {"name": block.get("name", ""), "arguments": json.dumps(block.get("input") or {})}
+            calls.append({"id": block.get("id", ""), "type": "function", "function": fn})
+        elif kind == "tool_result":
+            out.append(
+                {"role": "tool", "tool_call_id": block.get("tool_use_id", ""), "content": _result_text(block)}
+            )
+    return chat_parts, calls
+
+
+def _result_text(block: dict[str, Any]) -> str:
+    inner = block.get("content")
+    if isinstance(inner, str):
+        return inner
+    return "\n".join(
+        b.get("text", "") for b in inner or () if isinstance(b, dict) and b.get("type") == "text"
+    )
 
 
 def _anthropic_tools(tools: Any) -> list[Any] | None:
@@ -248,24 +258,27 @@ class Apis:
                 yield piece
 
     # -- /v1/responses ------------------------------------------------------------------------
+    def _stored_turns(self, previous: Any) -> list[dict[str, Any]]:
+        """The stored conversation of ``previous_response_id`` (none when absent).
+
+        Raises:
+            RequestError: 404 ``Response with id '…' not found.`` (vLLM's ``_make_not_found_error``).
+        """
+        if previous is None:
+            return []
+        if previous not in self.stored:
+            raise RequestError(
+                f"Response with id '{previous}' not found.", "response_id", 404, "invalid_request_error"
+            )
+        return self.stored[previous]
+
     async def responses(self, request: Request) -> Response:
         """``POST /v1/responses``."""
         try:
             body = await read_json_object(request)
             model = _model(body, self.pool.settings.model_names[0])
             max_tokens = _max_tokens(body, "max_output_tokens")
-            previous = body.get("previous_response_id")
-            stored: list[dict[str, Any]] = []
-            if previous is not None:
-                if previous not in self.stored:
-                    raise RequestError(
-                        f"Response with id '{previous}' not found.",
-                        "response_id",
-                        404,
-                        "invalid_request_error",
-                    )
-                stored = self.stored[previous]
-            messages = responses_messages(body, stored)
+            messages = responses_messages(body, self._stored_turns(body.get("previous_response_id")))
             prompt_tokens = await self._count(messages, _responses_tools(body.get("tools")))
         except RequestError as exc:
             return exc.response()

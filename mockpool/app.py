@@ -36,7 +36,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mockpool import apis, metrics, protocol, sse, vision
-from mockpool.generation import ChoicePlan, Started, Token, generate, plan_choice
+from mockpool.generation import ChoicePlan, Started, Token, generate, piece, plan_choice
 from mockpool.settings import PoolSettings
 from mockpool.state import PoolState
 from mockpool.templates import ChatInputError
@@ -122,10 +122,12 @@ class PoolApp:
             return protocol.error_response(str(exc))
         too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.settings.max_model_len)
         if too_long is not None:
-            return too_long
+            return self._too_long(too_long, common)
         effective = max_tokens if max_tokens is not None else self.settings.max_model_len - prompt_tokens
         plans = [plan_choice(self.settings, effective)] * common.n
-        return await self._respond(request, common, prompt_tokens, plans, chat=True)
+        return await self._respond(
+            request, common, prompt_tokens, plans, chat=True, top_logprobs=chat.top_logprobs
+        )
 
     def count_chat(
         self,
@@ -160,7 +162,7 @@ class PoolApp:
         for prompt_tokens in counts:
             too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.settings.max_model_len)
             if too_long is not None:
-                return too_long
+                return self._too_long(too_long, common)
             effective = max_tokens if max_tokens is not None else self.settings.max_model_len - prompt_tokens
             plans.extend([plan_choice(self.settings, effective)] * common.n)
         prompt_tokens = sum(counts)
@@ -174,8 +176,10 @@ class PoolApp:
         plans: list[ChoicePlan],
         *,
         chat: bool,
+        top_logprobs: int | None = None,
     ) -> Response:
-        """Answer a validated request: SSE when ``stream``, else one JSON body (chat or text completion)."""
+        """Answer a validated request: SSE when ``stream``, else one JSON body (chat or text completion;
+        chat ``logprobs`` when ``top_logprobs`` is not None, non-streaming only)."""
         rid = protocol.new_id("chatcmpl" if chat else "cmpl")
         if common.stream:
             return self._stream(rid, common, prompt_tokens, plans, chat=chat)
@@ -185,8 +189,28 @@ class PoolApp:
         completion_tokens = sum(p.tokens for p in plans)
         reasons = [p.finish_reason for p in plans]
         self.state.record_finished(prompt_tokens, completion_tokens, reasons)
-        build = protocol.chat_response if chat else protocol.completion_response
-        return JSONResponse(build(rid, common.model, texts, reasons, prompt_tokens, completion_tokens))
+        if chat:
+            logprobs = None
+            if top_logprobs is not None:
+                logprobs = [
+                    protocol.chat_logprobs([piece(i) for i in range(p.tokens)], top_logprobs) for p in plans
+                ]
+            body = protocol.chat_response(
+                rid, common.model, texts, reasons, prompt_tokens, completion_tokens, logprobs
+            )
+        else:
+            body = protocol.completion_response(
+                rid, common.model, texts, reasons, prompt_tokens, completion_tokens
+            )
+        return JSONResponse(body)
+
+    def _too_long(self, error: Response, common: CommonParams) -> Response:
+        """vLLM's 400, or with ``context_error_in_stream`` and ``stream: true`` a 200 SSE stream
+        carrying the same error object as its only event (SGLang's behaviour)."""
+        if not (self.settings.context_error_in_stream and common.stream):
+            return error
+        event = b"data: " + bytes(error.body) + b"\n\n"
+        return Response(event + sse.DONE_EVENT, media_type="text/event-stream", headers=SSE_HEADERS)
 
     def _count_prompts(self, prompts: list[str | list[int]]) -> list[int]:
         """Prompt tokens per completions prompt (text encoded with special tokens, ids counted as given)."""

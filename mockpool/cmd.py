@@ -57,6 +57,11 @@ def add_parser(subparsers: Any) -> None:
         help="image token count: flat --image-tokens per part, or Qwen2.5-VL's 28-pixel patches",
     )
     p.add_argument("--hold", action="store_true", help="start held (release with POST /admin/release)")
+    p.add_argument(
+        "--context-error-in-stream",
+        action="store_true",
+        help="answer a streamed request that does not fit with a 200 SSE error event (SGLang) instead of 400",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run)
 
@@ -80,6 +85,7 @@ def settings_from_args(args: argparse.Namespace) -> PoolSettings:
         gzip=args.gzip,
         image_tokens=args.image_tokens,
         hold=args.hold,
+        context_error_in_stream=args.context_error_in_stream,
     )
 
 

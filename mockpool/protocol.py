@@ -87,6 +87,20 @@ def now_s() -> int:
     return int(time.time())
 
 
+def chat_logprobs(pieces: list[str], top_logprobs: int) -> dict[str, Any]:
+    """OpenAI chat ``choices[].logprobs`` for output tokens ``pieces``, each with ``top_logprobs``
+    alternatives (deterministic values; the shape of vLLM's ``ChatCompletionLogProbs``)."""
+
+    def entry(token: str, logprob: float) -> dict[str, Any]:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
+
+    content = []
+    for step, token in enumerate(pieces):
+        alts = [entry(pieces[(step + j) % len(pieces)], -0.125 - j) for j in range(top_logprobs)]
+        content.append({**entry(token, -0.125), "top_logprobs": alts})
+    return {"content": content}
+
+
 def chat_response(
     rid: str,
     model: str,
@@ -94,13 +108,14 @@ def chat_response(
     finish_reasons: list[str],
     prompt_tokens: int,
     completion_tokens: int,
+    logprobs: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Non-streaming ``chat.completion`` body (one choice per text)."""
+    """Non-streaming ``chat.completion`` body (one choice per text; ``logprobs`` per choice or None)."""
     choices = [
         {
             "index": i,
             "message": {"role": "assistant", "content": text, "tool_calls": []},
-            "logprobs": None,
+            "logprobs": logprobs[i] if logprobs is not None else None,
             "finish_reason": reason,
             "stop_reason": None,
         }

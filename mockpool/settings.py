@@ -46,6 +46,9 @@ class PoolSettings:
         image_rule: ``"flat"`` (``image_tokens`` per part) or ``"qwen2.5-vl"``: each inline image is
             decoded and counted as Qwen2.5-VL's processor does (:mod:`mockpool.vision`).
         hold: start with admitted requests held until ``POST /admin/release``.
+        context_error_in_stream: a ``stream: true`` request that does not fit ``max_model_len`` gets
+            ``200 text/event-stream`` with one ``data: {"error": {…, "code": 400}}`` event and
+            ``data: [DONE]`` (as SGLang and some simulators answer) instead of vLLM's HTTP 400.
     """
 
     name: str = "pool"
@@ -64,6 +67,7 @@ class PoolSettings:
     image_tokens: int = 256
     image_rule: ImageRuleName = "flat"
     hold: bool = False
+    context_error_in_stream: bool = False
 
     def __post_init__(self) -> None:
         """Reject settings no vLLM server could have (raises ``ValueError``)."""

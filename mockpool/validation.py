@@ -16,6 +16,8 @@ from mockpool.protocol import error_response, validation_message
 from mockpool.settings import PoolSettings
 
 MAX_N = 128
+MAX_TOP_LOGPROBS = 20
+"""vLLM's default ``max_logprobs``."""
 
 
 class RequestError(Exception):
@@ -125,6 +127,8 @@ class ChatParams:
     tools: list[Any] | None
     add_generation_prompt: bool
     template_kwargs: dict[str, Any]
+    top_logprobs: int | None = None
+    """None without ``logprobs: true``; else the alternatives returned per output token (0–20)."""
 
 
 def chat_params(body: dict[str, Any]) -> ChatParams:
@@ -145,7 +149,26 @@ def chat_params(body: dict[str, Any]) -> ChatParams:
     if not isinstance(kwargs, dict):
         raise RequestError("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
     kwargs = {k: v for k, v in kwargs.items() if k not in ("messages", "tools", "add_generation_prompt")}
-    return ChatParams(body.get("messages"), tools or None, add_generation_prompt, kwargs)
+    return ChatParams(body.get("messages"), tools or None, add_generation_prompt, kwargs, _top_logprobs(body))
+
+
+def _top_logprobs(body: dict[str, Any]) -> int | None:
+    """OpenAI chat ``logprobs`` (bool) and ``top_logprobs`` (0–20, needs ``logprobs: true``)."""
+    logprobs = body.get("logprobs", False)
+    top = body.get("top_logprobs")
+    if logprobs is None:
+        logprobs = False
+    if not isinstance(logprobs, bool):
+        raise RequestError("'logprobs' must be a boolean", param="logprobs")
+    if top is None:
+        return 0 if logprobs else None
+    if isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise RequestError(
+            f"'top_logprobs' must be an integer in [0, {MAX_TOP_LOGPROBS}]", param="top_logprobs"
+        )
+    if not logprobs:
+        raise RequestError("when using `top_logprobs`, `logprobs` must be set to true.", param="top_logprobs")
+    return top
 
 
 PromptInput = str | list[int]

@@ -36,7 +36,7 @@ from planner.costmodel import annual_cost_usd, mix_stats, size_pool_mgc
 from planner.des import PoolSpec, SimResult, simulate
 from planner.profiles import PoolProfile
 from planner.routers import PolicyRouter, make_router
-from planner.sizing import Slo, meets_slo, size_pool_des
+from planner.sizing import Slo, base_period_s, meets_slo, size_pool_des
 from planner.trace import Trace
 
 __all__ = [
@@ -336,6 +336,8 @@ def plan_fleet(inp: FleetInputs, progress: Progress | None = None) -> dict[str, 
             start_instances=start,
             seed=inp.seed,
             on_step=_step_reporter(progress, f"token-budget {p.name}"),
+            period_s=base_period_s(t),
+            lam_req_per_s=lam,
         )
         sizes.append(max(1, n))
         attainable = attainable and meets_slo(block, inp.slo)

@@ -60,17 +60,6 @@ SCENARIOS = [
         40_000,
     ),
     Scenario(
-        "azure-roofline",
-        "Table 2, Azure, Llama-3-70B on 8xA100 (roofline profile)",
-        "azure",
-        1000,
-        "llama3-70b-a100",
-        358,
-        208,
-        "41.9% (v2) / 16.6% (v1)",
-        40_000,
-    ),
-    Scenario(
         "lmsys-paper",
         "Table 2, LMSYS-like, Llama-3-70B/A100, vllm-sr-sim constants",
         "lmsys",
@@ -79,6 +68,17 @@ SCENARIOS = [
         358,
         246,
         "31.3% (v2) / 38.5% (v1)",
+        40_000,
+    ),
+    Scenario(
+        "azure-roofline",
+        "Table 2, Azure, Llama-3-70B on 8xA100 (roofline profile)",
+        "azure",
+        1000,
+        "llama3-70b-a100",
+        358,
+        208,
+        "41.9% (v2) / 16.6% (v1)",
         40_000,
     ),
     Scenario(
@@ -151,7 +151,7 @@ def _floors(trace: Trace, prof: PoolProfile, b: int) -> dict[str, Any]:
     return out
 
 
-def _plan(trace: Trace, prof: PoolProfile, slo_s: float, seed: int) -> dict[str, Any]:
+def _plan(trace: Trace, prof: PoolProfile, slo_s: float, seed: int, rate: float) -> dict[str, Any]:
     return run_plan(
         PlanInputs(
             trace=trace,
@@ -160,29 +160,35 @@ def _plan(trace: Trace, prof: PoolProfile, slo_s: float, seed: int) -> dict[str,
             long_max_model_len=65536,
             slo=Slo(slo_s),
             seed=seed,
-            sweep_des_top=0,
-        )
+            sweep_thresholds=(),
+            mu_short_req_per_s=11.2,
+            mu_long_req_per_s=2.8,
+            rate_req_per_s=rate,
+            jobs=2,
+        ),
+        progress=lambda m: print(f"  {m}", flush=True),
     )
 
 
-def generate(seed: int = 0, progress: bool = True) -> dict[str, Any]:
+def generate(seed: int = 0, progress: bool = True, json_out: str | None = None) -> dict[str, Any]:
     """Run every scenario (closed form, M/G/c, DES, vllm-sr-sim); returns a JSON-ready dict.
 
     A scenario whose 2 s SLO is unattainable in some pool is re-run at the smallest attainable SLO
-    (the largest per-pool P99 TTFT floor x 1.25, rounded up to 0.5 s) under ``relaxed``.
+    (the largest per-pool P99 TTFT floor x 1.25, rounded up to 0.5 s) under ``relaxed``. With
+    ``json_out`` the JSON so far is written after each scenario.
     """
     out: dict[str, Any] = {"seed": seed, "scenarios": []}
     for sc in SCENARIOS:
         t0 = time.perf_counter()
         trace, rep = _load(sc.trace, sc.rate_req_per_s, sc.min_requests, seed)
         prof = PROFILES[sc.profile]
-        plan = _plan(trace, prof, 2.0, seed)
+        plan = _plan(trace, prof, 2.0, seed, sc.rate_req_per_s)
         row: dict[str, Any] = {"scenario": sc.__dict__, "plan": plan, "normalization": rep.lines()}
         row["ttft_floor_p99_s"] = fl = _floors(trace, prof, 8192)
         if not (plan["des_homogeneous"]["slo_met"] and plan["des_two_pool"]["slo_met"]):
             worst = max(v for k, v in fl.items() if k != "long_share" and v is not None)
             slo = math.ceil(worst * 1.25 * 2) / 2
-            row["relaxed"] = {"slo_ttft_p99_s": slo, "plan": _plan(trace, prof, slo, seed)}
+            row["relaxed"] = {"slo_ttft_p99_s": slo, "plan": _plan(trace, prof, slo, seed, sc.rate_req_per_s)}
         if sc.profile == "a100-simcompat":
             from planner.srsim import cdf_from_trace, package_cdf_path, srsim_sizing
 
@@ -196,6 +202,10 @@ def generate(seed: int = 0, progress: bool = True) -> dict[str, Any]:
         if progress:
             print(f"{sc.key}: done in {row['elapsed_s']:.0f} s", flush=True)
         out["scenarios"].append(row)
+        if json_out:
+            Path(json_out).write_text(
+                json.dumps(out, sort_keys=True, indent=1, default=str), encoding="utf-8"
+            )
     return out
 
 
@@ -204,7 +214,7 @@ def main_args(args: argparse.Namespace) -> int:
     if getattr(args, "from_json", None):
         data = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
     else:
-        data = generate(seed=args.seed)
+        data = generate(seed=args.seed, json_out=args.json_out)
     md = render(data, f"tbr results --out {args.out}")
     Path(args.out).write_text(md, encoding="utf-8")
     if args.json_out:

@@ -1,7 +1,6 @@
 """Markdown rendering of :func:`planner.results.generate` output for ``docs/results.md``.
 
-Every sentence is built from the computed numbers (per-pool DES summaries, closed form, TTFT floors),
-none is typed by hand.
+One table per question, short sentences. Every number is computed from the run's JSON; none is typed.
 """
 
 from __future__ import annotations
@@ -14,254 +13,307 @@ from planner.trace import display_path
 
 __all__ = ["render"]
 
-# Report lines of older JSON runs carry the absolute trace path of the machine that ran them.
 _TRACE_PATH = re.compile(r"^trace (\S+) \(format")
+PAPER_MU_SHORT, PAPER_MU_LONG = 11.2, 2.8
+PAPER_FIGURES = (
+    ("Azure, Table 2 (2604.08075)", "azure-paper", 0.419),
+    ("Azure, v1", "azure-paper", 0.166),
+    ("LMSYS, Table 2 (2604.08075)", "lmsys-paper", 0.313),
+    ("LMSYS, v1", "lmsys-paper", 0.385),
+    ("MI300X, Table 6", "qwen-mi300x", 0.305),
+)
 
 
-def _pct(x: float) -> str:
-    return f"{x:.1%}"
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
 
 
-def _table_row(title: str, sc: dict[str, Any], p: dict[str, Any], sr: dict[str, Any] | None) -> str:
-    cf, h, d = p["closed_form"], p["des_homogeneous"], p["des_two_pool"]
-    srs = (
-        f"{sr['homogeneous_gpus']} -> {sr['two_pool_gpus']} ({_pct(sr['savings'])})"
-        if sr
-        else "n/a (no profile for this GPU/model)"
-    )
-    return (
-        f"| {title} | {sc['paper_homogeneous']} -> {sc['paper_two_pool']} ({sc['paper_savings']}) | {cf['alpha']:.4f} | "
-        f"{cf['rho']:.2f} | {_pct(cf['savings_closed_form'])} | {cf['analytical_homogeneous_instances']} -> "
-        f"{cf['analytical_short_instances'] + cf['analytical_long_instances']} ({_pct(cf['analytical_savings'])}) | "
-        f"{h['instances']}{'' if h['slo_met'] else ' (SLO not met)'} -> {d['instances']}"
-        f"{'' if d['slo_met'] else ' (SLO not met)'} ({_pct(d['savings_vs_homogeneous'])}) | "
-        f"{h['summary']['fleet']['p99_ttft_s']:.2f} / {d['summary']['fleet']['p99_ttft_s']:.2f} | "
-        f"{h['gpus']} -> {d['gpus']}; ${h['usd_per_year'] / 1e6:.2f}M -> ${d['usd_per_year'] / 1e6:.2f}M | {srs} |"
-    )
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
-def _gpus(n: int) -> str:
-    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+def _alpha(a: float) -> str:
+    return "1" if a >= 1 else f"{a:.6f}"
 
 
-def _des_vs_closed_form(p: dict[str, Any]) -> str:
-    """Why the DES saving differs from (or matches) α(1−1/ρ), from the DES's own per-pool numbers."""
-    cf, h, d = p["closed_form"], p["des_homogeneous"], p["des_two_pool"]
-    hp = h["summary"]["pools"]["homogeneous"]
-    sp = d["summary"]["pools"]["short"]
-    lp = d["summary"]["pools"].get("long", {"requests": 0, "utilization": 0.0})
-    n_h, n_s, n_l = h["instances"], d["short_instances"], d["long_instances"]
-    c_h, c_s = cf["long_slots"], cf["short_slots"]
-    m_h, m_s = hp["mean_running_per_instance"], sp["mean_running_per_instance"]
-    gain = n_h * cf["alpha"] / n_s if n_s else float("nan")
-    gap = d["savings_vs_homogeneous"] - cf["savings_closed_form"]
-    txt = (
-        f"at the DES sizes the homogeneous fleet runs {m_h:.1f} sequences per instance of its {c_h} slots and the "
-        f"short pool {m_s:.1f} of {c_s}, so the short pool's realised throughput gain is n_homog·α/n_short = "
-        f"{n_h}·{cf['alpha']:.4f}/{n_s} = {gain:.2f} against ρ = {cf['rho']:.2f}"
-    )
-    if gain >= 0.85 * cf["rho"]:
-        txt += " (it reaches the closed form's gain)"
-    elif m_s < 0.5 * c_s:
-        txt += (
-            "; the P99 TTFT SLO, not the KV slots, caps concurrency (ρ is a full-batch throughput ratio the SLO never "
-            "lets a short instance reach), so the short configuration's extra slots go unused"
-        )
-    else:
-        txt += "; the SLO headroom keeps the short pool below full batch"
-    short_req_share = sp["requests"] / max(1, hp["requests"])
-    if n_s > n_h * short_req_share:
-        txt += (
-            f"; the short pool even needs {n_s - round(n_h * short_req_share)} more instance(s) than the homogeneous "
-            f"fleet would for the same requests, because its larger max_num_seqs lets bursts into one batch (P99 TPOT "
-            f"{sp['p99_tpot_s']:.3f} vs {hp['p99_tpot_s']:.3f} s) where the {c_h}-slot cap queues them"
-        )
-    if lp["requests"] or n_l:
-        share = lp["requests"] / max(1, hp["requests"])
-        txt += (
-            f"; the long pool needs {n_l} instance(s) ({n_l / max(1, d['instances']):.1%} of the two-pool fleet) for "
-            f"{lp['requests']} measured requests ({share:.3%} of traffic, utilisation {lp['utilization']:.0%})"
-        )
-        if not d["slo_met"]:
-            txt += ", a search cap because its SLO is unattainable (below)"
-        elif n_l <= 1:
-            txt += ", integer rounding: a pool has at least one instance"
-        elif lp["utilization"] < 0.5:
-            txt += ", mostly SLO headroom: its long prefills meet the P99 TTFT only at low utilisation"
-    if abs(gap) < 0.08:
-        txt += f"; net, the DES is within {abs(gap) * 100:.1f} points of the closed form"
-    else:
-        txt += (
-            f"; net, the DES is {abs(gap) * 100:.1f} points {'below' if gap < 0 else 'above'} the closed form"
-        )
-    return txt + "."
+def _short_title(row: dict[str, Any]) -> str:
+    return str(row["scenario"]["key"])
 
 
-def _gap_lines(row: dict[str, Any]) -> list[str]:
-    sc, p = row["scenario"], row["plan"]
-    cf, h, d = p["closed_form"], p["des_homogeneous"], p["des_two_pool"]
-    prof = PROFILES[sc["profile"]]
-    paper_sav = 1 - sc["paper_two_pool"] / sc["paper_homogeneous"]
-    rho_implied = 1 / (1 - paper_sav / cf["alpha"]) if paper_sav < cf["alpha"] else float("inf")
+def _fleet_p99(f: dict[str, Any]) -> str:
+    """Largest per-pool P99 TTFT of a fleet (the SLO is per pool), seconds."""
+    vals = [p["block"]["p99_ttft_s"] for p in f["pools"].values() if p.get("block")]
+    return _s(max(vals)) if vals else "-"
+
+
+def _verdict(f: dict[str, Any]) -> str:
+    if f["slo_met"]:
+        return "met"
+    return "NOT met: " + "; ".join(c.split(" (")[0] for c in f["causes"])
+
+
+def _settings(rows: list[dict[str, Any]]) -> list[str]:
     out = [
-        f"- **{sc['title']}**: the paper's {_pct(paper_sav)} needs ρ = {rho_implied:.2f} at our α = {cf['alpha']:.4f}, "
-        f"while this profile's ρ is {cf['rho']:.2f} (slots {cf['short_slots']} vs {cf['long_slots']}), so our closed form "
-        f"says {_pct(cf['savings_closed_form'])} and the DES {_pct(d['savings_vs_homogeneous'])}; "
-        + _des_vs_closed_form(p)
+        "| setting | what it is | trace | load (req/s) | profile | GPUs per instance |",
+        "|---|---|---|---:|---|---:|",
     ]
-    fl = row.get("ttft_floor_p99_s")
-    if not (h["slo_met"] and d["slo_met"]) and fl:
-        bad = [k for k in ("short", "long") if fl.get(k) is not None and fl[k] > 2.0]
-        if not h["slo_met"]:
-            bad.insert(0, "homogeneous")
-        where = " and ".join(f"the {k} pool" for k in bad) or "some pool"
-        worst = max(v for k, v in fl.items() if k != "long_share" and v is not None)
-        line = (
-            f"  **The 2 s P99 TTFT SLO is unattainable here** in {where}: the P99 of its requests' TTFT floor (prefill "
-            f"alone: one request per instance, no queue, P = {prof.p_s_per_prefill_token * 1e6:.0f} µs per prefill token) "
-            f"is {worst:.2f} s, so no instance count meets 2 s and the counts above are the search cap (4x the M/G/c size), "
-            f"not sizes. The homogeneous fleet's floor is only {fl['homogeneous']:.2f} s because the long requests are "
-            f"{fl['long_share']:.2%} of its traffic (under 1%, outside its P99). The smallest attainable per-pool SLO "
-            f"is about {worst:.2f} s"
-        )
-        rl = row.get("relaxed")
-        if rl:
-            rp = rl["plan"]
-            rh, rd = rp["des_homogeneous"], rp["des_two_pool"]
-            line += (
-                f"; the next row sizes both fleets at P99 TTFT <= {rl['slo_ttft_p99_s']:g} s: {rh['instances']} -> "
-                f"{rd['instances']} instances ({_pct(rd['savings_vs_homogeneous'])})"
-                + ("" if rh["slo_met"] and rd["slo_met"] else ", still not met")
-            )
-        out.append(line + ".")
-    unit = sc.get("paper_unit_gpus", 1)
-    unit_name = sc.get("paper_unit", "paper 'GPU'")
-    paper_units = sc["paper_homogeneous"] / unit
-    out.append(
-        f"  Our DES homogeneous fleet needs {h['instances']} instances ({h['gpus']} GPUs) vs the paper's "
-        f"{sc['paper_homogeneous']} GPUs: μ_homog = {cf['mu_homogeneous']:.2f} req/s per instance ({_gpus(prof.tp)}) here vs "
-        f"{sc['rate_req_per_s']:g}/{paper_units:g} = {sc['rate_req_per_s'] / paper_units:.2f} req/s per {unit_name} implied "
-        f"by the paper (its per-request cost model and trace preprocessing are not published)."
-    )
-    sr = row.get("srsim")
-    if sr:
+    for r in rows:
+        sc = r["scenario"]
+        prof = PROFILES[sc["profile"]]
         out.append(
-            f"  vllm-sr-sim on the same CDF and A100 constants sizes {sr['homogeneous_gpus']} -> {sr['two_pool_gpus']} "
-            f"(short {sr['short_gpus']}, long {sr['long_gpus']}); its long pool is calibrated only on requests above B "
-            f"with a min-GPU floor and its M/G/c treats each KV slot as a server with full-batch service times, "
-            f"so its counts differ from our iteration-level DES by the modelling choices, not by α or ρ."
+            f"| {sc['key']} | {sc['title']} | {sc['trace']} | {sc['rate_req_per_s']:,.0f} | {sc['profile']} | {prof.tp} |"
         )
     return out
 
 
-def _why_section(data: dict[str, Any]) -> list[str]:
-    rows = {r["scenario"]["key"]: r for r in data["scenarios"]}
-    paper = [r for r in data["scenarios"] if r["scenario"]["profile"] == "a100-simcompat"]
-    roof = [r for r in data["scenarios"] if r["scenario"]["profile"] != "a100-simcompat"]
-    figures = {"Azure v2": 0.419, "Azure v1": 0.166, "LMSYS v2": 0.313, "LMSYS v1": 0.385, "MI300X": 0.305}
-    alpha_of = {
-        "Azure": rows.get("azure-paper"),
-        "LMSYS": rows.get("lmsys-paper"),
-        "MI300X": rows.get("qwen-mi300x"),
-    }
-    effs = []
-    eff_values = []
-    for name, sav in figures.items():
-        r = alpha_of[name.split()[0]]
-        if r is not None:
-            a = r["plan"]["closed_form"]["alpha"]
-            eff_values.append(1 / (1 - sav / a))
-            effs.append(f"{name} {_pct(sav)} -> ρ_eff {eff_values[-1]:.2f}")
-    lo, hi = (min(eff_values), max(eff_values)) if eff_values else (float("nan"), float("nan"))
-    below = [
-        r["scenario"]["key"]
-        for r in roof
-        if r["plan"]["des_two_pool"]["savings_vs_homogeneous"]
-        < r["plan"]["closed_form"]["savings_closed_form"] - 0.02
+def _paper_table(rows: list[dict[str, Any]]) -> list[str]:
+    out = ["| setting | homogeneous | token-budget | saving |", "|---|---:|---:|---|"]
+    for r in rows:
+        sc = r["scenario"]
+        out.append(
+            f"| {sc['key']} | {sc['paper_homogeneous']} | {sc['paper_two_pool']} | {sc['paper_savings']} |"
+        )
+    return out
+
+
+def _closed_form_table(rows: list[dict[str, Any]]) -> list[str]:
+    out = [
+        "| setting | α = F(8,192) | μ_short (req/s per instance) | μ_homogeneous (req/s per instance) | ρ | α(1−1/ρ) |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
-    roof_rho = [r["plan"]["closed_form"]["rho"] for r in roof]
-    L = [
-        "## Why α(1−1/ρ) = ~75% while the paper's tables show 17–42%",
-        "",
-        "Every number in this section is computed from the rows above.",
-        "",
-        "- α at B = 8,192: "
-        + "; ".join(
-            f"{r['scenario']['title'].split(',')[1].strip()} {r['plan']['closed_form']['alpha']:.4%}"
-            for r in paper
+    for r in rows:
+        cf = r["plan"]["closed_form"]
+        out.append(
+            f"| {_short_title(r)} | {_alpha(cf['alpha'])} | {cf['mu_short']:.2f} | {cf['mu_homogeneous']:.2f} | "
+            f"{cf['rho']:.2f} | {_pct(cf['savings_closed_form'])} |"
         )
-        + ". Both traces are almost entirely short, so α(1−1/ρ) ≈ 1 − 1/ρ.",
-        "- With the paper's own simulator constants (rows 'vllm-sr-sim constants'), ρ = "
-        + ", ".join(f"{r['plan']['closed_form']['rho']:.2f}" for r in paper)
-        + " (KV slots "
-        + ", ".join(
-            f"{r['plan']['closed_form']['short_slots']} vs {r['plan']['closed_form']['long_slots']}"
-            for r in paper
-        )
-        + "), the closed form says "
-        + ", ".join(_pct(r["plan"]["closed_form"]["savings_closed_form"]) for r in paper)
-        + " and our DES "
-        + ", ".join(_pct(r["plan"]["des_two_pool"]["savings_vs_homogeneous"]) for r in paper)
-        + ": the DES reproduces the closed form, not the tables.",
-        "- The tables' savings correspond to an effective gain ρ_eff = 1/(1 − saving/α): "
-        + "; ".join(effs)
-        + ".",
-        "- The roofline profiles (W = weight streaming per iteration, P = prefill FLOPs) give ρ = "
-        + ", ".join(f"{r['plan']['closed_form']['rho']:.2f} ({r['scenario']['key']})" for r in roof)
-        + ": prefill compute and the per-iteration weight read do not shrink with concurrency, so more KV slots raise "
-        "throughput far less than the slot ratio. Their DES savings are "
-        + ", ".join(
-            f"{_pct(r['plan']['des_two_pool']['savings_vs_homogeneous'])} ({r['scenario']['key']})"
-            for r in roof
-        )
-        + "; "
-        + (
-            "where the DES falls below the closed form ("
-            + ", ".join(below)
-            + ") the per-row sentences show why (SLO-capped concurrency, the long pool)."
-            if below
-            else "the DES matches or beats the closed form in every roofline row."
-        ),
-        "- So the closed form is only as good as ρ, and ρ must be the throughput ratio *measured on the operator's mix "
-        "under the SLO* (what `tbr plan` verifies by DES), not the KV-slot ratio. The paper's ρ = 4 (11.2/2.8 req/s) "
-        f"with α ≈ 1 cannot produce its tables' savings; they imply ρ_eff of {lo:.2f}–{hi:.2f}, the same order as "
-        f"the roofline ρ ({min(roof_rho, default=float('nan')):.2f}–{max(roof_rho, default=float('nan')):.2f}) of an "
-        "instance whose prefill compute and weight reads do not scale with its slots.",
+    return out
+
+
+def _des_rows(key: str, p: dict[str, Any], slo: float) -> str:
+    h, d = p["des_homogeneous"], p["des_two_pool"]
+    sav = d.get("savings_vs_homogeneous")
+    return (
+        f"| {key} | {slo:g} | {h['instances']} ({_fleet_p99(h)} s) | {d['short_instances']} + {d['long_instances']} "
+        f"({_fleet_p99(d)} s) | {_pct(sav)} | {h['gpus']} → {d['gpus']} | ${h['usd_per_year'] / 1e6:.2f}M → "
+        f"${d['usd_per_year'] / 1e6:.2f}M | {_verdict(h)} / {_verdict(d)} |"
+    )
+
+
+def _des_table(rows: list[dict[str, Any]]) -> list[str]:
+    out = [
+        "| setting | SLO P99 TTFT (s) | homogeneous instances (worst pool P99 TTFT) | short + long instances (worst pool "
+        "P99 TTFT) | saving | GPUs | $/yr | SLO homogeneous / two-pool |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    return L
+    for r in rows:
+        out.append(_des_rows(_short_title(r), r["plan"], r["plan"]["slo"]["ttft_p99_s"]))
+        rl = r.get("relaxed")
+        if rl:
+            out.append(_des_rows(f"{_short_title(r)} (relaxed SLO)", rl["plan"], rl["slo_ttft_p99_s"]))
+    return out
+
+
+def _srsim_table(rows: list[dict[str, Any]]) -> list[str]:
+    out = [
+        "| setting | vllm-sr-sim homogeneous GPUs | vllm-sr-sim short + long GPUs | vllm-sr-sim saving | our DES saving |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        sr = r.get("srsim")
+        if not sr:
+            continue
+        out.append(
+            f"| {_short_title(r)} | {sr['homogeneous_gpus']} | {sr['short_gpus']} + {sr['long_gpus']} | "
+            f"{_pct(sr['savings'])} | {_pct(r['plan']['des_two_pool'].get('savings_vs_homogeneous'))} |"
+        )
+    return out
+
+
+def _given_mu_table(rows: list[dict[str, Any]]) -> list[str]:
+    out = [
+        f"| setting | α | homogeneous ⌈λ/{PAPER_MU_LONG:g}⌉ | two-pool ⌈αλ/{PAPER_MU_SHORT:g}⌉ + ⌈(1−α)λ/{PAPER_MU_LONG:g}⌉ "
+        "| saving | α(1−1/ρ), ρ = 4 |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        ts = r["plan"].get("throughput_sizing")
+        if not ts or r["scenario"]["rate_req_per_s"] != 1000:
+            continue
+        out.append(
+            f"| {_short_title(r)} | {_alpha(r['plan']['closed_form']['alpha'])} | {ts['homogeneous_instances']} | "
+            f"{ts['short_instances']} + {ts['long_instances']} | {_pct(ts['savings'])} | {_pct(ts['savings_closed_form'])} |"
+        )
+    return out
+
+
+def _readings_table(rows: list[dict[str, Any]]) -> list[str]:
+    by_key = {r["scenario"]["key"]: r for r in rows}
+    out = [
+        "| paper figure | saving s | our α at 8,192 | reading A: ρ_eff = 1/(1 − s/α) at our α | reading B: α = s/(1 − 1/4) at ρ = 4 |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, key, s in PAPER_FIGURES:
+        r = by_key.get(key)
+        if r is None:
+            continue
+        a = r["plan"]["closed_form"]["alpha"]
+        rho_eff = 1 / (1 - s / a)
+        out.append(f"| {name} | {_pct(s)} | {_alpha(a)} | {rho_eff:.2f} | {s / 0.75:.2f} |")
+    return out
+
+
+def _why(rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for r in rows:
+        p, sc = r["plan"], r["scenario"]
+        cf, h, d = p["closed_form"], p["des_homogeneous"], p["des_two_pool"]
+        key = sc["key"]
+        sav = d.get("savings_vs_homogeneous")
+        prof = PROFILES[sc["profile"]]
+        unit = sc.get("paper_unit_gpus", 1)
+        paper_mu = sc["rate_req_per_s"] / (sc["paper_homogeneous"] / unit)
+        lines = [f"**{key}.**"]
+        if sav is not None:
+            gap = sav - cf["savings_closed_form"]
+            lines.append(
+                f"Our simulator saves {_pct(sav)}; the closed form says {_pct(cf['savings_closed_form'])} "
+                f"({abs(gap) * 100:.1f} points {'more' if gap > 0 else 'less'})."
+            )
+        hp = h["pools"]["homogeneous"]["load"]
+        lines.append(
+            f"One homogeneous instance serves at most {hp['mu_req_per_s']:.2f} req/s here; the paper's "
+            f"{sc['paper_homogeneous']} {'GPUs' if unit == 1 else 'GPUs (8 per node)'} at {sc['rate_req_per_s']:,.0f} req/s "
+            f"mean {paper_mu:.2f} req/s per {'GPU' if unit == 1 else 'node'}. That is why our fleets are "
+            f"{'smaller' if h['instances'] * prof.tp < sc['paper_homogeneous'] else 'larger'} than the paper's."
+        )
+        lp = d["pools"]["long"]
+        if lp.get("note"):
+            lines.append(f"The long pool: {lp['note']}.")
+        elif lp.get("load"):
+            lines.append(
+                f"The long pool gets {lp['load']['lam_req_per_s']:.3f} req/s and needs {lp['instances']} instance(s) "
+                f"({lp['verdict']})."
+            )
+        if not d["slo_met"]:
+            lines.append("The 2 s SLO cannot be met here: " + "; ".join(d["causes"]) + ".")
+        sr = r.get("srsim")
+        if sr:
+            lines.append(
+                f"vllm-sr-sim saves {_pct(sr['savings'])}. It sizes with an M/G/c model where each KV slot is a "
+                f"server busy for a full-batch service time, and calibrates its long pool only on requests above B; "
+                f"our simulator runs each instance iteration by iteration. The gap is the model, not α or ρ."
+            )
+        out += [" ".join(lines), ""]
+    return out
+
+
+def _lengths_table(rows: list[dict[str, Any]]) -> list[str]:
+    out = [
+        "| setting | pool | λ (req/s) | μ (req/s per instance) | smallest stable | instances | simulated requests | "
+        "simulated time (s) | P99 TTFT first / second half (s) | runs |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for r in rows:
+        p = r["plan"]
+        fleets = [("homogeneous", p["des_homogeneous"]["pools"]["homogeneous"])]
+        fleets += [(k, v) for k, v in p["des_two_pool"]["pools"].items()]
+        for name, pool in fleets:
+            blk, load = pool.get("block") or {}, pool.get("load") or {}
+            if not load:
+                out.append(
+                    f"| {_short_title(r)} | {name} | - | - | - | {pool['instances']} | - | - | - | 0 |"
+                )
+                continue
+            out.append(
+                f"| {_short_title(r)} | {name} | {load['lam_req_per_s']:,.3f} | {load['mu_req_per_s']:.2f} | "
+                f"{load['min_stable_instances']} | {pool['instances']} | {blk.get('simulated_requests', 0):,} | "
+                f"{blk.get('simulated_s', 0.0):,.0f} | {_s(blk.get('p99_ttft_first_half_s'))} / "
+                f"{_s(blk.get('p99_ttft_second_half_s'))} | {len(pool['steps'])} |"
+            )
+    return out
 
 
 def render(data: dict[str, Any], command: str) -> str:
-    """Markdown for ``docs/results.md`` from :func:`generate`'s output."""
+    """Markdown for ``docs/results.md`` from :func:`planner.results.generate`'s output."""
+    rows = data["scenarios"]
     L = [
         "# Results: the paper's settings, reproduced",
         "",
-        f"Generated by `{command}` (seed {data['seed']}); do not edit by hand. Paper figures are from",
-        "docs/method.md §7 (secondary sources [S1]/[S3]; the PDFs' tables were not accessible). SLO: P99 TTFT <= 2 s",
-        "in every pool unless the row says otherwise;",
-        "B = 8,192 tokens (short pool max_model_len), long pool max_model_len 65,536; round-robin within each pool.",
-        '"inst" = serving instances (one vLLM server); GPUs = inst x tensor-parallel degree.',
+        f"Generated by `{command}` (seed {data['seed']}). Do not edit by hand.",
         "",
-        "| setting | paper homog -> two-pool (saving) | α | ρ | closed form α(1−1/ρ) | ours M/G/c inst (saving) | ours DES inst (saving) | DES P99 TTFT homog / two-pool (s) | DES GPUs, $/yr homog -> two-pool | vllm-sr-sim GPUs (saving) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "What we ran. Each setting below is one trace, one load and one hardware profile. We size two fleets for it:",
+        "one homogeneous pool at max_model_len 65,536, and two pools split at B = 8,192 tokens. The SLO is a P99",
+        "time to first token (TTFT) of 2 s in every pool. Load balancing inside a pool is round robin.",
+        "",
+        "How we size. A pool size below ⌊λ/μ⌋ + 1 instances is unstable: its queue grows without end, so it is",
+        "never simulated. Each simulated size runs for at least 10 × (P99 service time + SLO) after a warm-up,",
+        "and at least 20,000 measured requests. It passes only if the P99 TTFT of both halves of the measured",
+        "window meets the SLO and the second half has not grown. The paper's numbers come from docs/method.md §7.",
+        "",
+        "An instance is one vLLM server. GPUs = instances × GPUs per instance.",
+        "",
+        "## The settings",
+        "",
+        *_settings(rows),
+        "",
+        "## 1. What does the paper report?",
+        "",
+        *_paper_table(rows),
+        "",
+        "## 2. What does the closed form α(1−1/ρ) give?",
+        "",
+        "α is the share of requests whose input + output budget fits in 8,192 tokens. ρ is the throughput of one",
+        "short instance over one homogeneous instance, both at full batch on their own request mix.",
+        "",
+        *_closed_form_table(rows),
+        "",
+        "## 3. How many instances does our simulator need?",
+        "",
+        "Each fleet is the smallest one that meets the SLO at steady state. The P99 in brackets is the worst pool's.",
+        "",
+        *_des_table(rows),
+        "",
+        "## 4. What does the authors' simulator give on the same constants?",
+        "",
+        "vllm-sr-sim 0.1.0 (installed with the dev extras), its own A100 profile, the same CDF and load,",
+        "its analytical sizing (`FleetOptimizer.sweep_analytical`, no compression).",
+        "",
+        *_srsim_table(rows),
+        "",
+        f"## 5. What do the paper's own throughputs give (μ_short {PAPER_MU_SHORT:g}, μ_long {PAPER_MU_LONG:g} req/s)?",
+        "",
+        "This is the paper's fluid sizing with its table of throughputs, on our α (`tbr plan --mu-short-req-per-s",
+        "11.2 --mu-long-req-per-s 2.8`).",
+        "",
+        *_given_mu_table(rows),
+        "",
+        "## 6. Two ways to read the paper's tables",
+        "",
+        "The tables save far less than α(1−1/ρ) with ρ = 4 and α ≈ 1. Two readings fit their savings s.",
+        "Reading A keeps our α (almost every request fits 8K) and asks which throughput gain ρ_eff would give s:",
+        "an effective gain far below 4. Reading B keeps ρ = 4 and asks which α would give s: a much smaller",
+        "short share than either trace has at 8,192 tokens.",
+        "",
+        *_readings_table(rows),
+        "",
+        "## 7. Why the numbers differ",
+        "",
+        *_why(rows),
+        "## How long each pool ran",
+        "",
+        *_lengths_table(rows),
+        "",
+        "## Normalisation reports",
+        "",
     ]
-    for row in data["scenarios"]:
-        L.append(_table_row(row["scenario"]["title"], row["scenario"], row["plan"], row.get("srsim")))
-        rl = row.get("relaxed")
-        if rl:
-            t = f"{row['scenario']['title']}, SLO P99 TTFT <= {rl['slo_ttft_p99_s']:g} s (2 s unattainable)"
-            L.append(_table_row(t, row["scenario"], rl["plan"], None))
-    L += ["", "## Gaps, one sentence each", ""]
-    for row in data["scenarios"]:
-        L += _gap_lines(row)
-    L += ["", *_why_section(data), "", "## Normalisation reports", ""]
-    for row in data["scenarios"]:
+    for row in rows:
         lines = [
             _TRACE_PATH.sub(lambda m: f"trace {display_path(m.group(1))} (format", x.strip())
             for x in row["normalization"]
         ]
         L.append(f"- {row['scenario']['key']}: " + "; ".join(lines))
-    L += ["", "## Run times (wall-clock of this generation)", ""]
-    for row in data["scenarios"]:
+    L += ["", "## Run times (wall clock of this generation, shared 2-core machine)", ""]
+    for row in rows:
         L.append(f"- {row['scenario']['key']}: {row['elapsed_s']:.0f} s")
     return "\n".join(L) + "\n"

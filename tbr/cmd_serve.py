@@ -106,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
     """Load the config with its overrides (exit 2 with the errors if invalid) and serve; 0 after
     a clean stop."""
     configure_logging(args.log_level, args.log_format)
+    from extproc.service.memprof import start_from_env
+
+    if start_from_env():
+        log.warning("tracemalloc on (TBR_TRACEMALLOC): allocation is slower; for soaks only")
     overrides = env_overrides(os.environ) | flag_overrides(args)
 
     def load(path: str | Path) -> RouterConfig:

@@ -21,6 +21,23 @@ CHAT_HEADERS = {":method": "POST", ":path": "/v1/chat/completions", "x-request-i
 COMPLETIONS_HEADERS = {":method": "POST", ":path": "/v1/completions", "x-request-id": "r2"}
 
 HeaderPairs = dict[str, str] | Iterable[tuple[str, str | bytes]]
+ExtProcCall = grpc.aio.StreamStreamCall[pb.ProcessingRequest, pb.ProcessingResponse]
+
+EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # grpc-stubs lack grpc.aio.EOF (end of a stream)
+
+
+def open_stream(channel: grpc.aio.Channel) -> ExtProcCall:
+    """A new ext_proc stream on ``channel``: write messages with ``call.write`` and read the
+    answers with :func:`read_response` (or ``call.read()``, which returns :data:`EOF` at the end)."""
+    # grpc.aio takes no request iterator when the caller writes; grpc-stubs declare it required.
+    return pb_grpc.ExternalProcessorStub(channel).Process()  # type: ignore[call-arg]
+
+
+async def read_response(call: ExtProcCall) -> pb.ProcessingResponse:
+    """The next answer on ``call`` (fails the test at the end of the stream)."""
+    msg = await call.read()
+    assert isinstance(msg, pb.ProcessingResponse), msg
+    return msg
 
 
 def chat_body(text: str, **extra: object) -> bytes:
@@ -113,11 +130,11 @@ async def run_stream(
     """Send each message on one real gRPC stream to 127.0.0.1:``port``, read its answer, half-close,
     and wait for the server to end the call."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", **channel_kw) as ch:  # type: ignore[arg-type]
-        call = pb_grpc.ExternalProcessorStub(ch).Process()
+        call = open_stream(ch)
         out = []
         for m in msgs:
             await call.write(m)
-            out.append(await call.read())
+            out.append(await read_response(call))
         await call.done_writing()
         await call.code()
         return out

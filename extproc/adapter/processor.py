@@ -10,10 +10,12 @@ Phases, in the order Envoy sends them with envoy/envoy.yaml's processing mode:
    messages instead of three or four (docs/performance.md).
 2. ``request_body`` (BUFFERED): parse, classify, estimate, choose the pool; answer with the
    routing header and ``clear_route_cache``. Unreadable bodies go to the largest pool.
-3. ``response_headers`` (SEND): on 2xx, ask for the body — BUFFERED for JSON, STREAMED for
-   ``text/event-stream`` (and drop ``content-length``) — via ``mode_override``.
-4. ``response_body``: read ``usage.prompt_tokens`` (decoding gzip/br/deflate/zstd copies) and
-   calibrate once, at end of stream.
+3. ``response_headers`` (SEND): on 2xx, ask for the body STREAMED via ``mode_override`` (for
+   ``text/event-stream`` also drop ``content-length``). JSON is streamed too, never BUFFERED:
+   Envoy fails a buffered body above its buffer limit with 500, which would change what the
+   client gets.
+4. ``response_body``: read ``usage.prompt_tokens`` (decoding gzip/br/deflate/zstd copies) in
+   bounded memory whatever the body size, and calibrate once, at end of stream.
 
 The processor never raises to the server: any unexpected error is counted and answered with a
 pass-through for the phase that was sent (for ``request_body``: the largest pool). Responses
@@ -31,10 +33,10 @@ import time
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter import responses as R
-from extproc.adapter.headers import plain_headers
+from extproc.adapter.headers import plain_headers, request_attributes
 from extproc.adapter.runtime import Runtime
 from extproc.core.api_bodies import parse_body
-from extproc.core.api_usage import API_OF_ENDPOINT, json_usage
+from extproc.core.api_usage import API_OF_ENDPOINT
 from extproc.core.batch import batch_budget
 from extproc.core.decision import DecisionRecord
 from extproc.core.encoding import DecodeError, StreamDecoder, make_decoder
@@ -42,15 +44,15 @@ from extproc.core.estimator import TokenBudget
 from extproc.core.policy import PoolDecision
 from extproc.core.recovery import parse_attempt_count
 from extproc.core.request_body import UnreadableRequest, endpoint_for_path
-from extproc.core.sse import SSEUsageReader
+from extproc.core.sse import JSONUsageReader, SSEUsageReader, StreamError, is_context_length_error
 
 __all__ = ["Exchange", "StreamProcessor"]
 
 log = logging.getLogger(__name__)
 
-_MAX_JSON_RESPONSE_BYTES = 16 << 20
-
 _REQUEST_HEADERS = frozenset((":path", ":method", "x-request-id"))
+_REQUEST_ATTRIBUTES = ("request.path", "request.method", "request.id")
+"""What the one-message design's ext_proc filter lists in ``request_attributes``."""
 
 
 class Exchange(enum.Enum):
@@ -80,7 +82,8 @@ class StreamProcessor:
 
     __slots__ = (
         "_decoder",
-        "_json_buf",
+        "_json",
+        "_route_answers",
         "_sse",
         "batch_budgets",
         "budget",
@@ -92,6 +95,7 @@ class StreamProcessor:
         "exchange",
         "learn",
         "method",
+        "misroute",
         "path",
         "pool",
         "prompt_tokens",
@@ -126,10 +130,12 @@ class StreamProcessor:
         self.calibrated = False
         self.sampled: bool | None = None
         self.exchange = Exchange.REQUEST_HEADERS
+        self._route_answers = router.body_responses
         self.counted_pool: str | None = None
         self.retried_to: str | None = None
+        self.misroute: str | None = None
         self._sse: SSEUsageReader | None = None
-        self._json_buf: bytearray | None = None
+        self._json: JSONUsageReader | None = None
         self._decoder: StreamDecoder | None = None
         self.t_start = time.time()
 
@@ -149,6 +155,8 @@ class StreamProcessor:
             if phase == "request_headers":
                 resp = self.on_request_headers(req.request_headers)
             elif phase == "request_body":
+                if self.exchange is Exchange.REQUEST_HEADERS:
+                    self.on_body_first(req)
                 resp = self.on_request_body(req.request_body)
             elif phase == "response_headers":
                 resp = self.on_response_headers(req.response_headers)
@@ -213,9 +221,26 @@ class StreamProcessor:
             return R.CONTINUE_REQUEST_HEADERS
         return R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
 
+    def on_body_first(self, req: pb.ProcessingRequest) -> None:
+        """The stream starts with ``request_body``: request headers are SKIPped (one message per
+        request, docs/design/004-one-message.md). The request line comes from the filter's
+        ``request_attributes`` and the decision goes out as dynamic metadata, since a header
+        mutation can no longer reach the headers. Response phases, if configured, re-set the state.
+        """
+        self.exchange = Exchange.DONE
+        self._route_answers = self.router.metadata_responses
+        a = request_attributes(req, _REQUEST_ATTRIBUTES)
+        self.path = a.get("request.path", "")
+        self.method = a.get("request.method", "")
+        self.request_id = a.get("request.id", "")[:128]
+        self.endpoint = endpoint_for_path(self.path) if self.method == "POST" else None
+
     def _after_request_body(self) -> Exchange:
         """What follows ``request_body``: nothing when the response phases were turned off at
-        ``request_headers`` (an unsampled request with ``skip_unsampled_responses``)."""
+        ``request_headers`` (an unsampled request with ``skip_unsampled_responses``), or when
+        there were no request headers (one message: nothing more is announced)."""
+        if self._route_answers is self.router.metadata_responses:
+            return Exchange.DONE
         if self.sampled is False and self.router.config.calibration.skip_unsampled_responses:
             return Exchange.DONE
         return Exchange.RESPONSE_HEADERS
@@ -223,9 +248,14 @@ class StreamProcessor:
     def on_request_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
         """Budget the request and set the routing header (BUFFERED: the whole body at once)."""
         self.exchange = self._after_request_body()
-        if self.endpoint is None or self.pool:
+        if self.pool:
             # Already routed (at request_headers, or by an earlier body message: STREAMED
             # chunks or a duplicate). Routing again would double-count the decision.
+            return R.CONTINUE_REQUEST_BODY
+        if self.endpoint is None:
+            if self._route_answers is self.router.metadata_responses:
+                # One message: no request_headers answer could route it; route it here.
+                return self._route_fallback("unsupported_path", body=True)
             return R.CONTINUE_REQUEST_BODY
         r = self.router
         try:
@@ -250,7 +280,7 @@ class StreamProcessor:
         if decision.saturated:
             self._report_saturation(decision)
         r.observer.decision(self.pool, self.category, self.reason, budget.total_tokens)
-        return r.body_responses[self.pool]
+        return self._route_answers[self.pool]
 
     def _decide(self, model: str, previous_response_id: str | None, total_tokens: int) -> PoolDecision:
         """Pool set by ``model``, then pool by budget; a ``previous_response_id`` pins the pool
@@ -288,7 +318,7 @@ class StreamProcessor:
         r.observer.decision(self.pool, "unknown", reason, None)
         if reason != "unsupported_path":
             r.observer.unreadable(reason)
-        return r.body_responses[self.pool] if body else r.header_responses[self.pool]
+        return self._route_answers[self.pool] if body else r.header_responses[self.pool]
 
     def _count_inflight(self) -> None:
         """Count this request against its pool until :meth:`finish` (once per stream)."""
@@ -336,6 +366,7 @@ class StreamProcessor:
             )
             if retry is not None:
                 self.retried_to = retry.to_pool
+                self.misroute = retry.outcome
                 self.router.observer.misroute(retry.from_pool, retry.to_pool, retry.outcome)
         obs = self.router.observer
         if not 200 <= self.status < 300:
@@ -356,7 +387,7 @@ class StreamProcessor:
             self.exchange = Exchange.RESPONSE_BODY
             return R.READ_SSE_RESPONSE
         if "json" in content_type:
-            self._json_buf = bytearray()
+            self._json = JSONUsageReader(api=API_OF_ENDPOINT.get(self.endpoint or "", "openai"))
             self.exchange = Exchange.RESPONSE_BODY
             return R.READ_JSON_RESPONSE
         obs.calibration("unsupported_content_type")
@@ -373,16 +404,12 @@ class StreamProcessor:
                 self.router.observer.calibration("decode_error")
                 self._decoder = None
                 self._sse = None
-                self._json_buf = None
+                self._json = None
                 data = b""
             if self._sse is not None:
                 self._sse.feed(data)
-            elif self._json_buf is not None:
-                if len(self._json_buf) + len(data) <= _MAX_JSON_RESPONSE_BYTES:
-                    self._json_buf += data
-                else:
-                    self._json_buf = None
-                    self.router.observer.calibration("response_too_large")
+            elif self._json is not None:
+                self._json.feed(data)
         if msg.end_of_stream:
             self.finish_response()
         return R.CONTINUE_RESPONSE_BODY
@@ -393,18 +420,21 @@ class StreamProcessor:
             return
         if self._sse is not None:
             self._sse.close()
+            if self._sse.error is not None:
+                self._stream_error(self._sse.error)
+                return
             self.prompt_tokens = self._sse.prompt_tokens
             self.completion_tokens = self._sse.completion_tokens
             self.response_id = self._sse.response_id
-        elif self._json_buf is not None:
-            api = API_OF_ENDPOINT.get(self.endpoint or "", "openai")
-            self.prompt_tokens, self.completion_tokens, self.response_id = json_usage(
-                bytes(self._json_buf), api
-            )
+        elif self._json is not None:
+            self._json.close()
+            self.prompt_tokens = self._json.prompt_tokens
+            self.completion_tokens = self._json.completion_tokens
+            self.response_id = self._json.response_id
         else:
             return
         self._sse = None
-        self._json_buf = None
+        self._json = None
         self._decoder = None
         self.calibrated = True
         r = self.router
@@ -413,16 +443,8 @@ class StreamProcessor:
         if self.prompt_tokens is None:
             r.observer.calibration("no_usage")
             return
-        if not self.learn:
-            r.observer.calibration("previous_response")
-            return
-        learned: TokenBudget | None = self.budget
-        if self.batch_budgets is not None:
-            # usage.prompt_tokens is the sum over conversations: learn it against the summed estimate
-            learned = batch_budget(self.batch_budgets)
+        learned = self._learned_budget()
         if learned is None:
-            if self.batch_budgets is not None:
-                r.observer.calibration("batch_mixed_keys")
             return
         before = r.store.get(learned.key) if self.retried_to is not None else None
         obs = r.estimator.observe(learned, self.prompt_tokens)
@@ -439,13 +461,41 @@ class StreamProcessor:
                 r.observer.misroute_calibration(self.counted_pool, outcome)
         r.publish_ratio(*obs.key)
 
+    def _learned_budget(self) -> TokenBudget | None:
+        """The budget the served usage is learned against, or None (outcome counted): a
+        ``previous_response_id`` continuation's usage counts stored turns; a chat batch's usage is
+        the sum over its conversations, learned against the summed estimate (extproc.core.batch)."""
+        if not self.learn:
+            self.router.observer.calibration("previous_response")
+            return None
+        if self.batch_budgets is None:
+            return self.budget
+        learned = batch_budget(self.batch_budgets)
+        if learned is None:
+            self.router.observer.calibration("batch_mixed_keys")
+        return learned
+
+    def _stream_error(self, err: StreamError) -> None:
+        """A 2xx SSE stream carried an error event: never learned from (its usage, if any, is not
+        the served request's); a context-length error is a misroute of the pool that served it,
+        counted like the 400 Envoy retries (``tbr_misroutes_total``, decision-log ``misroute``)."""
+        self._sse = None
+        self._decoder = None
+        self.calibrated = True
+        obs = self.router.observer
+        obs.calibration("error_in_stream")
+        if self.counted_pool is not None and is_context_length_error(err):
+            served = self.retried_to or self.counted_pool
+            self.misroute = "error_in_stream"
+            obs.misroute(served, served, "error_in_stream")
+
     def finish(self, end: str) -> None:
         """The stream ended (``end``: ``complete``, ``cancelled`` or ``error``); record the decision.
 
         A usage already read from a stream the client aborted still calibrates (it is a true
         count of the prompt). Called exactly once by the server.
         """
-        if self._sse is not None and self._sse.prompt_tokens is not None:
+        if self._sse is not None and (self._sse.prompt_tokens is not None or self._sse.error is not None):
             self.finish_response()
         r = self.router
         if self.counted_pool is not None:
@@ -470,5 +520,6 @@ class StreamProcessor:
                     completion_tokens=self.completion_tokens,
                     end=end,
                     retried_to_pool=self.retried_to,
+                    misroute=self.misroute,
                 )
             )

@@ -12,6 +12,7 @@ import re
 from envoy.config.core.v3 import base_pb2 as core
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from google.protobuf import struct_pb2
 
 __all__ = [
     "CONTINUE_REQUEST_BODY",
@@ -23,7 +24,10 @@ __all__ = [
     "CONTINUE_RESPONSE_TRAILERS",
     "READ_JSON_RESPONSE",
     "READ_SSE_RESPONSE",
+    "ROUTING_METADATA_KEY",
+    "ROUTING_METADATA_NAMESPACE",
     "header_option",
+    "route_by_metadata",
     "route_request_body",
     "route_request_headers",
 ]
@@ -58,6 +62,31 @@ def _routing_common(header: str, value: str) -> pb.CommonResponse:
 def route_request_body(header: str, value: str) -> pb.ProcessingResponse:
     """Answer to ``request_body``: set the routing header and clear the route cache."""
     return pb.ProcessingResponse(request_body=pb.BodyResponse(response=_routing_common(header, value)))
+
+
+ROUTING_METADATA_NAMESPACE = "tbr"
+"""Dynamic-metadata namespace of the one-message design's routing decision (the ext_proc filter
+accepts it through ``metadata_options.receiving_namespaces.untyped``)."""
+ROUTING_METADATA_KEY = "pool"
+"""Key of the pool's routing value in :data:`ROUTING_METADATA_NAMESPACE`; routes match
+``dynamic_metadata`` filter ``tbr``, path ``pool``."""
+
+
+def route_by_metadata(header: str, value: str) -> pb.ProcessingResponse:
+    """Answer to a ``request_body`` that came without ``request_headers`` (one message per request,
+    docs/design/004-one-message.md): the pool goes into dynamic metadata ``{tbr: {pool: value}}``
+    and the route cache is cleared so that the route (matching that metadata) is picked again.
+
+    The request headers have already passed the filter, so Envoy drops the header mutation; it is
+    still sent because Envoy 1.40 clears the route cache on a body answer only when the answer
+    carries a header mutation (stat ``clear_route_cache_ignored`` otherwise, even with
+    ``route_cache_action: CLEAR``).
+    """
+    md = struct_pb2.Struct()
+    md.get_or_create_struct(ROUTING_METADATA_NAMESPACE)[ROUTING_METADATA_KEY] = value
+    return pb.ProcessingResponse(
+        request_body=pb.BodyResponse(response=_routing_common(header, value)), dynamic_metadata=md
+    )
 
 
 def route_request_headers(header: str, value: str) -> pb.ProcessingResponse:
@@ -100,9 +129,16 @@ CONTINUE_RESPONSE_TRAILERS = pb.ProcessingResponse(response_trailers=pb.Trailers
 
 READ_JSON_RESPONSE = pb.ProcessingResponse(
     response_headers=pb.HeadersResponse(),
-    mode_override=pm.ProcessingMode(response_body_mode=pm.ProcessingMode.BUFFERED),
+    mode_override=pm.ProcessingMode(response_body_mode=pm.ProcessingMode.STREAMED),
 )
-"""Answer to 2xx JSON ``response_headers``: send us the whole body once (usage is at its end)."""
+"""Answer to 2xx JSON ``response_headers``: stream the body to us chunk by chunk (usage sits near
+its end; :class:`~extproc.core.sse.JSONUsageReader` keeps only the bytes after the key).
+
+STREAMED, not BUFFERED: a BUFFERED body is held whole by Envoy and fails with 500 once it passes
+the cluster's ``per_connection_buffer_limit_bytes`` (8 MiB in envoy/envoy.yaml), so reading usage
+would change what the client gets for large answers (e.g. ``logprobs`` with many
+``top_logprobs``). ``content-length`` is kept: the router never changes the body, so it stays
+true (tests/e2e/test_large_responses.py)."""
 
 READ_SSE_RESPONSE = pb.ProcessingResponse(
     response_headers=pb.HeadersResponse(

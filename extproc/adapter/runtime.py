@@ -8,13 +8,12 @@ the instance they started with.
 from __future__ import annotations
 
 import logging
-from typing import IO
+from typing import Protocol
 
-import orjson
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter.observer import NullObserver, StreamObserver
-from extproc.adapter.responses import route_request_body, route_request_headers
+from extproc.adapter.responses import route_by_metadata, route_request_body, route_request_headers
 from extproc.config import RouterConfig
 from extproc.core.calibration import InMemoryRatioStore, RatioStore
 from extproc.core.decision import DecisionRecord
@@ -25,9 +24,15 @@ from extproc.core.policy import Policy
 from extproc.core.recovery import MisrouteRecovery
 from extproc.core.response_ids import ResponsePools
 
-__all__ = ["Runtime"]
+__all__ = ["DecisionSink", "Runtime"]
 
 log = logging.getLogger(__name__)
+
+
+class DecisionSink(Protocol):
+    """Where decision records go (extproc/service/decision_log.py): ``submit`` must not block."""
+
+    def submit(self, record: DecisionRecord) -> None: ...
 
 
 class Runtime:
@@ -49,7 +54,7 @@ class Runtime:
         *,
         store: RatioStore | None = None,
         observer: StreamObserver | None = None,
-        decision_log: IO[bytes] | None = None,
+        decision_log: DecisionSink | None = None,
         load: LoadTracker | None = None,
         response_pools: ResponsePools | None = None,
     ) -> None:
@@ -76,6 +81,9 @@ class Runtime:
         self.header_responses: dict[str, pb.ProcessingResponse] = {
             p.name: route_request_headers(config.routing_header, p.header_value) for p in config.pools
         }
+        self.metadata_responses: dict[str, pb.ProcessingResponse] = {
+            p.name: route_by_metadata(config.routing_header, p.header_value) for p in config.pools
+        }
 
     def publish_ratio(self, model: str, category: str) -> None:
         """Report the current learned ratio of a key to the observer (nothing when the key is unknown)."""
@@ -85,11 +93,6 @@ class Runtime:
         self.observer.ratio_updated(model, category, state.mean_bpt, state.dev_bpt, state.samples)
 
     def log_decision(self, record: DecisionRecord) -> None:
-        """Append one JSON line to the decision log (no prompt text); errors are logged, not raised."""
-        if self.decision_log is None:
-            return
-        try:
-            self.decision_log.write(orjson.dumps(record.as_json()) + b"\n")
-            self.decision_log.flush()
-        except (OSError, ValueError) as exc:
-            log.warning("decision log write failed: %s", exc)
+        """Queue one decision record (no prompt text) for the background writer; no I/O here."""
+        if self.decision_log is not None:
+            self.decision_log.submit(record)

@@ -63,6 +63,8 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                 yield proc.handle(req)
                 if proc.request_id and not request_id_var.get():
                     request_id_var.set(proc.request_id)  # for every log line of this stream
+                if proc.exchange_done:
+                    await _wait_for_reset(context)
             # A reset while waiting for the next message also ends the iteration normally, so
             # "complete" means the exchange's last message was answered, whatever closed the stream.
             end = "complete" if proc.exchange_done else "cancelled"
@@ -93,6 +95,25 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                         "reason": proc.reason,
                     },
                 )
+
+
+async def _wait_for_reset(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    """After the exchange's last answer: give the peer :data:`RESET_WAIT_S` to reset the stream.
+
+    Envoy ends every ext_proc stream with a reset (RST_STREAM) once it has the last answer.
+    grpc.aio then cancels this task (``CancelledError`` here) and sends nothing more. Were the
+    handler still waiting in a read, or returning normally, grpc.aio would run a batch on the
+    reset call (the read, or the final status); the failed batch leaks its native op array
+    (grpc/grpc#43360): ~137 B per stream before this wait, the router's RSS growth in the soak.
+    A client that half-closes instead (a test client waiting for the status) is read as before
+    after the wait and gets status OK.
+    """
+    if not context.cancelled():
+        await asyncio.sleep(RESET_WAIT_S)
+
+
+RESET_WAIT_S = 0.02
+"""How long a finished stream waits for the peer's reset before reading on (seconds)."""
 
 
 def freeze_startup_objects() -> int:

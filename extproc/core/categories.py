@@ -74,11 +74,6 @@ def count_structure(sample: bytes) -> tuple[int, int, int]:
     return p.digits, p.punctuation, p.newlines
 
 
-def _count_any(sample: bytes, needles: tuple[bytes, ...]) -> int:
-    """Occurrences of any needle in ``sample``."""
-    return sum(sample.count(n) for n in needles)
-
-
 _HAN = tuple(bytes([b]) for b in range(0xE4, 0xEA))  # U+4000–U+9FFF
 _HAN_EXT_A = (b"\xe3\x90", b"\xe3\x91")  # part of U+3400–U+4DBF (rest is under 0xE4)
 _KANA = (b"\xe3\x81", b"\xe3\x82", b"\xe3\x83")  # U+3040–U+30FF
@@ -161,11 +156,15 @@ class TextProfile:
 
 
 def _is_code(sample: bytes, hist: list[int], letters: int) -> bool:
-    if hist[96] >= 3 and b"```" in sample:
+    return _is_code_counts(sample, hist[96], sum(hist[b] for b in _CODE_MARK_BYTES), letters)
+
+
+def _is_code_counts(sample: bytes, backticks: int, punct: int, letters: int) -> bool:
+    """:func:`_is_code` from the counts of backticks and code marks in ``sample``."""
+    if backticks >= 3 and b"```" in sample:
         return True
     if letters == 0:
         return False
-    punct = sum(hist[b] for b in _CODE_MARK_BYTES)
     # Prose has ~1 such mark per 100 letters; source code has 10–30.
     if punct * 8 < letters:
         return False
@@ -182,11 +181,58 @@ def profile_text(sample: bytes) -> TextProfile:
         sample: UTF-8 bytes (at most a few tens of KiB: the caller bounds it). Invalid UTF-8 is
             tolerated: it only skews counts.
     """
+    if sample.isascii():
+        return _profile_ascii(sample)
     hist = _histogram(sample)
     digits = sum(hist[b] for b in _DIGITS)
     punct = sum(hist[b] for b in _PUNCT)
     newlines = hist[10]
     return TextProfile(_classify(sample, hist), digits, punct, newlines)
+
+
+def _keep_only(members: tuple[int, ...]) -> bytes:
+    """The ``bytes.translate`` delete-table that keeps only ``members`` (count = length kept)."""
+    keep = set(members)
+    return bytes(b for b in range(256) if b not in keep)
+
+
+_NOT_ALPHA_BYTES = _keep_only(_ASCII_ALPHA)
+_NOT_CODE_MARK_BYTES = _keep_only(_CODE_MARK_BYTES)
+
+
+def _profile_ascii(sample: bytes) -> TextProfile:
+    """:func:`profile_text` of an all-ASCII sample (most prompts): the same counts and rules with
+    a few C-speed ``bytes.translate``/``count`` passes instead of a 256-bin histogram, ~3× faster
+    on a 1 KB sample. No script, CJK or accented-Latin byte can occur, so those counts are 0."""
+    digits = len(sample.translate(None, _NOT_DIGIT))
+    punct = len(sample.translate(None, _NOT_PUNCT))
+    newlines = sample.count(b"\n")
+    stripped = sample.strip()
+    if stripped[:1] in (b"{", b"[") and stripped[-1:] in (b"}", b"]"):
+        return TextProfile("json", digits, punct, newlines)
+    letters = len(sample.translate(None, _NOT_ALPHA_BYTES))
+    if letters == 0:
+        return TextProfile("no_letters", digits, punct, newlines)
+    marks = len(sample.translate(None, _NOT_CODE_MARK_BYTES))
+    if _is_code_counts(sample, sample.count(b"`"), marks, letters):
+        return TextProfile("code", digits, punct, newlines)
+    return TextProfile(_latin_kind(sample), digits, punct, newlines)
+
+
+def _latin_kind(sample: bytes) -> str:
+    """``latin`` (English function words ≥ 3 % of the words, or very short) or ``latin_other``."""
+    window = sample[:_WINDOW_BYTES]
+    words = window.count(b" ") + 1
+    if words < 8:
+        return "latin"
+    # Same rule as counting every word then comparing, stopped as soon as the threshold is met
+    # (English prose meets it on " the " alone).
+    hits = 0
+    for word in _ENGLISH_WORDS:
+        hits += window.count(word)
+        if hits * 100 >= words * 3:
+            return "latin"
+    return "latin_other"
 
 
 def _classify(sample: bytes, hist: list[int]) -> str:
@@ -228,11 +274,7 @@ def _classify(sample: bytes, hist: list[int]) -> str:
         return script
     if _is_code(sample, hist, ascii_letters):
         return "code"
-    window = sample[:_WINDOW_BYTES]
-    words = window.count(b" ") + 1
-    if _count_any(window, _ENGLISH_WORDS) * 100 >= words * 3 or words < 8:
-        return "latin"
-    return "latin_other"
+    return _latin_kind(sample)
 
 
 def classify_text(sample: bytes) -> str:

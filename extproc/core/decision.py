@@ -43,6 +43,10 @@ class DecisionRecord:
         completion_tokens: ``usage.completion_tokens`` (None when not read).
         end: how the stream ended (``complete``, ``cancelled``, ``error``).
         retried_to_pool: the pool Envoy's misroute retry reached (None when not retried).
+        misroute: why the request counts as a misroute of ``pool`` (None when it does not): Envoy's
+            retry after the pool's 400 (``recovered`` / ``retry_failed``), or the pool's
+            context-length error inside a 2xx SSE stream (``error_in_stream``); the same values as
+            ``tbr_misroutes_total{outcome}``.
     """
 
     ts_s: float
@@ -60,6 +64,7 @@ class DecisionRecord:
     completion_tokens: int | None
     end: str
     retried_to_pool: str | None
+    misroute: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The record as a JSON object (``ts_s`` rounded to microseconds)."""
@@ -91,6 +96,7 @@ class DecisionRecord:
             )
         }
         retried = row.get("retried_to_pool")
+        misroute = row.get("misroute")
         return cls(
             ts_s=float(t),
             request_id=str(row.get("request_id") or ""),
@@ -100,6 +106,7 @@ class DecisionRecord:
             reason=str(row.get("reason") or ""),
             end=str(row.get("end") or ""),
             retried_to_pool=None if retried is None else str(retried),
+            misroute=None if misroute is None else str(misroute),
             **ints,
         )
 

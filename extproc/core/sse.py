@@ -5,7 +5,8 @@ blank line; lines end with CRLF, LF or CR; ``data:`` may or may not be followed 
 comment lines start with ``:``; several ``data`` lines of one event are joined with ``\\n``.
 Chunks from Envoy split events (and multi-byte characters) at arbitrary byte offsets, so
 bytes are buffered until an event is complete. Only events that mention ``"usage"`` are
-JSON-decoded; the last non-null ``usage.prompt_tokens`` wins (OpenAI sends it once, in the
+JSON-decoded (and events that mention ``"error"``: a pool's error inside a 2xx stream is kept in
+:attr:`SSEUsageReader.error`); the last non-null ``usage.prompt_tokens`` wins (OpenAI sends it once, in the
 final chunk, when ``stream_options.include_usage`` is true; some servers repeat a cumulative
 usage in every chunk).
 
@@ -17,6 +18,7 @@ leading UTF-8 byte-order mark is ignored, as EventSource does.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -24,10 +26,12 @@ import orjson
 from extproc.core.api_usage import response_id_of, usage_of
 
 __all__ = [
+    "JSONUsageReader",
     "SSEUsageReader",
+    "StreamError",
     "completion_tokens_of",
+    "is_context_length_error",
     "prompt_tokens_of",
-    "usage_from_json",
 ]
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r|\n\r\n|\r\n\n")
@@ -57,16 +61,160 @@ def completion_tokens_of(obj: Any) -> int | None:
     return None
 
 
-def usage_from_json(body: bytes) -> tuple[int | None, int | None]:
-    """``(usage.prompt_tokens, usage.completion_tokens)`` of a complete JSON response body; each
-    None when absent or unreadable."""
-    if b'"usage"' not in body:
-        return None, None
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None, None
-    return prompt_tokens_of(obj), completion_tokens_of(obj)
+@dataclass(frozen=True, slots=True)
+class StreamError:
+    """An error event inside a 2xx SSE stream: ``data: {"error": {"message", "type", "code"}}``
+    (SGLang, some simulators) or an OpenAI error object (``"object": "error"``, vLLM).
+
+    Attributes:
+        code: the error's ``code`` (int or str as sent; None when absent).
+        type: the error's ``type`` ("" when absent).
+        message: the error's ``message``, cut to 512 characters (never logged with prompt text:
+            pools do not echo the prompt in it).
+    """
+
+    code: int | str | None
+    type: str
+    message: str
+
+
+_CONTEXT_LENGTH = re.compile(
+    r"context length|context_length|context window|maximum context|too long|"
+    r"exceeds? (?:the )?(?:model'?s? )?(?:max|maximum)|max_model_len",
+    re.IGNORECASE,
+)
+
+
+def is_context_length_error(err: StreamError) -> bool:
+    """True when ``err`` says the request did not fit the pool's context (vLLM's
+    "This model's maximum context length is N tokens…", SGLang's "…is longer than the model's
+    context length…", OpenAI's ``context_length_exceeded``)."""
+    if isinstance(err.code, str) and "context_length" in err.code:
+        return True
+    return bool(_CONTEXT_LENGTH.search(err.message) or _CONTEXT_LENGTH.search(err.type))
+
+
+def _stream_error(obj: Any) -> StreamError | None:
+    if not isinstance(obj, dict):
+        return None
+    err = obj.get("error")
+    if not isinstance(err, dict):
+        if obj.get("object") != "error":
+            return None
+        err = obj
+    code = err.get("code")
+    return StreamError(
+        code=code if isinstance(code, int | str) and not isinstance(code, bool) else None,
+        type=str(err.get("type") or "")[:128],
+        message=str(err.get("message") or "")[:512],
+    )
+
+
+_USAGE_KEY = re.compile(rb'"usage"\s*:\s*\{')
+_STRING_OR_BRACE = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}]')
+
+
+def _object_at(data: bytes, start: int) -> bytes | None:
+    """The JSON object starting at ``data[start]`` (a ``{``) up to its matching ``}``, skipping
+    braces inside strings; None when it does not end within ``data``."""
+    depth = 0
+    for m in _STRING_OR_BRACE.finditer(data, start):
+        tok = m.group()
+        if tok == b"{":
+            depth += 1
+        elif tok == b"}":
+            depth -= 1
+            if depth == 0:
+                return data[start : m.end()]
+    return None
+
+
+_RESPONSE_ID = re.compile(rb'"id"\s*:\s*"(resp[_-][A-Za-z0-9_-]{1,200})"')
+
+
+class JSONUsageReader:
+    """Read ``usage`` from a JSON response body fed in chunks, in bounded memory.
+
+    The body is never held whole: each chunk is searched for the key ``"usage": {`` (across chunk
+    boundaries), and the ``max_usage_bytes`` after the last occurrence are kept. At :meth:`close`
+    that object is parsed. A JSON string cannot contain an unescaped ``"usage":`` sequence, so a
+    match is a real key; the last one wins (OpenAI and vLLM put the top-level ``usage`` after
+    ``choices``, so a nested key of the same name earlier in the body is superseded). Work is
+    linear in the body length, memory O(``max_usage_bytes``) whatever the body size (an 8 or
+    17 MiB ``logprobs`` answer costs the same as a small one).
+
+    Args:
+        max_usage_bytes: bytes kept from the ``usage`` key on (a usage object is ~200 B).
+        api: the usage shape (:mod:`extproc.core.api_usage`): ``openai`` (default), ``responses``
+            (``input_tokens``; also reads the response ``id``, in the first 4 KiB where servers put
+            it, into :attr:`response_id`) or ``anthropic``.
+    """
+
+    __slots__ = (
+        "_api",
+        "_candidate",
+        "_carry",
+        "_missing",
+        "bytes_seen",
+        "completion_tokens",
+        "max_usage_bytes",
+        "prompt_tokens",
+        "response_id",
+    )
+
+    _CARRY_BYTES = 64  # a key split across chunks, with whitespace around the colon
+
+    def __init__(self, *, max_usage_bytes: int = 4096, api: str = "openai") -> None:
+        self._api = api
+        self.response_id: str | None = None
+        self.max_usage_bytes = max_usage_bytes
+        self._carry = b""
+        self._candidate: bytes | None = None
+        self._missing = 0
+        self.bytes_seen = 0
+        self.prompt_tokens: int | None = None
+        self.completion_tokens: int | None = None
+
+    def feed(self, chunk: bytes) -> None:
+        """Consume the next bytes of the body (any chunking)."""
+        if not chunk:
+            return
+        if self._api == "responses" and self.response_id is None and self.bytes_seen < 4096:
+            found = _RESPONSE_ID.search(self._carry + chunk[:4096])
+            if found is not None:
+                self.response_id = found.group(1).decode("ascii", "replace")
+        self.bytes_seen += len(chunk)
+        if self._candidate is not None and self._missing > 0:
+            self._candidate += chunk[: self._missing]
+            self._missing = self.max_usage_bytes - len(self._candidate)
+        data = self._carry + chunk
+        last = None
+        for m in _USAGE_KEY.finditer(data):
+            last = m
+        if last is not None:
+            self._candidate = data[last.end() - 1 : last.end() - 1 + self.max_usage_bytes]
+            self._missing = self.max_usage_bytes - len(self._candidate)
+        self._carry = data[-self._CARRY_BYTES :]
+
+    def close(self) -> None:
+        """End of body: parse the last usage object seen (nothing when absent or unreadable)."""
+        candidate, self._candidate, self._carry = self._candidate, None, b""
+        if candidate is None:
+            return
+        raw = _object_at(candidate, 0)
+        if raw is None:
+            return
+        try:
+            usage = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return
+        obj = {"usage": usage}
+        if self._api != "openai":
+            self.prompt_tokens, completion = usage_of(obj, self._api)
+            self.completion_tokens = completion if self.prompt_tokens is not None else None
+            return
+        self.prompt_tokens = prompt_tokens_of(obj)
+        self.completion_tokens = completion_tokens_of(obj) if self.prompt_tokens is not None else None
 
 
 class SSEUsageReader:
@@ -87,6 +235,7 @@ class SSEUsageReader:
         "_started",
         "completion_tokens",
         "dropped_events",
+        "error",
         "events",
         "max_event_bytes",
         "prompt_tokens",
@@ -105,6 +254,7 @@ class SSEUsageReader:
         self.completion_tokens: int | None = None
         self.events = 0
         self.dropped_events = 0
+        self.error: StreamError | None = None
 
     def feed(self, chunk: bytes) -> None:
         """Consume the next bytes of the stream.
@@ -151,7 +301,8 @@ class SSEUsageReader:
         if not raw:
             return
         self.events += 1
-        if self._marker not in raw:  # most chunks carry no usage, or "usage": null
+        has_error = b'"error"' in raw
+        if self._marker not in raw and not has_error:  # most chunks: no usage, or "usage": null
             return
         data: list[bytes] = []
         for line in _LINE_SPLIT.split(raw):
@@ -167,14 +318,23 @@ class SSEUsageReader:
             obj = orjson.loads(payload)
         except orjson.JSONDecodeError:
             return
+        if has_error:
+            err = _stream_error(obj)
+            if err is not None:
+                self.error = err
+                return
         if self._api != "openai":
-            tokens, completion = usage_of(obj, self._api)
-            if tokens is not None:
-                self.prompt_tokens, self.completion_tokens = tokens, completion
-                if self._api == "responses":
-                    self.response_id = response_id_of(obj) or self.response_id
+            self._api_usage(obj)
             return
         tokens = prompt_tokens_of(obj)
         if tokens is not None:
             self.prompt_tokens = tokens
             self.completion_tokens = completion_tokens_of(obj)
+
+    def _api_usage(self, obj: object) -> None:
+        """Usage (and the Responses API id) of a Responses or Anthropic stream event."""
+        tokens, completion = usage_of(obj, self._api)
+        if tokens is not None:
+            self.prompt_tokens, self.completion_tokens = tokens, completion
+            if self._api == "responses":
+                self.response_id = response_id_of(obj) or self.response_id

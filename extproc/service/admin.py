@@ -5,12 +5,15 @@
 * ``GET /readyz``: readiness (gRPC listener up, config loaded, not shutting down); 503 otherwise.
 * ``GET /ratios``: learned bytes-per-token ratios as JSON (model, category, ĉ, σ̂, c*, samples),
   plus the store's state (``memory`` or ``redis``, Redis reachability, queue length).
+* ``GET /debug/memory``: tracemalloc growth by allocation site when ``TBR_TRACEMALLOC`` is set
+  (:mod:`extproc.service.memprof`); ``{"tracing": false}`` otherwise.
 
 Binds to loopback by default (``admin.host``); it exposes no prompt text.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -20,6 +23,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from extproc.adapter.runtime import Runtime
+from extproc.service.memprof import MemoryProfiler, trim_malloc
 
 __all__ = ["build_admin_app", "ratios_view"]
 
@@ -70,8 +74,19 @@ def build_admin_app(
             body["status"] = dict(status())
         return JSONResponse(body)
 
+    profiler = MemoryProfiler()
+
+    async def debug_memory(request: Request) -> Response:
+        if request.query_params.get("trim", "") in ("1", "true"):
+            return JSONResponse(await asyncio.to_thread(trim_malloc))
+        reset = request.query_params.get("baseline", "") in ("1", "true")
+        # In a thread: a snapshot of a busy process takes long enough to time out ext_proc
+        # messages if it held the event loop; the GIL is released between Python steps.
+        return JSONResponse(await asyncio.to_thread(profiler.report, reset_baseline=reset))
+
     return Starlette(
         routes=[
+            Route("/debug/memory", debug_memory),
             Route("/metrics", metrics),
             Route("/healthz", healthz),
             Route("/readyz", readyz),

@@ -6,7 +6,8 @@ by the bound ones: ``app.grpc_port``, ``app.admin_port``); leaving the block shu
 gracefully: readiness off (gRPC health of the ext_proc service, ``/readyz``; liveness stays
 on) for ``server.shutdown_delay_s``, then the listener closes and in-flight streams get
 ``server.grace_period_s``; ratios are pushed to Redis, or persisted to
-``calibration.snapshot_path`` when Redis is not used.
+``calibration.snapshot_path`` when Redis is not used (that file is also written every
+``calibration.snapshot_interval_s``, :class:`~extproc.service.snapshot.PeriodicSnapshot`).
 
 The ratio store is the in-memory one, or :class:`~extproc.service.redis_store.RedisRatioStore` when
 ``calibration.redis_url`` is set. With ``config_path``, :meth:`RouterApp.request_reload` and
@@ -19,10 +20,10 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import Any
 
 import httpx
 import uvicorn
@@ -35,13 +36,14 @@ from extproc.core.categories import CATEGORIES
 from extproc.core.load import LoadTracker
 from extproc.core.response_ids import ResponsePools
 from extproc.service.admin import build_admin_app
+from extproc.service.decision_log import DecisionLogWriter
 from extproc.service.load_metrics import LoadCollector
 from extproc.service.metrics import PrometheusObserver, RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
 from extproc.service.response_sync import ResponsePoolSync
 from extproc.service.scrape import PoolScraper
-from extproc.service.snapshot import load_snapshot, save_snapshot
+from extproc.service.snapshot import PeriodicSnapshot, load_snapshot
 
 __all__ = ["RouterApp"]
 
@@ -71,6 +73,10 @@ class RouterApp:
         config_loader: reads ``config_path`` on reload (default: the file alone; ``tbr serve``
             applies its environment and flag overrides, :mod:`extproc.service.overrides`).
         redis_password: password for ``calibration.redis_url`` (a secret kept out of the YAML).
+        grpc_options: extra gRPC channel arguments (the benchmarks measure e.g.
+            ``("grpc.optimization_target", "latency")``).
+        gc_freeze: ``gc.freeze()`` the startup objects once started (True; the benchmarks turn
+            it off to measure the lever).
 
     Building it does no I/O.
     """
@@ -86,9 +92,13 @@ class RouterApp:
         http_client: httpx.AsyncClient | None = None,
         config_loader: Callable[[Path], RouterConfig] | None = None,
         redis_password: str | None = None,
+        grpc_options: Sequence[tuple[str, Any]] = (),
+        gc_freeze: bool = True,
     ) -> None:
         self.config = config
         self._config_loader = config_loader
+        self._grpc_options = tuple(grpc_options)
+        self._gc_freeze = gc_freeze
         self._grpc_port_req = grpc_port
         self._admin_port_req = admin_port
         self._config_path = config_path
@@ -125,7 +135,8 @@ class RouterApp:
         self._http_client = http_client
         self._own_http_client = False
         self.scraper: PoolScraper | None = None
-        self._decision_log: IO[bytes] | None = None
+        self._decision_log: DecisionLogWriter | None = None
+        self._snapshot: PeriodicSnapshot | None = None
         self.router: Runtime | None = None
         self.grpc: GrpcServer | None = None
         self._admin: uvicorn.Server | None = None
@@ -153,12 +164,21 @@ class RouterApp:
             try:
                 n = load_snapshot(self.memory, snap)
                 log.info("restored %d learned ratios from %s", n, snap)
+                self.metrics.snapshots.labels("load", "ok").inc()
             except ValueError as exc:
-                # Keep the bad file for inspection instead of overwriting it at shutdown.
+                # Keep the bad file for inspection instead of overwriting it with the next save.
                 aside = Path(f"{snap}.invalid")
                 with contextlib.suppress(OSError):
                     Path(snap).replace(aside)  # noqa: ASYNC240 (once, at start)
                 log.error("ignoring ratio snapshot (moved to %s): %s", aside, exc)
+                self.metrics.snapshots.labels("load", "invalid").inc()
+            self._snapshot = PeriodicSnapshot(
+                self.memory,
+                snap,
+                cfg.calibration.snapshot_interval_s,
+                lambda op, outcome: self.metrics.snapshots.labels(op, outcome).inc(),
+            )
+            self._snapshot.start()
         if self.redis is not None:
             self.redis.on_update = self._publish
             await self.redis.start()
@@ -173,10 +193,19 @@ class RouterApp:
             )
             await self.response_sync.start()
         if cfg.decision_log_path:
-            self._decision_log = open(cfg.decision_log_path, "ab")  # noqa: SIM115, ASYNC230 (closed in stop(); once at start)
+            self._decision_log = DecisionLogWriter(
+                cfg.decision_log_path,
+                dropped=self.metrics.decision_log_dropped,
+                written=self.metrics.decision_log_written,
+                queue_max=cfg.decision_log_queue_max,
+                flush_interval_s=cfg.decision_log_flush_interval_s,
+            )
+            await self._decision_log.start()
         self._install(cfg)
         self._start_scraper()
-        self.grpc = await start_grpc_server(cfg.server, self.current_router, port=self._grpc_port_req)
+        self.grpc = await start_grpc_server(
+            cfg.server, self.current_router, port=self._grpc_port_req, extra_options=self._grpc_options
+        )
         self.grpc_port = self.grpc.port
         if cfg.admin.enabled:
             await self._start_admin()
@@ -190,7 +219,8 @@ class RouterApp:
             )
             if self._watch_config:
                 self.reloader.start_watching()
-        freeze_startup_objects()  # GC pauses over startup objects (docs/performance.md)
+        if self._gc_freeze:
+            freeze_startup_objects()  # GC pauses over startup objects (docs/performance.md)
         self.ready = True
         self.metrics.ready.set(1)
 
@@ -297,15 +327,10 @@ class RouterApp:
             await self.scraper.stop()
         if self._own_http_client and self._http_client is not None:
             await self._http_client.aclose()
-        snap = self.config.calibration.snapshot_path
-        if snap and self.memory is not None:
-            try:
-                save_snapshot(self.memory, Path(snap))
-                log.info("saved %d learned ratios to %s", len(self.memory.items()), snap)
-            except OSError as exc:
-                log.error("cannot save ratio snapshot %s: %s", snap, exc)
+        if self._snapshot is not None:
+            await self._snapshot.stop()
         if self._decision_log is not None:
-            self._decision_log.close()
+            await self._decision_log.close()
 
     async def __aenter__(self) -> RouterApp:
         try:

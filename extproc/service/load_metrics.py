@@ -66,7 +66,7 @@ class LoadCollector(Collector):
     """Exports a :class:`LoadTracker`'s state when /metrics is scraped.
 
     Series: ``tbr_pool_inflight_requests``, ``tbr_pool_waiting_requests``,
-    ``tbr_pool_kv_cache_usage`` (gauges, by ``pool``), ``tbr_pool_stale_signal_checks_total`` and
+    ``tbr_pool_kv_cache_usage_ratio`` (gauges, by ``pool``), ``tbr_pool_stale_signal_checks_total`` and
     ``tbr_pool_accounting_errors_total`` (counters, by ``pool``).
     """
 
@@ -89,7 +89,7 @@ class LoadCollector(Collector):
             labels=["pool"],
         )
         kv = GaugeMetricFamily(
-            "tbr_pool_kv_cache_usage",
+            "tbr_pool_kv_cache_usage_ratio",
             "Last scraped vllm:kv_cache_usage_perc of the pool (fraction 0..1, mean over engines).",
             labels=["pool"],
         )

@@ -7,13 +7,38 @@ Every label takes values from a bounded set: pools (config), categories
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
+import platform
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 
 from extproc.service.load_metrics import LoadMetrics
 
-__all__ = ["PrometheusObserver", "RouterMetrics"]
+__all__ = ["PrometheusObserver", "RouterMetrics", "build_version"]
+
+# No `<name>_created` gauge next to every counter and histogram series (it doubles the series
+# count and nothing here reads it). prometheus-client setting, process-wide.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+def build_version() -> str:
+    """The installed token-budget-router version ("unknown" when not installed)."""
+    try:
+        return importlib.metadata.version("token-budget-router")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
 
 _REL_ERROR_BUCKETS = (-0.5, -0.25, -0.1, -0.05, -0.02, 0.0, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 _PHASE_BUCKETS = (5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 5e-2)
@@ -29,6 +54,19 @@ class RouterMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        # Standard process (CPU, memory, file descriptors) and Python (platform, GC) collectors.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
+        self.build_info = Gauge(
+            "tbr_build_info",
+            "Build of the running router (always 1): package version, source revision, Python version.",
+            ["version", "revision", "python_version"],
+            registry=r,
+        )
+        self.build_info.labels(
+            build_version(), os.environ.get("TBR_BUILD_REVISION", "unknown"), platform.python_version()
+        ).set(1)
         self.load = LoadMetrics(r)
         """Counters of pool load events (scrapes, saturation, spillover, misroutes)."""
         self.decisions = Counter(
@@ -60,19 +98,19 @@ class RouterMetrics:
         self.ratio = Gauge(
             "tbr_ratio_bytes_per_token",
             "Learned EMA bytes-per-token ratio (ĉ) per model and category.",
-            ["model", "category"],
+            ["model_name", "category"],
             registry=r,
         )
         self.ratio_dev = Gauge(
             "tbr_ratio_deviation_bytes_per_token",
             "Learned EMA absolute deviation (σ̂) of the ratio per model and category.",
-            ["model", "category"],
+            ["model_name", "category"],
             registry=r,
         )
         self.ratio_samples = Gauge(
             "tbr_ratio_samples",
             "Observations folded into the ratio per model and category.",
-            ["model", "category"],
+            ["model_name", "category"],
             registry=r,
         )
         self.calibration = Counter(
@@ -138,9 +176,30 @@ class RouterMetrics:
             "Observations dropped (oldest first) because the push queue was full while the store was down.",
             registry=r,
         )
+        self.store_seeded = Counter(
+            "tbr_ratio_store_seeded_keys",
+            "Keys this replica wrote into a shared store that had lost its data (Redis restarted empty).",
+            registry=r,
+        )
         self.store_queue = Gauge(
             "tbr_ratio_store_queue_length",
             "Observations waiting to be pushed to the shared store.",
+            registry=r,
+        )
+        self.snapshots = Counter(
+            "tbr_ratio_snapshots",
+            "Ratio snapshot file operations: load (at start) ok/invalid, save (periodic and at shutdown) ok/error.",
+            ["operation", "outcome"],
+            registry=r,
+        )
+        self.decision_log_written = Counter(
+            "tbr_decision_log_written_records",
+            "Decision-log records written to the file (by the background flush).",
+            registry=r,
+        )
+        self.decision_log_dropped = Counter(
+            "tbr_decision_log_dropped_records",
+            "Decision-log records dropped: queue full (the disk is slower than the traffic) or write error.",
             registry=r,
         )
         self.store_sync_seconds = Histogram(

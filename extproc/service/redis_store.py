@@ -10,8 +10,16 @@ once; every observation is also queued and a background task, every ``sync_inter
    (re)loaded automatically, e.g. after a Redis restart). Each batch carries an id the script
    records (``SET NX``, 1 h TTL), so a batch retried after a lost reply is applied once; then
 2. **pulls** the shared ratios into the local cache when they changed (one ``GET`` of a version
-   counter the script increments; one ``HGETALL`` when it moved), re-folding the observations
-   still queued locally so a replica always sees its own writes.
+   token the script replaces with the batch's unique id; one ``HGETALL`` when it changed),
+   re-folding the observations still queued locally so a replica always sees its own writes.
+   The version is a unique token, not a counter: a Redis that restarts and counts again can
+   never present a value a replica already pulled, so no replica skips pulls after a restart.
+
+Before pushing, a replica that finds a new data-set epoch (``{prefix}ratios-epoch`` absent or
+changed: Redis restarted without its data) **re-seeds** the shared hash from its in-memory states
+(a field is written when absent or when the shared state has fewer samples) instead of letting
+the next pulls reset it to the first observations; queued observations already folded into a
+seeded state are not pushed again. Counted in ``tbr_ratio_store_seeded_keys_total``.
 
 Consistency model: eventual. The shared state of a key is the EMA of all observations of all
 replicas in the order the Redis server executed their batches (per-observation order is kept
@@ -19,14 +27,19 @@ within a batch); replicas see each other's observations within about one ``sync_
 Between pulls a replica's local state can differ from the shared one by its own recent
 observations; the next pull replaces it (last writer wins at the server).
 
-Redis unavailable: routing continues on the local cache; the failure is logged once and counted
+Connections are health-checked (``PING`` before a command on a connection idle for more than
+``sync_interval_s``, capped at 30 s) and a command that fails on a broken connection is retried
+once on a fresh one, so a server that closes idle clients (``redis-server --timeout 1``) or a
+proxy that drops them is not reported down. Redis unavailable (the retry failed too): routing
+continues on the local cache; the failure is logged once and counted
 (``tbr_ratio_store_errors_total``, ``tbr_ratio_store_up 0``); observations queue up to
 ``queue_max`` (oldest dropped first, counted); retries back off from 0.1 s to 5 s; on recovery the
 queue is flushed and pulls resume.
 
 Redis layout (``prefix`` defaults to ``tbr:``): hash ``{prefix}ratios`` with one field per key,
 ``{category}:{model}`` → ``"{mean_bpt} {dev_bpt} {samples} {low_bpt}"`` (bytes/token as ``%.17g``);
-``{prefix}ratios-version`` (integer, +1 per applied batch); ``{prefix}batch:{id}`` markers.
+``{prefix}ratios-version`` (the id of the last applied batch or seed), ``{prefix}ratios-epoch`` (set
+once per data set), ``{prefix}batch:{id}`` markers.
 """
 
 from __future__ import annotations
@@ -42,61 +55,17 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
 from extproc.core.calibration import InMemoryRatioStore, LearnerParams, RatioKey, RatioState, learn
 from extproc.service.metrics import RouterMetrics
+from extproc.service.redis_lua import EMA_BATCH_LUA, SEED_LUA
 
-__all__ = ["EMA_BATCH_LUA", "RedisRatioStore"]
+__all__ = ["EMA_BATCH_LUA", "SEED_LUA", "RedisRatioStore"]
 
 log = logging.getLogger(__name__)
-
-EMA_BATCH_LUA = """
--- Server-side twin of extproc.core.calibration.learn (weighted EMA of the ratio and its absolute
--- deviation, SGD tracker of the low log-residual quantile).
--- KEYS[1]: marker of this batch (idempotent retries); KEYS[2]: ratios hash; KEYS[3]: version.
--- ARGV[1..5]: beta, quantile, quantile_step, initial_margin, initial_rel_dev; ARGV[6]: marker TTL;
--- then per observation i = 1..n: ARGV[3i+4] field, ARGV[3i+5] bytes/token, ARGV[3i+6] weight.
--- Applied in order, atomically, at most once per batch id.
-if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', tonumber(ARGV[6])) then
-  return 0
-end
-local beta, qa, qstep = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local margin, rel = tonumber(ARGV[4]), tonumber(ARGV[5])
-local n_obs = (#ARGV - 6) / 3
-for i = 1, n_obs do
-  local field = ARGV[3 * i + 4]
-  local c = tonumber(ARGV[3 * i + 5])
-  local w = tonumber(ARGV[3 * i + 6])
-  local mean, dev, n, low = nil, nil, nil, nil
-  local v = redis.call('HGET', KEYS[2], field)
-  if v then
-    local a, b, k, l = string.match(v, '^(%S+) (%S+) (%S+) (%S+)$')
-    mean, dev, n, low = tonumber(a), tonumber(b), tonumber(k), tonumber(l)
-  end
-  if mean == nil or dev == nil or n == nil or n < 1 then
-    mean, dev, n, low = c, c * rel, 1, c * (1 - margin)
-  else
-    local mean0 = mean
-    local step = (1 - beta) * w
-    mean = mean0 + step * (c - mean0)
-    dev = dev + step * (math.abs(c - mean0) - dev)
-    local q
-    if low ~= nil and low > 0 then q = math.log(low / mean0) else q = math.log(1 - margin) end
-    local below = 0
-    if math.log(c / mean0) < q then below = 1 end
-    q = q + qstep * w * (qa - below)
-    if q > 0 then q = 0 end
-    n = n + 1
-    low = mean * math.exp(q)
-  end
-  redis.call('HSET', KEYS[2], field, string.format('%.17g %.17g %d %.17g', mean, dev, n, low))
-end
-redis.call('INCR', KEYS[3])
-return n_obs
-"""
 
 _BATCH_MAX = 512
 _BATCH_MARKER_TTL_S = 3600
@@ -149,11 +118,14 @@ class RedisRatioStore:
         self._password = password
         self._client = client
         self._script: Any = None
+        self._seed_script: Any = None
         self._queue: deque[tuple[RatioKey, float, float]] = deque()
         self._batch: list[tuple[RatioKey, float, float]] = []
         """The batch being pushed; kept (with its id) until Redis confirms it, then retried as is."""
         self._batch_id = ""
         self._version: str | None = None
+        self._epoch: str | None = None
+        """Epoch of the shared data set this replica last synced with (None: not synced yet)."""
         """Version counter value of the last pull (None: pull everything next time)."""
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -224,9 +196,16 @@ class RedisRatioStore:
                 decode_responses=True,
                 socket_timeout=self.timeout_s,
                 socket_connect_timeout=self.timeout_s,
-                retry=Retry(NoBackoff(), 0),
+                socket_keepalive=True,
+                # PING a connection idle longer than this before using it; a broken one is
+                # replaced. One retry on a fresh connection for a command that fails on a
+                # connection the server (or a proxy) closed meanwhile: only a failure of that
+                # retry reports the store down.
+                health_check_interval=min(max(self.sync_interval_s, 1.0), 30.0),
+                retry=Retry(NoBackoff(), 1),
             )
         self._script = self._client.register_script(EMA_BATCH_LUA)
+        self._seed_script = self._client.register_script(SEED_LUA)
         await self.sync_once()
         self._task = asyncio.create_task(self._run(), name="redis-ratio-sync")
         self._task.add_done_callback(_log_unexpected_end)
@@ -269,8 +248,10 @@ class RedisRatioStore:
         """Push queued observations, then pull every shared ratio. Returns True on success.
 
         Never raises (except cancellation): the background task must outlive any failure."""
-        op = "push"
+        op = "seed"
         try:
+            await self._seed_if_reset()
+            op = "push"
             await self._push()
             op = "pull"
             await self._pull()
@@ -308,6 +289,47 @@ class RedisRatioStore:
             url = f"{scheme}://***@{rest.rpartition('@')[2]}"
         return url
 
+    async def _seed_if_reset(self) -> None:
+        """When the shared data set changed epoch (Redis restarted without its data), write this
+        replica's local states into it (a shared state with more samples is kept) and drop the
+        queued observations of the keys written here: their states already include them."""
+        client = self._client
+        assert client is not None and self._seed_script is not None
+        epoch = _text(await client.get(self._epoch_key))
+        if epoch == self._epoch:
+            return
+        states = self.local.items()
+        if self._epoch is None or not states:
+            # First sync with this data set (a fresh deployment, or Redis came up after this
+            # replica started): the queued observations are pushed as usual.
+            self._epoch = epoch
+            return
+        args: list[object] = [uuid.uuid4().hex]
+        for (model, category), st in states:
+            args += [
+                f"{category}:{model}",
+                f"{st.mean_bpt:.17g} {st.dev_bpt:.17g} {st.samples} {st.low_bpt:.17g}",
+            ]
+        reply = [
+            _text(x) or ""
+            for x in await self._seed_script(keys=[self._hash, self._version_key, self._epoch_key], args=args)
+        ]
+        self._epoch, written = reply[0], set(reply[1:])
+        self._version = None  # pull everything next
+        if not written:
+            return
+        seeded = {key for key, _ in states if f"{key[1]}:{key[0]}" in written}
+        self._queue = deque(obs for obs in self._queue if obs[0] not in seeded)
+        self._batch = [obs for obs in self._batch if obs[0] not in seeded]
+        self.metrics.store_seeded.inc(len(written))
+        self.metrics.store_queue.set(self.queue_length)
+        log.warning(
+            "shared ratio store %s has a new data set (restarted without its data?): re-seeded %d "
+            "keys from this replica's local state",
+            self._redacted_url(),
+            len(written),
+        )
+
     async def _push(self) -> None:
         """Send queued observations in batches. A batch that failed (even if Redis applied it
         before the reply was lost) is retried with the same id, which the script applies at
@@ -330,7 +352,8 @@ class RedisRatioStore:
             for (model, category), c, w in batch:
                 args += [f"{category}:{model}", repr(c), repr(w)]
             await self._script(
-                keys=[f"{self.prefix}batch:{self._batch_id}", self._hash, self._version_key], args=args
+                keys=[f"{self.prefix}batch:{self._batch_id}", self._hash, self._version_key, self._epoch_key],
+                args=args,
             )
             self._batch = []
             self.metrics.store_pushed.inc(len(batch))
@@ -343,6 +366,10 @@ class RedisRatioStore:
     @property
     def _version_key(self) -> str:
         return f"{self.prefix}ratios-version"
+
+    @property
+    def _epoch_key(self) -> str:
+        return f"{self.prefix}ratios-epoch"
 
     async def _pull(self) -> None:
         """Refresh the local cache from Redis if the shared version moved since the last pull."""

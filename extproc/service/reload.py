@@ -35,8 +35,9 @@ def restart_only_changes(old: RouterConfig, new: RouterConfig) -> list[str]:
         changed.append("server")
     if old.admin != new.admin:
         changed.append("admin")
-    if old.decision_log_path != new.decision_log_path:
-        changed.append("decision_log_path")
+    for field in ("decision_log_path", "decision_log_flush_interval_s", "decision_log_queue_max"):
+        if getattr(old, field) != getattr(new, field):
+            changed.append(field)
     # The pool /metrics scraper is started once (thresholds themselves do reload).
     for field in ("enabled", "scrape_interval_s", "scrape_timeout_s"):
         if getattr(old.spillover, field) != getattr(new.spillover, field):
@@ -50,6 +51,7 @@ def restart_only_changes(old: RouterConfig, new: RouterConfig) -> list[str]:
         "redis_timeout_s",
         "redis_queue_max",
         "snapshot_path",
+        "snapshot_interval_s",
     ):
         if getattr(old.calibration, field) != getattr(new.calibration, field):
             changed.append(f"calibration.{field}")

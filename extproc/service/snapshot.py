@@ -1,20 +1,34 @@
 """Ratio snapshots on disk: learned ratios written atomically as JSON and restored at start.
 
 The document is :func:`extproc.core.calibration.encode_snapshot`'s; this module only does the file
-I/O: write to a temporary file in the same directory, then ``os.replace`` (atomic on POSIX), so
-a crash never leaves a half-written snapshot.
+I/O: write to a temporary file in the same directory, fsync, then ``os.replace`` (atomic on POSIX),
+so a crash never leaves a half-written snapshot. :class:`PeriodicSnapshot` writes one every
+``calibration.snapshot_interval_s`` (in a worker thread, off the event loop) and at shutdown, so
+a crash or SIGKILL loses at most one interval of learning.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from extproc.core.calibration import InMemoryRatioStore, decode_snapshot, encode_snapshot
+from extproc.core.calibration import (
+    InMemoryRatioStore,
+    RatioKey,
+    RatioState,
+    decode_snapshot,
+    encode_snapshot,
+)
 
-__all__ = ["load_snapshot", "save_snapshot"]
+__all__ = ["PeriodicSnapshot", "load_snapshot", "save_snapshot", "write_snapshot"]
+
+log = logging.getLogger(__name__)
 
 
 def save_snapshot(store: InMemoryRatioStore, path: str | Path) -> None:
@@ -23,12 +37,24 @@ def save_snapshot(store: InMemoryRatioStore, path: str | Path) -> None:
     Raises:
         OSError: the directory is not writable.
     """
+    write_snapshot(store.items(), path)
+
+
+def write_snapshot(items: list[tuple[RatioKey, RatioState]], path: str | Path) -> None:
+    """Atomically write ``items`` (a copy taken by the caller) to ``path``; creates the directory.
+
+    Raises:
+        OSError: the directory cannot be created or written.
+    """
     p = Path(path)
-    doc = encode_snapshot(store.items())
-    fd, tmp = tempfile.mkstemp(prefix=".ratios-", dir=str(p.parent or Path(".")))
+    doc = encode_snapshot(items)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".ratios-", dir=str(p.parent))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, p)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -52,3 +78,62 @@ def load_snapshot(store: InMemoryRatioStore, path: str | Path) -> int:
     except ValueError as exc:
         raise ValueError(f"invalid ratio snapshot {p}: {exc}") from exc
     return store.restore(states)
+
+
+class PeriodicSnapshot:
+    """Writes ``store`` to ``path`` every ``interval_s`` and once more at :meth:`stop`.
+
+    The states are copied on the event loop (the store is not thread-safe); serialising and
+    writing run in a worker thread. A failed write is logged and counted, never raised: the
+    router keeps serving and the previous snapshot stays in place.
+
+    Args:
+        store: the in-memory ratio store.
+        path: the snapshot file.
+        interval_s: seconds between writes (the most learning a crash can lose).
+        on_outcome: called with ``("save", "ok" | "error")`` after each write (metrics).
+    """
+
+    def __init__(
+        self,
+        store: InMemoryRatioStore,
+        path: str | Path,
+        interval_s: float,
+        on_outcome: Callable[[str, str], None],
+    ) -> None:
+        self.store = store
+        self.path = Path(path)
+        self.interval_s = interval_s
+        self._on_outcome = on_outcome
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the periodic writes (call on the running loop)."""
+        self._task = asyncio.create_task(self._run(), name="ratio-snapshot")
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            await self.save()
+
+    async def save(self) -> bool:
+        """Write one snapshot now; True on success."""
+        items = self.store.items()
+        try:
+            await asyncio.to_thread(write_snapshot, items, self.path)
+        except OSError as exc:
+            log.error("cannot save ratio snapshot %s: %s", self.path, exc)
+            self._on_outcome("save", "error")
+            return False
+        self._on_outcome("save", "ok")
+        return True
+
+    async def stop(self) -> None:
+        """Stop the periodic writes and write a final snapshot."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if await self.save():
+            log.info("saved %d learned ratios to %s", len(self.store.items()), self.path)

@@ -63,7 +63,7 @@ def _check_pools(pools: list[PoolSpec]) -> None:
             raise ValueError(f"pool {ps.name}: needs at least one instance")
 
 
-def simulate(
+def simulate(  # noqa: C901 (one event loop over struct-of-arrays state: its dispatch stays inline, a call per event costs the DES throughput BENCHMARKS.md tracks)
     trace: Trace,
     pools: list[PoolSpec],
     router: Router,

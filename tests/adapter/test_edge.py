@@ -61,22 +61,27 @@ def _request(proc: StreamProcessor, path: str = "/v1/chat/completions", method: 
     )
 
 
+def _exchange(proc: StreamProcessor) -> Exchange:
+    """The stream's state, read through a call so the type checker does not narrow it across steps."""
+    return proc.exchange
+
+
 def test_exchange_state_follows_a_calibrated_json_exchange() -> None:
     proc = StreamProcessor(Runtime(parse_config(CONFIG)), rng=random.Random(0))
-    assert proc.exchange is Exchange.REQUEST_HEADERS
+    assert _exchange(proc) is Exchange.REQUEST_HEADERS
     _request(proc)
-    assert proc.exchange is Exchange.REQUEST_BODY
+    assert _exchange(proc) is Exchange.REQUEST_BODY
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi " * 50}]}).encode()
     proc.handle(pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True)))
-    assert proc.exchange is Exchange.RESPONSE_HEADERS
-    resp_headers = _headers(**{":status": "200", "content-type": "application/json"})
+    assert _exchange(proc) is Exchange.RESPONSE_HEADERS
+    resp_headers = _headers(False, **{":status": "200", "content-type": "application/json"})
     proc.handle(pb.ProcessingRequest(response_headers=resp_headers))
-    assert proc.exchange is Exchange.RESPONSE_BODY and not proc.exchange_done
+    assert _exchange(proc) is Exchange.RESPONSE_BODY and not proc.exchange_done
     usage = json.dumps({"usage": {"prompt_tokens": 60, "completion_tokens": 1}}).encode()
     proc.handle(pb.ProcessingRequest(response_body=pb.HttpBody(body=usage[:5], end_of_stream=False)))
-    assert proc.exchange is Exchange.RESPONSE_BODY
+    assert _exchange(proc) is Exchange.RESPONSE_BODY
     proc.handle(pb.ProcessingRequest(response_body=pb.HttpBody(body=usage[5:], end_of_stream=True)))
-    assert proc.exchange is Exchange.DONE and proc.exchange_done and proc.calibrated
+    assert _exchange(proc) is Exchange.DONE and proc.exchange_done and proc.calibrated
 
 
 def test_exchange_ends_at_request_headers_when_routed_there() -> None:
@@ -97,5 +102,45 @@ def test_exchange_ends_on_a_non_2xx_response_without_body_request() -> None:
     proc = StreamProcessor(Runtime(parse_config(CONFIG)), rng=random.Random(0))
     _request(proc)
     proc.handle(pb.ProcessingRequest(request_body=pb.HttpBody(body=b"{}", end_of_stream=True)))
-    proc.handle(pb.ProcessingRequest(response_headers=_headers(**{":status": "503"})))
+    proc.handle(pb.ProcessingRequest(response_headers=_headers(False, **{":status": "503"})))
     assert proc.exchange is Exchange.DONE
+
+
+def _body_first(
+    body: bytes, path: str = "/v1/chat/completions", method: str = "POST"
+) -> pb.ProcessingRequest:
+    req = pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
+    attrs = req.attributes["envoy.filters.http.ext_proc"]
+    attrs["request.path"] = path
+    attrs["request.method"] = method
+    attrs["request.id"] = "one-1"
+    return req
+
+
+def _metadata_pool(resp: pb.ProcessingResponse) -> str:
+    return resp.dynamic_metadata.fields["tbr"].struct_value.fields["pool"].string_value
+
+
+def test_one_message_routes_by_dynamic_metadata_from_request_attributes() -> None:
+    proc = StreamProcessor(Runtime(parse_config(CONFIG)))
+    short = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi " * 50}]}).encode()
+    resp = proc.handle(_body_first(short))
+    assert resp.WhichOneof("response") == "request_body"
+    assert resp.request_body.response.clear_route_cache
+    assert _metadata_pool(resp) == "short" and proc.request_id == "one-1" and proc.exchange_done
+    long_body = json.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": "word " * 60000}]}
+    ).encode()
+    assert _metadata_pool(StreamProcessor(proc.router).handle(_body_first(long_body))) == "long"
+
+
+def test_one_message_sends_unreadable_and_unhandled_requests_to_the_largest_pool() -> None:
+    router = Runtime(parse_config(CONFIG))
+    unreadable = StreamProcessor(router)
+    assert _metadata_pool(unreadable.handle(_body_first(b"{not json"))) == "long"
+    unhandled = StreamProcessor(router)
+    assert _metadata_pool(unhandled.handle(_body_first(b"{}", path="/v1/embeddings"))) == "long"
+    assert unhandled.reason == "unsupported_path"
+    no_attrs = StreamProcessor(router)
+    bare = pb.ProcessingRequest(request_body=pb.HttpBody(body=b"{}", end_of_stream=True))
+    assert _metadata_pool(no_attrs.handle(bare)) == "long"

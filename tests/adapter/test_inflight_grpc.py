@@ -11,14 +11,13 @@ from typing import Any
 import grpc
 import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from extproc.config import parse_config
 from extproc.core.calibration import RatioState
 from extproc.core.categories import classify_text
 from extproc.service.app import RouterApp
 from tests import pb as tpb
-from tests.pb import headers
+from tests.pb import EOF, headers, open_stream, read_response
 
 CONFIG: dict[str, Any] = {
     "pools": [
@@ -59,10 +58,8 @@ async def wait_zero(app: RouterApp, timeout_s: float = 5.0) -> None:
 
 async def test_count_held_from_decision_until_each_kind_of_end(app: RouterApp) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
-        stub = pb_grpc.ExternalProcessorStub(ch)
-
         # 1. complete exchange (JSON response read to the end)
-        call = stub.Process()
+        call = open_stream(ch)
         await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
         await call.read()
         await call.write(body())
@@ -76,7 +73,7 @@ async def test_count_held_from_decision_until_each_kind_of_end(app: RouterApp) -
         await wait_zero(app)
 
         # 2. cancelled by Envoy (client went away) after routing, before any response
-        call = stub.Process()
+        call = open_stream(ch)
         await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
         await call.read()
         await call.write(body("x" * 40000))
@@ -87,16 +84,16 @@ async def test_count_held_from_decision_until_each_kind_of_end(app: RouterApp) -
 
         # 3. routed at request headers (unsupported path, bodiless POST) and stream closed
         for hdrs in ({":method": "GET", ":path": "/v1/models"}, POST):
-            call = stub.Process()
+            call = open_stream(ch)
             await call.write(pb.ProcessingRequest(request_headers=headers(hdrs, eos=True)))
             await call.read()
             assert app.load.total_inflight() == 1
             await call.done_writing()
-            assert await call.read() == grpc.aio.EOF
+            assert await call.read() == EOF
             await wait_zero(app)
 
         # 4. headers only, then the stream closes before the body (no decision: nothing counted)
-        call = stub.Process()
+        call = open_stream(ch)
         await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
         await call.read()
         assert app.load.total_inflight() == 0
@@ -106,7 +103,7 @@ async def test_count_held_from_decision_until_each_kind_of_end(app: RouterApp) -
         # 5. many concurrent streams, half cancelled
         calls = []
         for i in range(20):
-            c = stub.Process()
+            c = open_stream(ch)
             await c.write(pb.ProcessingRequest(request_headers=headers(POST)))
             await c.read()
             await c.write(body())
@@ -129,14 +126,15 @@ async def test_retried_response_moves_the_count_and_ratchets_the_ratio(app: Rout
     # no punctuation/digits: the estimator budgets those outside the ratio (text_bytes == ratio_bytes)
     text = "Plain English words for a prompt that is much longer than the router thinks " * 100
     key = ("m", classify_text(text.encode()))
-    app.store.put(key, RatioState(mean_bpt=40.0, dev_bpt=0.0, samples=50))  # stale: under-estimates
+    assert app.memory is not None
+    app.memory.put(key, RatioState(mean_bpt=40.0, dev_bpt=0.0, samples=50))  # stale: under-estimates
     true_prompt = 4500  # ≈ 7,800 bytes / 1.75 B/token: does not fit short (4,096)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
-        call = pb_grpc.ExternalProcessorStub(ch).Process()
+        call = open_stream(ch)
         await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
         await call.read()
         await call.write(body(text))
-        routed = await call.read()
+        routed = await read_response(call)
         assert routed.request_body.response.header_mutation.set_headers[0].header.raw_value == b"short"
         await call.write(resp_headers(200, **{"x-envoy-attempt-count": "2"}))
         await call.read()
@@ -162,7 +160,7 @@ async def test_retried_response_moves_the_count_and_ratchets_the_ratio(app: Rout
 
 async def test_failed_retry_is_counted_not_calibrated(app: RouterApp) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
-        call = pb_grpc.ExternalProcessorStub(ch).Process()
+        call = open_stream(ch)
         await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
         await call.read()
         await call.write(body())

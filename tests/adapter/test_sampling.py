@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from benchmarks.bodies import DATA_DIR, load_prompts
-from benchmarks.convergence import replay
 from extproc.config import parse_config
 from extproc.service.app import RouterApp
+from tests.adapter.sampling_replay import first_turn_prompts, replay
 from tests.pb import headers, routed_pool, run_stream
+
+DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def _cfg(rate: float, skip: bool = True) -> dict[str, object]:
@@ -80,7 +82,7 @@ async def test_sampled_request_keeps_response_phases_and_calibrates(apps: dict[s
     )
     assert not out[0].HasField("mode_override")
     assert routed_pool(out[1]) == "short"
-    assert out[2].mode_override.response_body_mode == pm.ProcessingMode.BUFFERED
+    assert out[2].mode_override.response_body_mode == pm.ProcessingMode.STREAMED
     ((_, state),) = app.store.items()
     assert state.samples == 1
 
@@ -108,7 +110,7 @@ async def test_unsampled_request_ignores_response_headers_if_envoy_sends_them(
 async def test_calibration_converges_when_sampling_responses() -> None:
     if not (DATA_DIR / "text" / "sharegpt").is_dir():
         pytest.skip(f"real prompts not available ({DATA_DIR} absent)")
-    prompts, _ = load_prompts(limit=300)
+    prompts = first_turn_prompts(DATA_DIR, limit=300)
     full = await replay(prompts, 1.0, seed=3)
     sampled = await replay(prompts, 0.2, seed=3)
     assert full.routed == sampled.routed == 300

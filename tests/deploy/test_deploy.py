@@ -151,7 +151,7 @@ def test_envoy_gateway_policy_and_route(docs: dict[Key, dict[str, Any]], router_
         for h in hdrs:
             assert h["name"] == router_cfg.routing_header and h["type"] == "Exact"
         by_value[hdrs[0]["value"] if hdrs else None] = backend["name"]
-    values = {p.header_value: f"pool-{p.name}" for p in router_cfg.pools}
+    values: dict[str | None, str] = {p.header_value: f"pool-{p.name}" for p in router_cfg.pools}
     assert by_value.pop(None) == f"pool-{router_cfg.fallback_pool.name}"  # catch-all → largest pool
     assert all(values[v] == svc for v, svc in by_value.items()) and by_value
 

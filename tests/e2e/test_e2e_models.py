@@ -90,13 +90,14 @@ async def call(stack: Stack, api: str, model: str, text: str, stream: bool) -> t
                 "messages": [{"role": "user", "content": text}],
             }
             raw_a = await client.messages.with_raw_response.create(**req, stream=stream)
-            parsed_a = raw_a.parse()
+            parsed_a: Any = raw_a.parse()
             if inspect.isawaitable(parsed_a):
                 parsed_a = await parsed_a
             if stream:
-                assert [e.type async for e in parsed_a][-1] == "message_stop"  # type: ignore[union-attr]
+                assert [e.type async for e in parsed_a][-1] == "message_stop"
             return raw_a.headers["x-served-by-pool"], raw_a.headers.get("x-envoy-attempt-count", "")
-    async with oai(stack) as c:
+    async with oai(stack) as client_o:
+        c: Any = client_o
         if api == "chat":
             extra = {"stream_options": {"include_usage": True}} if stream else {}
             raw: Any = await c.chat.completions.with_raw_response.create(
@@ -142,7 +143,7 @@ async def test_both_models_learn_their_own_ratios(stack: Stack) -> None:
 
 
 async def test_chat_batch_routes_by_its_longest_conversation(stack: Stack) -> None:
-    body = {
+    body: dict[str, Any] = {
         "model": MODELS["llama"],
         "max_tokens": 4,
         "messages": [
@@ -229,11 +230,10 @@ async def test_image_routes_by_its_true_cost(stack: Stack, size: tuple[int, int]
         {"type": "text", "text": "What does this screenshot show?"},
         {"type": "image_url", "image_url": {"url": png_data_uri(*size)}},
     ]
+    messages: Any = [{"role": "user", "content": content}]
     async with oai(stack) as c:
         raw = await c.chat.completions.with_raw_response.create(
-            model=MODELS["qwen"],
-            messages=[{"role": "user", "content": content}],
-            max_tokens=8,  # type: ignore[list-item]
+            model=MODELS["qwen"], messages=messages, max_tokens=8
         )
         usage = raw.parse().usage
     assert (raw.headers["x-served-by-pool"], raw.headers.get("x-envoy-attempt-count")) == (pool, "1")

@@ -38,7 +38,8 @@ def _ext_proc(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _cluster(cfg: dict[str, Any], name: str) -> dict[str, Any]:
     (c,) = [c for c in cfg["static_resources"]["clusters"] if c["name"] == name]
-    return c
+    cluster: dict[str, Any] = c
+    return cluster
 
 
 def test_repo_config_passes_envoy_validate() -> None:

@@ -33,7 +33,8 @@ def _gzip_bomb() -> bytes:
 
 def _br_bomb() -> bytes:
     c = brotli.Compressor(quality=1)
-    return b"".join(c.process(ZEROS) for _ in range(BOMB_DECODED_BYTES >> 20)) + c.finish()
+    out: bytes = b"".join(c.process(ZEROS) for _ in range(BOMB_DECODED_BYTES >> 20)) + c.finish()
+    return out
 
 
 def _zstd_bomb() -> bytes:

@@ -61,7 +61,8 @@ def post(
 
 
 def served_by(r: httpx.Response) -> str | None:
-    return r.headers.get("x-served-by-pool")
+    pool: str | None = r.headers.get("x-served-by-pool")
+    return pool
 
 
 def _wait(pred: object, timeout_s: float = 10.0) -> None:

@@ -275,9 +275,11 @@ sequences = st.one_of(st.lists(processing_request, max_size=10), st.composite(_e
 @FUZZ_HEAVY
 @given(seq=sequences, end=st.sampled_from(["complete", "cancelled", "error"]))
 def test_processor_never_raises_and_answers_the_phase_sent(seq: list[pb.ProcessingRequest], end: str) -> None:
-    errs = lambda: sum(  # noqa: E731
-        s.value for fam in METRICS.errors.collect() for s in fam.samples if s.name.endswith("_total")
-    )
+    def errs() -> float:
+        return sum(
+            s.value for fam in METRICS.errors.collect() for s in fam.samples if s.name.endswith("_total")
+        )
+
     before = errs()
     proc = StreamProcessor(ROUTER, rng=random.Random(0))
     for req in seq:

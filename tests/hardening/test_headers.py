@@ -65,7 +65,7 @@ async def test_mixed_raw_value_and_value_in_one_message(shared_app: RouterApp) -
     ["requête-é-漢字", b"\xff\xfe\xfd-not-utf8", "x" * 10_000, "a\tb"],
     ids=["utf8_non_ascii", "invalid_utf8", "very_long", "tab"],
 )
-async def test_non_ascii_request_id_is_tolerated(tmp_path, request_id: str | bytes) -> None:  # type: ignore[no-untyped-def]
+async def test_non_ascii_request_id_is_tolerated(tmp_path, request_id: str | bytes) -> None:
     log_path = tmp_path / "decisions.jsonl"
     cfg = parse_config({**CONFIG, "decision_log_path": str(log_path)})
     async with RouterApp(cfg, grpc_port=0, admin_port=0) as app:
@@ -135,7 +135,7 @@ async def test_client_routing_header_is_overwritten(shared_app: RouterApp, spoof
     assert routed_pool(out[1]) == "short"
 
 
-async def test_duplicate_request_ids_across_concurrent_streams(tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_duplicate_request_ids_across_concurrent_streams(tmp_path) -> None:
     """64 concurrent streams with the same x-request-id: each is routed and calibrated on its own
     state (no cross-talk), and the decision log holds all 64."""
     log_path = tmp_path / "decisions.jsonl"

@@ -8,11 +8,21 @@ import asyncio
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from extproc.service.app import RouterApp
 from tests.hardening.helpers import Counts
-from tests.pb import chat_body, phase_of, req_body, req_headers, resp_body, resp_headers
+from tests.pb import (
+    EOF,
+    ExtProcCall,
+    chat_body,
+    open_stream,
+    phase_of,
+    read_response,
+    req_body,
+    req_headers,
+    resp_body,
+    resp_headers,
+)
 
 TEXT = "the router must never lose a stream. " * 20
 USAGE_EVENT = b'data: {"choices":[],"usage":{"prompt_tokens":200}}\n\n'
@@ -33,18 +43,16 @@ async def _wait_inflight_zero(c: Counts, timeout_s: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def _open(app: RouterApp) -> tuple[grpc.aio.Channel, grpc.aio.StreamStreamCall]:  # type: ignore[type-arg]
+async def _open(app: RouterApp) -> tuple[grpc.aio.Channel, ExtProcCall]:
     ch = grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}")
-    return ch, pb_grpc.ExternalProcessorStub(ch).Process()
+    return ch, open_stream(ch)
 
 
-async def _send(
-    call: grpc.aio.StreamStreamCall, msgs: list[pb.ProcessingRequest]
-) -> list[pb.ProcessingResponse]:  # type: ignore[type-arg]
+async def _send(call: ExtProcCall, msgs: list[pb.ProcessingRequest]) -> list[pb.ProcessingResponse]:
     out = []
     for m in msgs:
         await call.write(m)
-        out.append(await call.read())
+        out.append(await read_response(call))
     return out
 
 
@@ -56,7 +64,7 @@ async def test_client_aborts_mid_stream_after_usage_calibrates_once(shared_app: 
     await _send(call, [*_prefix(), resp_body(USAGE_EVENT)])
     assert c.now("tbr_inflight_streams") == 1.0
     call.cancel()
-    await ch.close()
+    await ch.close(None)
     await _wait_inflight_zero(c)
     await asyncio.sleep(0.05)
     # A reset that arrives while the router waits for the next message just ends gRPC's request
@@ -73,7 +81,7 @@ async def test_client_aborts_before_usage_learns_nothing(shared_app: RouterApp) 
         call, [*_prefix(), resp_body(b'data: {"choices":[{"delta":{"content":"x"}}],"usage":null}\n\n')]
     )
     call.cancel()
-    await ch.close()
+    await ch.close(None)
     await _wait_inflight_zero(c)
     assert c.delta("tbr_calibration_events_total") == 0.0
     assert c.delta("tbr_streams_total") == 1.0
@@ -85,7 +93,7 @@ async def test_abort_during_request_phase(shared_app: RouterApp) -> None:
     ch, call = await _open(shared_app)
     await _send(call, [req_headers()])
     call.cancel()
-    await ch.close()
+    await ch.close(None)
     await _wait_inflight_zero(c)
     assert c.delta("tbr_streams_total") == 1.0
     assert c.delta("tbr_routing_decisions_total") == 0.0
@@ -95,8 +103,7 @@ async def test_connection_dropped_without_cancel(shared_app: RouterApp) -> None:
     """Envoy's HTTP/2 connection goes away (Envoy restarted/killed): all its streams end."""
     c = Counts(shared_app)
     ch = grpc.aio.insecure_channel(f"127.0.0.1:{shared_app.grpc_port}")
-    stub = pb_grpc.ExternalProcessorStub(ch)
-    calls = [stub.Process() for _ in range(10)]
+    calls = [open_stream(ch) for _ in range(10)]
     for call in calls:
         await _send(call, _prefix())
     assert c.now("tbr_inflight_streams") == 10.0
@@ -112,8 +119,8 @@ async def test_half_close_after_request_body(shared_app: RouterApp) -> None:
     ch, call = await _open(shared_app)
     await _send(call, [req_headers(), req_body(chat_body("hi", max_tokens=3))])
     await call.done_writing()
-    assert await call.read() == grpc.aio.EOF
-    await ch.close()
+    assert await call.read() == EOF
+    await ch.close(None)
     await _wait_inflight_zero(c)
     assert c.delta("tbr_streams_total", {"end": "cancelled"}) == 1.0
 
@@ -123,8 +130,8 @@ async def test_empty_stream(shared_app: RouterApp) -> None:
     c = Counts(shared_app)
     ch, call = await _open(shared_app)
     await call.done_writing()
-    assert await call.read() == grpc.aio.EOF
-    await ch.close()
+    assert await call.read() == EOF
+    await ch.close(None)
     await _wait_inflight_zero(c)
     assert c.delta("tbr_streams_total", {"end": "cancelled"}) == 1.0
 
@@ -139,7 +146,7 @@ async def test_undecodable_message_ends_the_stream_cleanly(shared_app: RouterApp
             request_serializer=lambda b: b,
             response_deserializer=lambda b: b,
         )
-        call = raw()
+        call = raw()  # type: ignore[call-arg]  # grpc.aio takes no request iterator when the caller writes
         await call.write(b"\xff\xff\xff\xff\x0f garbage")
         try:
             await call.read()
@@ -154,7 +161,7 @@ async def test_undecodable_message_ends_the_stream_cleanly(shared_app: RouterApp
     ch2, call2 = await _open(shared_app)
     out = await _send(call2, [req_headers(), req_body(chat_body("hi", max_tokens=3))])
     assert phase_of(out[1]) == "request_body"
-    await ch2.close()
+    await ch2.close(None)
     await _wait_inflight_zero(c)
 
 
@@ -168,13 +175,13 @@ async def test_many_concurrent_streams_all_endings_return_gauge_to_zero(shared_a
         await _send(call, [*_prefix(), resp_body(USAGE_EVENT), resp_body(b"data: [DONE]\n\n", eos=True)])
         await call.done_writing()
         await call.read()
-        await ch.close()
+        await ch.close(None)
 
     async def cancelled(i: int) -> None:
         ch, call = await _open(shared_app)
         await _send(call, _prefix())
         call.cancel()
-        await ch.close()
+        await ch.close(None)
 
     kinds = [complete, cancelled] * 100
     await asyncio.gather(*(k(i) for i, k in enumerate(kinds)))
@@ -197,10 +204,10 @@ async def test_server_stop_with_open_streams_drains_and_zeroes_gauge() -> None:
     await app.stop()
     await _wait_inflight_zero(c)
     assert c.delta("tbr_streams_total") == 1.0
-    await ch.close()
+    await ch.close(None)
 
 
-async def test_processing_error_is_answered_for_its_phase(shared_app: RouterApp, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+async def test_processing_error_is_answered_for_its_phase(shared_app: RouterApp, monkeypatch) -> None:
     """A bug inside a phase handler (simulated by a classifier that raises) is counted in
     tbr_processing_errors_total and answered with the safe default for that phase: long pool."""
     import extproc.core.estimator
@@ -212,7 +219,7 @@ async def test_processing_error_is_answered_for_its_phase(shared_app: RouterApp,
     c = Counts(shared_app)
     ch, call = await _open(shared_app)
     out = await _send(call, [req_headers(), req_body(chat_body("hi", max_tokens=3))])
-    await ch.close()
+    await ch.close(None)
     assert phase_of(out[1]) == "request_body"
     rb = out[1].request_body.response.header_mutation.set_headers[0].header
     assert rb.raw_value == b"long"

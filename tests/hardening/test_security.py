@@ -11,13 +11,22 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from extproc.adapter.responses import header_option
 from extproc.config import RouterConfig, parse_config
 from extproc.service.app import RouterApp
 from tests.hardening.helpers import CONFIG
-from tests.pb import chat_body, req_body, req_headers, resp_body, resp_headers, routed_pool, run_stream
+from tests.pb import (
+    chat_body,
+    open_stream,
+    read_response,
+    req_body,
+    req_headers,
+    resp_body,
+    resp_headers,
+    routed_pool,
+    run_stream,
+)
 
 OPENSSL = shutil.which("openssl")
 
@@ -99,11 +108,11 @@ def _tls_config(pki: Path, *, mtls: bool) -> RouterConfig:
 
 
 async def _call(channel: grpc.aio.Channel) -> str | None:
-    call = pb_grpc.ExternalProcessorStub(channel).Process()
+    call = open_stream(channel)
     await call.write(req_headers())
     await call.read()
     await call.write(req_body(chat_body("hi", max_tokens=3)))
-    out = await call.read()
+    out = await read_response(call)
     await call.done_writing()
     return routed_pool(out)
 
@@ -154,9 +163,9 @@ async def test_admin_endpoint_is_not_reachable_on_other_interfaces(app: RouterAp
     assert app._admin_sock is not None
     assert app._admin_sock.getsockname()[0] == "127.0.0.1"
     other = [
-        a[4][0]
+        str(a[4][0])
         for a in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
-        if not a[4][0].startswith("127.")
+        if not str(a[4][0]).startswith("127.")
     ]
     for addr in other[:1]:
         with pytest.raises(OSError):

@@ -84,7 +84,8 @@ def _compress(data: bytes, encoding: str) -> bytes:
     if encoding == "gzip":
         return gzip.compress(data, mtime=0)
     if encoding == "br":
-        return brotli.compress(data)
+        out: bytes = brotli.compress(data)
+        return out
     if encoding == "deflate":
         return zlib.compress(data)
     raise AssertionError(encoding)

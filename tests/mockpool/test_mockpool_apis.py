@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+from typing import Any
 
 import anthropic
 import httpx
@@ -15,7 +16,7 @@ from PIL import Image
 from mockpool.server import serve_pool
 from mockpool.settings import PoolSettings
 
-HELLO = [{"role": "user", "content": "Hello"}]
+HELLO: Any = [{"role": "user", "content": "Hello"}]
 
 
 def png_data_uri(width: int, height: int) -> str:

@@ -8,11 +8,12 @@ import httpx
 import openai
 import pytest
 from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletionMessageParam
 
 from mockpool.server import serve_pool
 from mockpool.settings import PoolSettings
 
-HELLO = [{"role": "user", "content": "Hello"}]
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hello"}]
 
 
 def make_client(base_url: str) -> AsyncOpenAI:

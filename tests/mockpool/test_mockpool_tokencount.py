@@ -39,7 +39,7 @@ def meta_llama3() -> tiktoken.Encoding:
 
 @pytest.mark.parametrize("family", ["qwen3", "llama3"])
 def test_output_pieces_are_one_token_each(family: str) -> None:
-    counter = load_counter(family)  # type: ignore[arg-type]
+    counter = load_counter(family)
     assert [counter.count_text(p) for p in OUTPUT_PIECES] == [1] * len(OUTPUT_PIECES)
     text = "".join(OUTPUT_PIECES * 5)
     assert counter.count_text(text) == 5 * len(OUTPUT_PIECES)

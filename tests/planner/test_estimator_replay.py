@@ -46,7 +46,7 @@ def test_replay_uses_router_estimator_and_calibrates() -> None:
     rng = np.random.default_rng(0)
     n = 2000
     inp = np.concatenate([rng.integers(20, 2000, n - 20), np.full(20, 60_000)])
-    trace = build_trace(np.arange(n) * 0.01, inp, np.full(n, 100))
+    trace = build_trace(np.arange(n, dtype=np.float64) * 0.01, inp, np.full(n, 100))
     est, stats = replay_estimates(trace, corpus, seed=1)
     again, _ = replay_estimates(trace, corpus, seed=1)
     other, _ = replay_estimates(trace, corpus, seed=2)

@@ -110,12 +110,12 @@ def test_long_pool_without_sampled_requests_is_still_sized_and_costed() -> None:
         trace=trace, profile=_profile(), short_max_tokens=512, long_max_model_len=4096, slo=Slo(2.0),
         sweep_thresholds=(), jobs=1,
     )  # fmt: skip
-    needed = run_plan(PlanInputs(**common, loaded_max_budget_tokens=3000))  # type: ignore[arg-type]
+    needed = run_plan(PlanInputs(**common, loaded_max_budget_tokens=3000))
     d = needed["des_two_pool"]
     assert d["long_instances"] == 1 and "no sampled request" in d["pools"]["long"]["note"]
     assert d["instances"] == d["short_instances"] + 1
     assert d["usd_per_year"] == pytest.approx(d["instances"] * 8760.0)
-    none = run_plan(PlanInputs(**common))  # type: ignore[arg-type]
+    none = run_plan(PlanInputs(**common))
     assert none["des_two_pool"]["long_instances"] == 0
     assert none["des_two_pool"]["pools"]["long"]["note"] == "no long traffic in this trace"
 
@@ -189,3 +189,29 @@ def test_merged_traces_keep_their_shared_clock_and_cdf_tail_is_exact() -> None:
     above = 1.0 - (f0 + (f1 - f0) * (8192 - t0) / (t1 - t0))
     assert above == pytest.approx(float((merged.total_tokens > 8192).mean()), abs=1e-9)
     assert above < 1e-4
+
+
+def test_load_balancing_is_an_input_and_the_plan_shows_how_the_answer_moves() -> None:
+    """Every policy sizes the homogeneous baseline and both pools with the same policy."""
+    res = run_plan(
+        PlanInputs(
+            trace=_poisson(3000, 30.0, 50),
+            profile=_profile(),
+            short_max_tokens=512,
+            long_max_model_len=4096,
+            slo=Slo(1.0),
+            sweep_thresholds=(),
+            jobs=1,
+            lb="p2c",
+            lb_compare=True,
+            loaded_max_budget_tokens=3000,
+        )
+    )
+    cmp_ = res["lb_compare"]
+    assert res["des"]["lb"] == "p2c"
+    assert set(cmp_) == {"threshold_tokens", "round_robin", "least_loaded", "p2c"}
+    for policy in ("round_robin", "least_loaded", "p2c"):
+        assert cmp_[policy]["homogeneous"]["slo_met"] and cmp_[policy]["two_pool"]["slo_met"]
+        assert cmp_[policy]["homogeneous"]["instances"] >= 4  # ⌊30/8⌋ + 1
+    # p2c balances worse than round robin on equal requests: never fewer instances
+    assert cmp_["p2c"]["homogeneous"]["instances"] >= cmp_["round_robin"]["homogeneous"]["instances"]

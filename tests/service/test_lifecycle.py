@@ -14,6 +14,7 @@ import grpc
 import httpx
 import pytest
 import yaml
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -33,7 +34,7 @@ def health(port: int, service: str) -> str:
 
 
 @pytest.fixture
-def served(tmp_path: Path):  # type: ignore[no-untyped-def]
+def served(tmp_path: Path):
     cfg = {
         "pools": POOLS,
         "calibration": {"snapshot_path": str(tmp_path / "ratios.json")},
@@ -62,7 +63,7 @@ def served(tmp_path: Path):  # type: ignore[no-untyped-def]
         proc.wait(timeout=10)
 
 
-def test_sigterm_drains_inflight_stream_and_writes_snapshot(served) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_drains_inflight_stream_and_writes_snapshot(served) -> None:
     proc, grpc_port, admin_port, tmp_path, stderr_path = served
     admin = f"http://127.0.0.1:{admin_port}"
     assert httpx.get(f"{admin}/readyz").status_code == 200
@@ -87,8 +88,8 @@ def test_sigterm_drains_inflight_stream_and_writes_snapshot(served) -> None:  # 
         msgs = request_msgs(text, request_id="drain-me") + json_response_msgs(460)
         import queue
 
-        q: queue.Queue[object] = queue.Queue()
-        responses = stub.Process(iter(q.get, None))
+        q: queue.Queue[pb.ProcessingRequest | None] = queue.Queue()
+        responses = iter(stub.Process(iter(q.get, None)))
         q.put(msgs[0])
         next(responses)
         q.put(msgs[1])
@@ -148,7 +149,7 @@ async def test_snapshot_round_trip_across_restarts(tmp_path: Path) -> None:
     async with RouterApp(cfg, grpc_port=0, admin_port=0) as second:
         assert await ratios(second.admin_port) == learned
         text = (await admin_get(second.admin_port, "/metrics")).text
-        assert 'tbr_ratio_samples{category="latin",model="m"} 3.0' in text
+        assert 'tbr_ratio_samples{category="latin",model_name="m"} 3.0' in text
 
 
 async def test_invalid_snapshot_is_kept_aside_not_overwritten(tmp_path: Path) -> None:

@@ -36,11 +36,7 @@ async def test_metrics_endpoint_exposes_every_documented_metric() -> None:
         await calibrate(app.grpc_port, "hello there " * 40, prompt_tokens=130)
         resp = await admin_get(app.admin_port, "/metrics")
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
-    exposed = {
-        name: kind
-        for name, kind in re.findall(r"^# TYPE (tbr_[a-z_]+) (\w+)$", resp.text, flags=re.M)
-        if not name.endswith("_created")  # prometheus-client's creation-time series
-    }
+    exposed = dict(re.findall(r"^# TYPE (tbr_[a-z_]+) (\w+)$", resp.text, flags=re.M))
     want = {name + ("_total" if kind == "counter" else ""): kind for name, (kind, _) in documented().items()}
     assert exposed == want
     # Traffic produced samples with the documented labels.
@@ -49,3 +45,27 @@ async def test_metrics_endpoint_exposes_every_documented_metric() -> None:
     assert 'tbr_calibration_events_total{outcome="applied"} 1.0' in resp.text
     assert 'tbr_phase_processing_seconds_count{phase="request_body"} 1.0' in resp.text
     assert "tbr_ratio_store_up 1.0" in resp.text and "tbr_ready 1.0" in resp.text
+
+
+def test_platform_telemetry_and_no_created_series() -> None:
+    """Process and Python collectors, tbr_build_info of the installed build, no `_created` series,
+    fraction gauges named `_ratio`, the model label named as vLLM names it (issue 16, item 5)."""
+    import platform
+
+    from prometheus_client import generate_latest
+
+    from extproc.service.metrics import RouterMetrics, build_version
+
+    text = generate_latest(RouterMetrics().registry).decode()
+    for family in ("process_cpu_seconds_total", "process_resident_memory_bytes", "python_info", "python_gc_"):
+        assert family in text, family
+    assert (
+        f'tbr_build_info{{python_version="{platform.python_version()}",revision="unknown",'
+        f'version="{build_version()}"}} 1.0' in text
+    )
+    assert build_version() != "unknown"
+    assert "_created" not in text
+    doc = documented()
+    fraction_gauges = [n for n, (kind, _) in doc.items() if kind == "gauge" and "usage" in n]
+    assert fraction_gauges and all(n.endswith("_ratio") for n in fraction_gauges)
+    assert all("model" not in labels for _, labels in doc.values())

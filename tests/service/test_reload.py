@@ -12,7 +12,7 @@ import yaml
 
 from extproc.config import load_config
 from extproc.service.app import RouterApp
-from tests.pb import json_response_msgs, request_msgs
+from tests.pb import json_response_msgs, open_stream, read_response, request_msgs
 from tests.service.streams import POOLS, TEXT_8000, admin_get, calibrate, ratios, route_of
 
 
@@ -32,10 +32,9 @@ async def test_file_change_reroutes_without_restart_and_keeps_ratios(tmp_path: P
         before = await ratios(app.admin_port)
         # A stream opened before the reload keeps its Router.
         import grpc
-        from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
         async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
-            call = pb_grpc.ExternalProcessorStub(ch).Process()
+            call = open_stream(ch)
             msgs = request_msgs(TEXT_8000, request_id="inflight")
             await call.write(msgs[0])
             await call.read()
@@ -47,7 +46,7 @@ async def test_file_change_reroutes_without_restart_and_keeps_ratios(tmp_path: P
                 await asyncio.sleep(0.05)
 
             await call.write(msgs[1])  # the old stream still decides with the old config
-            body = await call.read()
+            body = await read_response(call)
             assert body.request_body.response.header_mutation.set_headers[0].header.raw_value == b"long"
             for m in json_response_msgs(8010):
                 await call.write(m)

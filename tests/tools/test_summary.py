@@ -18,7 +18,7 @@ def _req(rid: str, max_tokens: int | None = 256, category: str = "prose") -> Dem
 def _inputs(outcomes: list[Outcome], decisions: dict[str, dict[str, object]]) -> SummaryInputs:
     return SummaryInputs(
         outcomes=outcomes,
-        decisions=decisions,  # type: ignore[arg-type]
+        decisions=decisions,
         ratios=[
             {"model": "m", "category": "latin", "mean_bytes_per_token": 4.4, "samples": 12, "warm": True}
         ],
