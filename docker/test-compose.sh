@@ -38,6 +38,9 @@ export DOCKER_BUILDKIT=0 COMPOSE_BAKE=false COMPOSE_PARALLEL_LIMIT=1
 DOCKERD_PID=""
 HAD_DOCKER0=0; ip link show docker0 >/dev/null 2>&1 && HAD_DOCKER0=1
 HAD_CHAINS=0; iptables -t filter -S DOCKER >/dev/null 2>&1 && HAD_CHAINS=1
+# dockerd turns on IP forwarding and sets the FORWARD policy to DROP: restored at the end.
+IP_FORWARD="$(cat /proc/sys/net/ipv4/ip_forward 2>/dev/null || echo)"
+FORWARD_POLICY="$(iptables -S FORWARD 2>/dev/null | sed -n 's/^-P FORWARD //p')"
 if ! docker info >/dev/null 2>&1; then
   log "no running dockerd: starting one (data root $DATA_ROOT)"
   mkdir -p "$DATA_ROOT"
@@ -79,6 +82,8 @@ cleanup() {
         done
       done
     fi
+    [ -z "$FORWARD_POLICY" ] || iptables -P FORWARD "$FORWARD_POLICY"
+    [ -z "$IP_FORWARD" ] || echo "$IP_FORWARD" > /proc/sys/net/ipv4/ip_forward
   fi
   left="$(docker ps -aq --filter "label=com.docker.compose.project=$PROJECT" 2>/dev/null; docker network ls -q --filter "label=com.docker.compose.project=$PROJECT" 2>/dev/null)"
   [ -z "$left" ] || { log "left behind: $left"; rc=1; }

@@ -35,14 +35,17 @@ from extproc.core.request_body import (
     RequestFeatures,
     UnreadableRequest,
     _content,
+    _json_text,
     _messages,
     _Text,
+    _tool_defs,
     features_of,
     int_field,
     load_object,
     stream_flags,
-    tool_schema,
+    tool_runs,
 )
+from extproc.core.runs import count_runs
 
 __all__ = ["parse_body"]
 
@@ -72,10 +75,6 @@ def parse_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> Requ
         raise
 
 
-def _json_text(value: Any) -> str:
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
-
-
 def _features(
     parsed: dict[str, Any],
     endpoint: str,
@@ -84,9 +83,11 @@ def _features(
     images: list[ImageSize | None],
     n_messages: int,
     max_output: int | None,
+    reasoning: list[str] | None = None,
     **extra: Any,
 ) -> RequestFeatures:
-    tool_bytes, n_tools = tool_schema(parsed)
+    """Features of a walked request; ``counts`` = [images, audio, tool calls, unknown fields]."""
+    tool_defs = _tool_defs(parsed)
     stream, include_usage = stream_flags(parsed)
     return RequestFeatures(
         endpoint=endpoint,
@@ -95,14 +96,19 @@ def _features(
         sample=text.sample(),
         n_messages=n_messages,
         exact_prompt_tokens=0,
-        tool_schema_bytes=tool_bytes,
-        n_tools=n_tools,
+        tool_schema_bytes=len(orjson.dumps(tool_defs)) if tool_defs else 0,
+        n_tools=len(tool_defs),
         n_images=counts[0],
         n_audio=counts[1],
         max_output_tokens=max_output,
         n_sequences=1,
         stream=stream,
         include_usage=include_usage,
+        runs=count_runs("\n".join(text.all)),
+        n_tool_calls=counts[2],
+        unknown_fields=counts[3],
+        reasoning_runs=count_runs("\n".join(reasoning)) if reasoning else None,
+        tools_runs=tool_runs(tool_defs),
         image_sizes=tuple(images),
         **extra,
     )
@@ -113,7 +119,7 @@ def _features(
 
 def _responses(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
     text = _Text(sample_bytes)
-    counts = [0, 0]
+    counts = [0, 0, 0, 0]
     images: list[ImageSize | None] = []
     n_messages = 0
     instructions = parsed.get("instructions")
@@ -180,7 +186,7 @@ def _response_item(item: Any, text: _Text, counts: list[int], images: list[Image
 
 def _anthropic(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
     text = _Text(sample_bytes)
-    counts = [0, 0]
+    counts = [0, 0, 0, 0]
     images: list[ImageSize | None] = []
     n_messages = 0
     system = parsed.get("system")
@@ -260,9 +266,9 @@ def _batch(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
     each: list[RequestFeatures] = []
     for conversation in conversations:
         text = _Text(sample_bytes)
-        counts = [0, 0]
+        counts = [0, 0, 0, 0]
         images: list[ImageSize | None] = []
-        n = _messages(conversation, text, counts, images)
+        n = _messages(conversation, text, counts, [], images)
         each.append(_features(parsed, "chat_batch", text, counts, images, n, max_output))
     longest = max(each, key=lambda f: (f.text_bytes + 4096 * f.n_images, f.n_messages))
     return _features_with_conversations(longest, tuple(each))

@@ -1,9 +1,7 @@
 """Read what the token budget needs from an OpenAI request body, and nothing more.
 
-Endpoints parsed here: ``/v1/chat/completions`` (``messages``) and ``/v1/completions``
+Supported endpoints: ``/v1/chat/completions`` (``messages``) and ``/v1/completions``
 (``prompt``: a string, a list of strings, a list of token ids, or a list of token-id lists).
-``/v1/responses``, ``/v1/messages`` and ``/v1/chat/completions/batch`` are parsed by
-:mod:`extproc.core.api_bodies` with the walkers of this module.
 Text is measured in UTF-8 bytes of the *decoded* JSON strings, not of the escaped body: a
 Python client escapes every CJK character as ``\\uXXXX`` (6 bytes for 3), which would skew the
 ratio by 2× (docs/data.md §3.3, "Python default" columns).
@@ -21,6 +19,7 @@ import numpy as np
 import orjson
 
 from extproc.core.images import ImageSize, size_from_base64, size_from_url
+from extproc.core.runs import RunCounts, count_runs
 
 __all__ = [
     "CHAT_BATCH_PATH",
@@ -64,7 +63,7 @@ class RequestFeatures:
     """What the estimator needs from one request (no prompt text beyond a bounded sample).
 
     Attributes:
-        endpoint: ``"chat"``, ``"completions"``, ``"responses"``, ``"messages"`` or ``"chat_batch"``.
+        endpoint: ``"chat"`` or ``"completions"``.
         model: the ``model`` field ('' when absent).
         text_bytes: UTF-8 bytes of all prompt text (message contents, tool results, tool-call
             arguments, completion prompts).
@@ -79,11 +78,13 @@ class RequestFeatures:
         n_sequences: sequences generated per prompt: ``max(n, best_of)``, at least 1.
         stream: the client asked for SSE.
         include_usage: ``stream_options.include_usage`` as sent (None when absent).
-        image_sizes: pixel size of each image part read from its header, None where unknown
-            (remote URL, unreadable data); ``len(image_sizes) <= n_images``.
-        previous_response_id: Responses API ``previous_response_id`` (None when absent).
-        conversations: ``/v1/chat/completions/batch``: the features of each conversation
-            (this object then describes the longest one's text); empty otherwise.
+        runs: run counts (:mod:`extproc.core.runs`) of every string the chat template renders: message
+            contents, ``reasoning``/``reasoning_content``, tool calls (name + arguments as JSON),
+            ``name``, ``tool_call_id``, developer ``tools``, any other message field (as JSON), the
+            tool schemas, request ``documents`` and ``chat_template_kwargs`` (as JSON).
+        n_tool_calls: assistant tool calls in the history.
+        unknown_fields: message fields outside what vLLM's chat-message parsing passes to the
+            template (budgeted as text; their presence makes an observation unexplained).
     """
 
     endpoint: str
@@ -100,14 +101,71 @@ class RequestFeatures:
     n_sequences: int
     stream: bool
     include_usage: bool | None
+    runs: RunCounts | None = None
+    n_tool_calls: int = 0
+    unknown_fields: int = 0
+    tools_runs: tuple[RunCounts, RunCounts] | None = None
+    """Run counts of the tool schemas as compact JSON and as JSON with spaces (templates differ:
+    ``ModelProfile.tools_json_spaced``)."""
+    reasoning_runs: RunCounts | None = None
+    """Run counts of ``reasoning`` / ``reasoning_content`` (some templates drop it: budgeted per
+    model profile, ``ModelProfile.renders_reasoning``)."""
     image_sizes: tuple[ImageSize | None, ...] = ()
+    """Pixel size of each image part read from its header, None where unknown (remote URL,
+    unreadable data); ``len(image_sizes) <= n_images`` (extproc.core.images)."""
     previous_response_id: str | None = None
+    """Responses API ``previous_response_id`` (extproc.core.api_bodies)."""
     conversations: tuple[RequestFeatures, ...] = ()
+    """``/v1/chat/completions/batch``: the features of each conversation (this object then
+    describes the longest one); empty otherwise."""
+
+
+VLLM_MESSAGE_FIELDS = frozenset(
+    {
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "reasoning",
+        "reasoning_content",
+        "tools",
+        "task",
+    }
+)
+"""Message fields vLLM's chat-message parsing hands to the chat template
+(``vllm/entrypoints/chat_utils.py``: ``_parse_chat_message_content`` copies ``tool_calls`` and
+``reasoning`` (also as ``reasoning_content``) of assistant messages, ``tool_call_id`` of tool messages,
+``name`` and ``task`` of any message and ``tools`` of developer messages)."""
+
+
+def _json_text(value: Any) -> str:
+    """How a template shows a structured value: JSON with ``", "``/``": "`` separators (Jinja
+    ``tojson`` / Python ``json.dumps`` defaults, the wider of the compact and spaced forms)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return orjson.dumps(value).decode().replace('","', '", "').replace('":', '": ')
+    except TypeError:
+        return str(value)
+
+
+def _arguments_text(args: Any) -> str:
+    """Tool-call ``arguments`` as the template shows them: vLLM parses a JSON string to an object
+    (``_postprocess_messages``) and templates print it with ``tojson``."""
+    if isinstance(args, str):
+        try:
+            parsed: Any = orjson.loads(args)
+        except orjson.JSONDecodeError:
+            return args
+        return _json_text(parsed)
+    return "" if args is None else _json_text(args)
 
 
 def endpoint_for_path(path: str) -> str | None:
     """Map a request ``:path`` to ``"chat"``, ``"completions"``, ``"responses"``, ``"messages"``
-    or ``"chat_batch"``; None for anything else.
+    or ``"chat_batch"`` (the last three parsed by :mod:`extproc.core.api_bodies`); None for
+    anything else.
 
     The query string is ignored; a trailing slash is tolerated.
     """
@@ -124,9 +182,10 @@ class _Text:
     Re-encoding every string to UTF-8 cost ~3× more on Cyrillic bodies (docs/estimator.md §Cost).
     """
 
-    __slots__ = ("ascii_total", "limit", "non_ascii", "parts", "sampled")
+    __slots__ = ("all", "ascii_total", "limit", "non_ascii", "parts", "sampled")
 
     def __init__(self, limit: int) -> None:
+        self.all: list[str] = []
         self.ascii_total = 0
         self.non_ascii: list[str] = []
         self.sampled = 0
@@ -136,6 +195,7 @@ class _Text:
     def add(self, s: str) -> None:
         if not s:
             return
+        self.all.append(s)
         room = self.limit - self.sampled
         if s.isascii():
             self.ascii_total += len(s)
@@ -240,9 +300,48 @@ def _content(
             raise UnreadableRequest("unknown_content_part")
 
 
+def _tool_calls(calls: Any, text: _Text, counts: list[int]) -> None:
+    """An assistant's ``tool_calls``: name and arguments as the template prints them."""
+    for call in calls or ():
+        counts[2] += 1
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            text.add(str(fn.get("name") or ""))
+            text.add(_arguments_text(fn.get("arguments")))
+        else:
+            text.add(_json_text(call))
+
+
+def _message(
+    msg: dict[str, Any],
+    text: _Text,
+    counts: list[int],
+    reasoning: list[str],
+    images: list[ImageSize | None] | None = None,
+) -> None:
+    """Every field of one message the template can render (module docstring of the estimator)."""
+    for field, value in msg.items():
+        if field == "content":
+            _content(value, text, counts, images)
+        elif field == "tool_calls":
+            _tool_calls(value, text, counts)
+        elif field in ("reasoning", "reasoning_content"):
+            if value is not None and not (field == "reasoning_content" and "reasoning" in msg):
+                reasoning.append(_json_text(value))  # vLLM passes one of them, as both names
+        elif field != "role" and value is not None:
+            if field not in VLLM_MESSAGE_FIELDS:
+                counts[3] += 1
+            text.add(_json_text(value))
+
+
 def _messages(
-    messages: Any, text: _Text, counts: list[int], images: list[ImageSize | None] | None = None
+    messages: Any,
+    text: _Text,
+    counts: list[int],
+    reasoning: list[str],
+    images: list[ImageSize | None] | None = None,
 ) -> int:
+    """Walk ``messages``; counts = [images, audio, tool calls, unknown fields]."""
     if not isinstance(messages, list):
         raise UnreadableRequest("bad_field_type", "messages")
     if not messages:
@@ -250,14 +349,7 @@ def _messages(
     for msg in messages:
         if not isinstance(msg, dict):
             raise UnreadableRequest("bad_field_type", "message")
-        _content(msg.get("content"), text, counts, images)
-        for call in msg.get("tool_calls") or ():
-            if isinstance(call, dict):
-                fn = call.get("function")
-                if isinstance(fn, dict):
-                    text.add(str(fn.get("name") or ""))
-                    args = fn.get("arguments")
-                    text.add(args if isinstance(args, str) else orjson.dumps(args).decode())
+        _message(msg, text, counts, reasoning, images)
     return len(messages)
 
 
@@ -292,6 +384,19 @@ def _prompt(prompt: Any, text: _Text) -> int:
     raise UnreadableRequest("bad_field_type", "prompt")
 
 
+def _tool_defs(parsed: dict[str, Any]) -> list[Any]:
+    """``tools`` and legacy ``functions`` definitions, in that order."""
+    tool_defs: list[Any] = []
+    for name in ("tools", "functions"):
+        value = parsed.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise UnreadableRequest("bad_field_type", name)
+        tool_defs.extend(value)
+    return tool_defs
+
+
 def load_object(body: bytes) -> dict[str, Any]:
     """The request body as a JSON object.
 
@@ -312,23 +417,6 @@ def load_object(body: bytes) -> dict[str, Any]:
     return parsed
 
 
-def tool_schema(parsed: dict[str, Any]) -> tuple[int, int]:
-    """``(bytes of the compact JSON of tools + functions, number of definitions)``.
-
-    Raises:
-        UnreadableRequest: ``tools`` or ``functions`` is not a list.
-    """
-    tool_defs: list[Any] = []
-    for name in ("tools", "functions"):
-        value = parsed.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, list):
-            raise UnreadableRequest("bad_field_type", name)
-        tool_defs.extend(value)
-    return (len(orjson.dumps(tool_defs)) if tool_defs else 0), len(tool_defs)
-
-
 def stream_flags(parsed: dict[str, Any]) -> tuple[bool, bool | None]:
     """``(stream, stream_options.include_usage or None)``."""
     include_usage: bool | None = None
@@ -345,6 +433,13 @@ def int_field(parsed: dict[str, Any], name: str) -> int | None:
         UnreadableRequest: wrong type or out of range.
     """
     return _int_field(parsed, name)
+
+
+def tool_runs(tool_defs: list[Any]) -> tuple[RunCounts, RunCounts] | None:
+    """Run counts of the tool schemas as compact JSON and as JSON with spaces (None without tools)."""
+    if not tool_defs:
+        return None
+    return count_runs(orjson.dumps(tool_defs).decode()), count_runs(_json_text(tool_defs))
 
 
 def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> RequestFeatures:
@@ -366,12 +461,13 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
     """:func:`parse_request_body` of an already loaded object (see :func:`load_object`)."""
     model: str = parsed.get("model", "")
     text = _Text(sample_bytes)
-    counts = [0, 0]
+    counts = [0, 0, 0, 0]
+    reasoning: list[str] = []
     images: list[ImageSize | None] = []
     n_messages = 0
     exact = 0
     if endpoint == "chat":
-        n_messages = _messages(parsed.get("messages"), text, counts, images)
+        n_messages = _messages(parsed.get("messages"), text, counts, reasoning, images)
     elif endpoint == "completions":
         if "prompt" not in parsed:
             raise UnreadableRequest("empty_prompt", "prompt")
@@ -382,7 +478,14 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
     else:
         raise UnreadableRequest("unsupported_path")
 
-    tool_schema_bytes, n_tools = tool_schema(parsed)
+    tool_defs = _tool_defs(parsed)
+    tool_schema_bytes = len(orjson.dumps(tool_defs)) if tool_defs else 0
+    template_texts = []
+    for field in ("documents", "chat_template_kwargs"):
+        value = parsed.get(field)
+        if value is not None:
+            template_texts.append(_json_text(value))
+
     max_completion = _int_field(parsed, "max_completion_tokens")
     max_tokens = _int_field(parsed, "max_tokens")
     max_output = max_completion if max_completion is not None else max_tokens
@@ -398,12 +501,17 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
         n_messages=n_messages,
         exact_prompt_tokens=exact,
         tool_schema_bytes=tool_schema_bytes,
-        n_tools=n_tools,
+        n_tools=len(tool_defs),
         n_images=counts[0],
         n_audio=counts[1],
         max_output_tokens=max_output,
         n_sequences=max(1, n, best_of),
         stream=stream,
         include_usage=include_usage,
+        runs=count_runs("\n".join(text.all + template_texts)),
+        n_tool_calls=counts[2],
+        unknown_fields=counts[3],
+        reasoning_runs=count_runs("\n".join(reasoning)) if reasoning else None,
+        tools_runs=tool_runs(tool_defs),
         image_sizes=tuple(images),
     )
