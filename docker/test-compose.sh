@@ -14,6 +14,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
+# One run at a time on a machine (runs share the daemon, the image names and the rootfs cache).
+exec 9>"${TBR_COMPOSE_LOCK:-/tmp/tbr-test-compose.lock}"
+if ! flock -n 9; then
+  printf '[test-compose] another run holds %s; waiting for it\n' "${TBR_COMPOSE_LOCK:-/tmp/tbr-test-compose.lock}" >&2
+  flock 9
+fi
 VENV="${VENV:-.venv}"
 PROJECT="${TBR_COMPOSE_PROJECT:-tbr-compose-test}"
 KEEP="${TBR_COMPOSE_KEEP_IMAGES:-0}"
@@ -60,8 +66,7 @@ cleanup() {
   compose down -v --remove-orphans --timeout 30 >/dev/null 2>&1
   [ -z "${ROUTER_CID:-}" ] || docker stop "$ROUTER_CID" >/dev/null 2>&1
   if [ "$KEEP" != 1 ]; then
-    docker/images.sh clean
-    for n in token-budget-router:0.1.0 token-budget-router-mockpool:0.1.0; do
+    for n in $(docker/images.sh names) token-budget-router:0.1.0 token-budget-router-mockpool:0.1.0; do
       # Only what this run built (a tag that existed before is someone else's).
       id="$(docker image inspect -f '{{.Id}}' "$n" 2>/dev/null)" && ! grep -qx "$id" <<<"$BEFORE_IMAGES" && docker image rm "$n" >/dev/null
     done
