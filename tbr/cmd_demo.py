@@ -225,17 +225,19 @@ def _run_two_models(args: argparse.Namespace, workload: Any, source: str, reserv
             return 2
         finally:
             bar.close()
-    ok = True
+    ok = all(s["harmful_misroutes"] == 0 and s["failed_requests"] == 0 for s in summaries.values())
+    if args.json_out is not None:
+        args.json_out.write_text(
+            json.dumps({"models": summaries}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        print(f"summary written to {args.json_out}", file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps({"models": summaries}, indent=2, ensure_ascii=False))
+        return 0 if ok else 1
     for model, summary in summaries.items():
         pools = summary["pools"]
         print(f"==== model {model} (short = {pools['short']}, long = {pools['long']}) ====")
         print(format_summary(summary))
-        ok = ok and summary["harmful_misroutes"] == 0 and summary["failed_requests"] == 0
-    if args.json is not None:
-        args.json.write_text(
-            json.dumps({"models": summaries}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
-        print(f"summary written to {args.json}")
     total = sum(s["requests"] for s in summaries.values())
     harmful = sum(s["harmful_misroutes"] for s in summaries.values())
     failed = sum(s["failed_requests"] for s in summaries.values())

@@ -93,7 +93,7 @@ def test_tbr_demo_two_models_summarises_each_model(tmp_path: Path) -> None:
     out = tmp_path / "summary.json"
     res = subprocess.run(
         [sys.executable, "-m", "tbr", "demo", "--two-models", "--data", str(tmp_path / "absent"),
-         "--requests", "24", "--json", str(out)],
+         "--requests", "24", "--json-out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
