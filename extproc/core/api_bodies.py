@@ -30,15 +30,10 @@ from typing import Any
 
 import orjson
 
+from extproc.core.chat_messages import UnreadableRequest, _content, _json_text, _messages, _Text, _tool_defs
 from extproc.core.images import ImageSize
 from extproc.core.request_body import (
     RequestFeatures,
-    UnreadableRequest,
-    _content,
-    _json_text,
-    _messages,
-    _Text,
-    _tool_defs,
     features_of,
     int_field,
     load_object,

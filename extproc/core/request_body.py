@@ -15,10 +15,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import orjson
 
-from extproc.core.images import ImageSize, size_from_base64, size_from_url
+from extproc.core.chat_messages import (
+    UnreadableRequest,
+    _int_field,
+    _json_text,
+    _messages,
+    _prompt,
+    _Text,
+    _tool_defs,
+)
+from extproc.core.images import ImageSize
 from extproc.core.runs import RunCounts, count_runs
 
 __all__ = [
@@ -45,17 +53,6 @@ _ENDPOINTS = {
     MESSAGES_PATH: "messages",
     CHAT_BATCH_PATH: "chat_batch",
 }
-_MAX_SANE_TOKENS = 1 << 31
-
-
-class UnreadableRequest(ValueError):
-    """The body cannot be budgeted; ``reason`` is a fixed label such as ``"body_not_json"``."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.model: str | None = None
-        """The request's ``model`` when it was read before the problem (routes to its pool set)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,48 +117,6 @@ class RequestFeatures:
     describes the longest one); empty otherwise."""
 
 
-VLLM_MESSAGE_FIELDS = frozenset(
-    {
-        "role",
-        "content",
-        "name",
-        "tool_calls",
-        "tool_call_id",
-        "reasoning",
-        "reasoning_content",
-        "tools",
-        "task",
-    }
-)
-"""Message fields vLLM's chat-message parsing hands to the chat template
-(``vllm/entrypoints/chat_utils.py``: ``_parse_chat_message_content`` copies ``tool_calls`` and
-``reasoning`` (also as ``reasoning_content``) of assistant messages, ``tool_call_id`` of tool messages,
-``name`` and ``task`` of any message and ``tools`` of developer messages)."""
-
-
-def _json_text(value: Any) -> str:
-    """How a template shows a structured value: JSON with ``", "``/``": "`` separators (Jinja
-    ``tojson`` / Python ``json.dumps`` defaults, the wider of the compact and spaced forms)."""
-    if isinstance(value, str):
-        return value
-    try:
-        return orjson.dumps(value).decode().replace('","', '", "').replace('":', '": ')
-    except TypeError:
-        return str(value)
-
-
-def _arguments_text(args: Any) -> str:
-    """Tool-call ``arguments`` as the template shows them: vLLM parses a JSON string to an object
-    (``_postprocess_messages``) and templates print it with ``tojson``."""
-    if isinstance(args, str):
-        try:
-            parsed: Any = orjson.loads(args)
-        except orjson.JSONDecodeError:
-            return args
-        return _json_text(parsed)
-    return "" if args is None else _json_text(args)
-
-
 def endpoint_for_path(path: str) -> str | None:
     """Map a request ``:path`` to ``"chat"``, ``"completions"``, ``"responses"``, ``"messages"``
     or ``"chat_batch"`` (the last three parsed by :mod:`extproc.core.api_bodies`); None for
@@ -170,231 +125,6 @@ def endpoint_for_path(path: str) -> str | None:
     The query string is ignored; a trailing slash is tolerated.
     """
     return _ENDPOINTS.get(path.split("?", 1)[0].rstrip("/"))
-
-
-class _Text:
-    """Accumulates text byte counts and a bounded sample.
-
-    ASCII strings (``str.isascii`` is O(1) in CPython) count their length; non-ASCII strings are
-    collected and measured once at the end from their UTF-16 code units (a memcpy-speed encode for
-    most text, then three numpy counts): UTF-8 bytes = units + units ≥ U+0080 + units ≥ U+0800 −
-    surrogate units, exact for valid text (a lone surrogate from a ``\\ud800`` escape counts 2).
-    Re-encoding every string to UTF-8 cost ~3× more on Cyrillic bodies (docs/estimator.md §Cost).
-    """
-
-    __slots__ = ("all", "ascii_total", "limit", "non_ascii", "parts", "sampled")
-
-    def __init__(self, limit: int) -> None:
-        self.all: list[str] = []
-        self.ascii_total = 0
-        self.non_ascii: list[str] = []
-        self.sampled = 0
-        self.limit = limit
-        self.parts: list[bytes] = []
-
-    def add(self, s: str) -> None:
-        if not s:
-            return
-        self.all.append(s)
-        room = self.limit - self.sampled
-        if s.isascii():
-            self.ascii_total += len(s)
-            if room > 0:
-                piece = s[:room].encode("ascii")
-                self.parts.append(piece)
-                self.sampled += len(piece) + 1
-            return
-        self.non_ascii.append(s)
-        if room > 0:
-            head = s[:room]
-            try:
-                b = head.encode("utf-8")
-            except UnicodeEncodeError:  # lone surrogates from \ud800 escapes
-                b = head.encode("utf-8", "replace")
-            piece = b[:room]
-            self.parts.append(piece)
-            self.sampled += len(piece) + 1
-
-    @property
-    def total(self) -> int:
-        """UTF-8 bytes of all text added."""
-        if not self.non_ascii:
-            return self.ascii_total
-        units = np.frombuffer("".join(self.non_ascii).encode("utf-16-le", "surrogatepass"), dtype=np.uint16)
-        extra = np.count_nonzero(units >= 0x80) + np.count_nonzero(units >= 0x800)
-        surrogates = np.count_nonzero((units >= 0xD800) & (units < 0xE000))
-        return self.ascii_total + len(units) + int(extra) - int(surrogates)
-
-    def sample(self) -> bytes:
-        # joined with a space, not a newline: the estimator counts newlines as structure tokens
-        return b" ".join(self.parts)
-
-
-def _int_field(body: dict[str, Any], name: str) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise UnreadableRequest("bad_field_type", name)
-    if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")) or not value.is_integer():
-            raise UnreadableRequest("bad_field_type", name)
-        value = int(value)
-    if value < 0 or value >= _MAX_SANE_TOKENS:
-        raise UnreadableRequest("bad_field_value", name)
-    return value
-
-
-def _image_size(part: dict[str, Any]) -> ImageSize | None:
-    """Pixel size of an image part from its header, when the part carries the image inline.
-
-    Shapes: chat ``image_url: {url}`` or ``image_url: "<url>"``; Responses ``input_image``
-    ``image_url: "<url>"``; Anthropic ``image`` ``source: {type: base64, data}``.
-    """
-    value = part.get("image_url")
-    if isinstance(value, dict):
-        value = value.get("url")
-    if isinstance(value, str):
-        return size_from_url(value)
-    source = part.get("source")
-    if isinstance(source, dict) and source.get("type") == "base64":
-        data = source.get("data")
-        if isinstance(data, str):
-            return size_from_base64(data)
-    return None
-
-
-def _content(
-    content: Any, text: _Text, counts: list[int], images: list[ImageSize | None] | None = None
-) -> None:
-    """Walk a message ``content``: string, or list of parts. counts = [images, audio]; the size
-    of each image part is appended to ``images`` (None when not inline)."""
-    if content is None:
-        return
-    if isinstance(content, str):
-        text.add(content)
-        return
-    if not isinstance(content, list):
-        raise UnreadableRequest("bad_field_type", "content")
-    for part in content:
-        if isinstance(part, str):
-            text.add(part)
-            continue
-        if not isinstance(part, dict):
-            raise UnreadableRequest("bad_field_type", "content part")
-        kind = part.get("type")
-        if kind in ("text", "input_text", "output_text", "refusal"):
-            value = part.get(kind if kind == "refusal" else "text")
-            if value is not None and not isinstance(value, str):
-                raise UnreadableRequest("bad_field_type", "content text")
-            text.add(value or "")
-        elif kind in ("image_url", "input_image", "image"):
-            counts[0] += 1
-            if images is not None:
-                images.append(_image_size(part))
-        elif kind in ("input_audio", "audio"):
-            counts[1] += 1
-        elif kind in ("file", "input_file"):
-            counts[0] += 1  # documents render to pages; budget like an image
-        else:
-            raise UnreadableRequest("unknown_content_part")
-
-
-def _tool_calls(calls: Any, text: _Text, counts: list[int]) -> None:
-    """An assistant's ``tool_calls``: name and arguments as the template prints them."""
-    for call in calls or ():
-        counts[2] += 1
-        fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(fn, dict):
-            text.add(str(fn.get("name") or ""))
-            text.add(_arguments_text(fn.get("arguments")))
-        else:
-            text.add(_json_text(call))
-
-
-def _message(
-    msg: dict[str, Any],
-    text: _Text,
-    counts: list[int],
-    reasoning: list[str],
-    images: list[ImageSize | None] | None = None,
-) -> None:
-    """Every field of one message the template can render (module docstring of the estimator)."""
-    for field, value in msg.items():
-        if field == "content":
-            _content(value, text, counts, images)
-        elif field == "tool_calls":
-            _tool_calls(value, text, counts)
-        elif field in ("reasoning", "reasoning_content"):
-            if value is not None and not (field == "reasoning_content" and "reasoning" in msg):
-                reasoning.append(_json_text(value))  # vLLM passes one of them, as both names
-        elif field != "role" and value is not None:
-            if field not in VLLM_MESSAGE_FIELDS:
-                counts[3] += 1
-            text.add(_json_text(value))
-
-
-def _messages(
-    messages: Any,
-    text: _Text,
-    counts: list[int],
-    reasoning: list[str],
-    images: list[ImageSize | None] | None = None,
-) -> int:
-    """Walk ``messages``; counts = [images, audio, tool calls, unknown fields]."""
-    if not isinstance(messages, list):
-        raise UnreadableRequest("bad_field_type", "messages")
-    if not messages:
-        raise UnreadableRequest("empty_prompt", "messages")
-    for msg in messages:
-        if not isinstance(msg, dict):
-            raise UnreadableRequest("bad_field_type", "message")
-        _message(msg, text, counts, reasoning, images)
-    return len(messages)
-
-
-def _prompt(prompt: Any, text: _Text) -> int:
-    """Walk a completions ``prompt``; returns exact tokens given as ids."""
-    if isinstance(prompt, str):
-        text.add(prompt)
-        return 0
-    if not isinstance(prompt, list) or not prompt:
-        raise UnreadableRequest(
-            "bad_field_type" if not isinstance(prompt, list) else "empty_prompt", "prompt"
-        )
-    first = prompt[0]
-    if isinstance(first, str):
-        for p in prompt:
-            if not isinstance(p, str):
-                raise UnreadableRequest("bad_field_type", "prompt")
-            text.add(p)
-        return 0
-    if isinstance(first, int) and not isinstance(first, bool):
-        if not all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            raise UnreadableRequest("bad_field_type", "prompt")
-        return len(prompt)
-    if isinstance(first, list):
-        # A batch of token-id prompts: vLLM serves each as its own sequence; the longest decides fit.
-        longest = 0
-        for p in prompt:
-            if not isinstance(p, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in p):
-                raise UnreadableRequest("bad_field_type", "prompt")
-            longest = max(longest, len(p))
-        return longest
-    raise UnreadableRequest("bad_field_type", "prompt")
-
-
-def _tool_defs(parsed: dict[str, Any]) -> list[Any]:
-    """``tools`` and legacy ``functions`` definitions, in that order."""
-    tool_defs: list[Any] = []
-    for name in ("tools", "functions"):
-        value = parsed.get(name)
-        if value is None:
-            continue
-        if not isinstance(value, list):
-            raise UnreadableRequest("bad_field_type", name)
-        tool_defs.extend(value)
-    return tool_defs
 
 
 def load_object(body: bytes) -> dict[str, Any]:
