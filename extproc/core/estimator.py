@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 from extproc.config import CalibrationConfig, EstimatorConfig
-from extproc.core.calibration import RatioKey, RatioState, RatioStore
+from extproc.core.budget import Framing, Observation, TokenBudget
+from extproc.core.calibration import RatioKey, RatioStore
 from extproc.core.categories import TextProfile, profile_text
 from extproc.core.images import ImageBudget
 from extproc.core.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
@@ -59,73 +59,6 @@ TOOL_CALL_FRAMING_TOKENS = 12
 
 TOOLS_CATEGORY = "tools"
 ALL_CATEGORY = "all"
-
-
-@dataclass(frozen=True, slots=True)
-class Framing:
-    """Chat-template framing of one model (tokens) and its tokenizer family ('' = unknown)."""
-
-    family: str
-    message_tokens: int
-    request_tokens: int
-    tool_tokens: int
-    per_tool_tokens: int
-    digit_tokens: float
-    punct_tokens: float = 1.0
-    newline_tokens: float = 1.0
-    renders_reasoning: bool = True
-    tools_json_spaced: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class TokenBudget:
-    """The routing estimate of one request (all counts in tokens).
-
-    Attributes:
-        key: (model key, category) whose ratio was used.
-        ratio_bpt: the bytes/token ratio applied to the text.
-        text_bytes: UTF-8 bytes of prompt text.
-        fixed_prompt_tokens: prompt tokens not estimated with the ratio (framing, digits,
-            punctuation, newlines, media, token ids).
-        prompt_tokens: estimated prompt tokens (text + fixed).
-        output_reserve_tokens: per-sequence output reserve.
-        n_sequences: sequences generated.
-        total_tokens: ``prompt_tokens + n_sequences · output_reserve_tokens``.
-        warm: the learned ratio (not the prior) was used.
-        ratio_bytes: bytes the ratio applies to (text + tool schemas − digits, punctuation
-            and newlines).
-        central_prompt_tokens: the prompt estimate with the central ratio ĉ (not the
-            conservative one): the learner's accuracy, reported by the evaluation.
-    """
-
-    key: RatioKey
-    ratio_bpt: float
-    text_bytes: int
-    fixed_prompt_tokens: int
-    prompt_tokens: int
-    output_reserve_tokens: int
-    n_sequences: int
-    total_tokens: int
-    warm: bool
-    ratio_bytes: int = 0
-    central_prompt_tokens: int = 0
-    model_tokens: float = 0.0
-    """``runs`` model: modelled tokens of the text (what the key's value divides); 0 otherwise."""
-    n_media: int = 0
-    """Image, audio and file parts (budgeted per item, learned per model)."""
-    unexplained: bool = False
-    """The request carries fields the model does not explain (unknown message fields)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """One calibration observation: ``c_obs`` for ``key`` and the signed relative error of the
-    prompt estimate, ``(estimated − actual) / actual``."""
-
-    key: RatioKey
-    c_obs_bpt: float
-    rel_error: float
-    state: RatioState
 
 
 class Estimator:
