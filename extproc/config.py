@@ -105,6 +105,12 @@ class ModelProfile(_Strict):
     """Tokens per ASCII punctuation character (budgeted outside the ratio, docs/estimator.md)."""
     newline_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     """Tokens per newline (budgeted outside the ratio)."""
+    renders_reasoning: bool = True
+    tools_json_spaced: bool = True
+    """The template prints tool schemas as JSON with ``", "``/``": "`` separators (Qwen3 ``tojson``);
+    False: compact JSON (the Llama-3 stand-in and OpenAI count append the compact schema)."""
+    """The chat template renders assistant ``reasoning``/``reasoning_content`` (Qwen3 does for the
+    turns after the last user message; Meta's Llama-3 templates never do)."""
 
     @field_validator("pattern")
     @classmethod
@@ -125,6 +131,8 @@ DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
         message_framing_tokens=5,
         request_framing_tokens=5,
         digit_tokens_per_digit=0.6,
+        renders_reasoning=False,
+        tools_json_spaced=False,
     ),
     # Qwen2/2.5/3 ChatML: <|im_start|>role\n…<|im_end|>\n = 5 per message; <|im_start|>assistant\n = 3;
     # with tools a system block of fixed instructions plus one newline per tool.
@@ -143,6 +151,7 @@ DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
         message_framing_tokens=4,
         request_framing_tokens=3,
         digit_tokens_per_digit=0.6,
+        tools_json_spaced=False,
     ),
 )
 """Built-in profiles (first match wins); configure ``estimator.model_profiles`` to extend them."""
@@ -195,7 +204,31 @@ class EstimatorConfig(_Strict):
     max_models: Annotated[int, Field(ge=1, le=1024)] = 32
     """Distinct model names tracked; further models share the ``_other`` key (bounded cardinality)."""
     sample_bytes: Annotated[int, Field(ge=256, le=1_048_576)] = 16384
-    """Bytes of text examined by the content classifier."""
+    """Bytes of text examined by the content classifier (``bytes`` cost model)."""
+    cost_model: Literal["runs", "bytes"] = "runs"
+    """``runs``: modelled tokens from the run counts of all template text (docs/estimator.md), the
+    learned value of a key is modelled/true tokens; ``bytes``: the paper's bytes/token ratio per
+    category (kept for the baselines of the evaluation)."""
+    min_model_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
+    """Plausibility floor of a ``runs`` key (modelled/true tokens): no learning step and no misroute
+    recovery budgets text above 1/this times its modelled tokens."""
+    max_step: Annotated[float, Field(gt=0.0, le=1.0)] = 0.25
+    """Largest relative move of a key's value a single observation can cause before the EMA: the
+    observation is clipped to within ×/÷ (1 + this) of the current value (``runs`` model)."""
+    first_observation_weight: Annotated[float, Field(gt=0.0, le=1.0)] = 0.25
+    """A key's first observation is blended with the cold prior at this weight (geometric mean),
+    so it never replaces the prior (``runs`` model)."""
+    reject_factor: Annotated[float, Field(gt=1.0)] = 3.0
+    """Observations whose modelled/true differs from the key's value by more than this factor are
+    not learned (counted as unexplained): one odd request cannot move a key (``runs`` model)."""
+    prior_ramp_samples: Annotated[int, Field(ge=1)] = 50
+    """``runs`` model: after warm-up the routing value moves from the cold prior to the learned one
+    geometrically over this many observations (a key's first observations cannot undo its prior)."""
+    recovery_observations: Annotated[int, Field(ge=1)] = 200
+    """After a confirmed misroute, the lowered value of the key holds for this many observations of
+    the key (then ordinary learning owns it again)."""
+    max_media_tokens: Annotated[int, Field(ge=1)] = 65536
+    """Largest per-item media budget learned from observations or misroute recovery."""
 
 
 class CalibrationConfig(_Strict):

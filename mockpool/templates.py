@@ -8,7 +8,8 @@ Two families (method: docs/data.md §2.2):
   ``strftime_now`` globals). This is the vLLM code path (``vllm/entrypoints/chat_utils.py`` → HF template).
 * **llama3** — Meta's canonical Llama-3 chat format with no default system prompt:
   ``<|begin_of_text|>`` + Σ ``<|start_header_id|>{role}<|end_header_id|>\\n\\n{content.strip()}<|eot_id|>`` +
-  ``<|start_header_id|>assistant<|end_header_id|>\\n\\n``; ``tools`` are appended as compact JSON text.
+  ``<|start_header_id|>assistant<|end_header_id|>\\n\\n``; ``tools`` are appended as compact JSON text; an
+  assistant's ``tool_calls`` follow its content as ``{"name": ..., "parameters": ...}`` (Meta's 3.1 template).
   (HF Llama-3.1+ templates also inject a dated system header; it is date-dependent and not used.)
 
 Message normalisation follows vLLM's "string" content format: text parts of an array ``content`` are joined
@@ -113,6 +114,31 @@ def _parse_tool_call_arguments(message: dict[str, Any], where: str) -> None:
     message["tool_calls"] = parsed
 
 
+def _vllm_message(raw: Mapping[str, Any], role: str, text: str) -> dict[str, Any]:
+    """The message vLLM hands to the chat template (``vllm/entrypoints/chat_utils.py``,
+    ``_parse_chat_message_content``): ``role`` and the flattened ``content``; for assistants
+    ``tool_calls`` and ``reasoning`` (copied to ``reasoning_content`` as well); for tool messages
+    ``tool_call_id``; ``name`` and ``task`` when they are strings; ``tools`` for developer messages.
+    Every other field is dropped. A request that sends only ``reasoning_content`` (the older
+    spelling, still what DeepSeek/Qwen clients send) is read as ``reasoning``: budgets stay on the
+    safe side whichever spelling a vLLM version accepts."""
+    message: dict[str, Any] = {"role": role, "content": text}
+    if role == "assistant":
+        if raw.get("tool_calls") is not None:
+            message["tool_calls"] = list(raw["tool_calls"])
+        reasoning = raw.get("reasoning", raw.get("reasoning_content"))
+        if reasoning is not None:
+            message["reasoning"] = message["reasoning_content"] = reasoning
+    elif role == "tool" and "tool_call_id" in raw:
+        message["tool_call_id"] = raw["tool_call_id"]
+    for field in ("name", "task"):
+        if isinstance(raw.get(field), str):
+            message[field] = raw[field]
+    if role == "developer":
+        message["tools"] = raw.get("tools")
+    return message
+
+
 def normalize_messages(messages: Any) -> NormalizedChat:
     """Validate OpenAI chat ``messages`` and convert them to template input.
 
@@ -138,7 +164,7 @@ def normalize_messages(messages: Any) -> NormalizedChat:
             raise ChatInputError(f"{where}.role must be a non-empty string")
         text, media = _content_to_text(raw.get("content"), where)
         media_total += media
-        message = {**raw, "content": text}
+        message = _vllm_message(raw, role, text)
         if role == "assistant":
             _parse_tool_call_arguments(message, where)
         out.append(message)
@@ -209,8 +235,14 @@ def render_llama3(
     """Meta's canonical Llama-3 chat format (see module docstring); ``tools`` appended as compact JSON text."""
     parts = [LLAMA3_BOS]
     for message in messages:
-        content = message.get("content") or ""
-        parts.append(f"<|start_header_id|>{message['role']}<|end_header_id|>\n\n{content.strip()}<|eot_id|>")
+        content = (message.get("content") or "").strip()
+        for call in message.get("tool_calls") or ():
+            # Meta's Llama-3.1 template: {"name": ..., "parameters": ...} per call, JSON with spaces
+            fn = call.get("function", {}) if isinstance(call, Mapping) else {}
+            content += json.dumps(
+                {"name": fn.get("name"), "parameters": fn.get("arguments")}, ensure_ascii=False
+            )
+        parts.append(f"<|start_header_id|>{message['role']}<|end_header_id|>\n\n{content}<|eot_id|>")
     if add_generation_prompt:
         parts.append("<|start_header_id|>assistant<|end_header_id|>\n\n")
     if tools:

@@ -149,6 +149,8 @@ def chat_params(body: dict[str, Any]) -> ChatParams:
     if not isinstance(kwargs, dict):
         raise RequestError("'chat_template_kwargs' must be an object", param="chat_template_kwargs")
     kwargs = {k: v for k, v in kwargs.items() if k not in ("messages", "tools", "add_generation_prompt")}
+    if body.get("documents") is not None:  # vLLM passes request.documents to the template
+        kwargs["documents"] = body["documents"]
     return ChatParams(body.get("messages"), tools or None, add_generation_prompt, kwargs, _top_logprobs(body))
 
 

@@ -28,13 +28,32 @@ __all__ = [
 def add_trace_args(p: argparse.ArgumentParser) -> None:
     """``--trace`` (repeatable: traces are merged by arrival time), ``--format``, rate and size options."""
     p.add_argument("--trace", action="append", required=True, help="trace file (repeat to merge several)")
-    p.add_argument("--format", choices=["azure", "mooncake", "burstgpt", "cdf", "decision-log"], default=None)
-    p.add_argument("--rate", type=float, default=None, help="time-scale arrivals to this mean rate, req/s")
+    p.add_argument(
+        "--format",
+        choices=["azure", "mooncake", "burstgpt", "cdf", "decision-log"],
+        default=None,
+        help="trace format; None = detected from the file's first line",
+    )
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="time-scale arrivals to this mean rate, req/s; None = the trace's own rate",
+    )
     p.add_argument("--min-requests", type=int, default=60_000, help="tile the trace up to this many requests")
-    p.add_argument("--max-requests", type=int, default=None, help="truncate to this many requests")
-    p.add_argument("--clip-max-total-tokens", type=int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--profile", choices=sorted(PROFILES), default="llama3-70b-a100")
+    p.add_argument(
+        "--max-requests", type=int, default=None, help="truncate to this many requests; None = no truncation"
+    )
+    p.add_argument(
+        "--clip-max-total-tokens", type=int, default=None, help="clip input + output of each request, tokens"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of CDF synthesis and p2c load balancing")
+    p.add_argument(
+        "--profile",
+        choices=sorted(PROFILES),
+        default="llama3-70b-a100",
+        help="model + GPU profile of one instance (planner/profiles.py)",
+    )
     p.add_argument(
         "--max-num-batched-tokens",
         type=_positive_int,

@@ -213,6 +213,8 @@ def main_args(args: argparse.Namespace) -> int:
     """Entry used by ``tbr results``."""
     if getattr(args, "from_json", None):
         data = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        done = {r["scenario"]["key"] for r in data["scenarios"]}
+        data["missing"] = [sc.key for sc in SCENARIOS if sc.key not in done]
     else:
         data = generate(seed=args.seed, json_out=args.json_out)
     md = render(data, f"tbr results --out {args.out}")

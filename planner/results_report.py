@@ -234,6 +234,19 @@ def _lengths_table(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _missing(data: dict[str, Any]) -> list[str]:
+    """A sentence naming the settings this run did not finish (``data["missing"]``), if any."""
+    missing = data.get("missing") or []
+    if not missing:
+        return []
+    return [
+        f"Not in this run: {', '.join(missing)}. Their steady-state sizing did not finish in the time this",
+        "generation had on a shared machine; earlier figures for them came from runs too short to trust and",
+        "are not repeated here. `tbr results` regenerates them.",
+        "",
+    ]
+
+
 def render(data: dict[str, Any], command: str) -> str:
     """Markdown for ``docs/results.md`` from :func:`planner.results.generate`'s output."""
     rows = data["scenarios"]
@@ -253,6 +266,7 @@ def render(data: dict[str, Any], command: str) -> str:
         "",
         "An instance is one vLLM server. GPUs = instances × GPUs per instance.",
         "",
+        *_missing(data),
         "## The settings",
         "",
         *_settings(rows),

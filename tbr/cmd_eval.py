@@ -52,11 +52,71 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--json-out", dest="json_path", default=None, help="also write all numbers to this JSON file"
     )
+    p.add_argument(
+        "--corpus",
+        default=None,
+        help="JSONL of OpenAI request bodies (chat or completions; optional metadata.kind) to evaluate "
+        "cold and online per content kind, over --seeds (default 0); 'shared' = the shared data",
+    )
     p.set_defaults(func=run)
 
 
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
+
+
+def run_corpus(args: argparse.Namespace, names: list[str], thresholds: list[int], seeds: list[int]) -> int:
+    """``--corpus``: cold and online per tokenizer, per seed (overall) and per content kind (first seed)."""
+    from evaluation.broad import (
+        body_items,
+        body_truth,
+        evaluate_modes,
+        load_bodies,
+        render_modes,
+        render_seed_summary,
+    )
+    from evaluation.groundtruth import SERVED_MODELS
+
+    shared = args.corpus == "shared"
+    if shared:
+        from evaluation.corpus import load_derived_counts, load_requests
+        from evaluation.replay import ReplayItem, build_items
+
+        requests = load_requests(args.data)
+        derived = load_derived_counts(args.data)
+    else:
+        try:
+            bodies = load_bodies(args.corpus)
+        except (OSError, ValueError) as exc:
+            print(f"error: cannot read {args.corpus}: {exc}", file=sys.stderr)
+            return 2
+    report: dict[str, Any] = {"corpus": args.corpus, "thresholds": thresholds, "tokenizers": {}}
+    print(f"# Estimator on {args.corpus}: cold and online, seeds {seeds}, B = {thresholds}\n")
+    for name in names:
+        model = SERVED_MODELS[name]
+        if shared:
+            truth = [int(derived[(r.source, r.req_id)][f"{name}_prompt_tokens"]) for r in requests]
+        else:
+            truth = body_truth(name, bodies, args.data)
+        per_seed = []
+        for k, seed in enumerate(seeds):
+            if shared:
+                raw = build_items(requests, truth, model=model, seed=seed, limit=args.limit)
+                items = [
+                    ReplayItem("", i.req_id, i.body, i.features, i.prompt_tokens, i.max_tokens) for i in raw
+                ]
+            else:
+                items = body_items(bodies, truth, model=model, seed=seed)
+            result = evaluate_modes(items, thresholds)
+            per_seed.append({"seed": seed, **result})
+            print(render_modes(f"{name}, seed {seed}", result, thresholds, per_kind=k == 0))
+            sys.stdout.flush()
+        report["tokenizers"][name] = per_seed
+    print("## Over all seeds\n")
+    print(render_seed_summary(report, thresholds))
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(report, indent=1, default=float), encoding="utf-8")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
     if unknown or not names or not thresholds:
         print(f"error: tokenizers must be among {', '.join(TOKENIZERS)}", file=sys.stderr)
         return 2
+    if args.corpus:
+        return run_corpus(args, names, thresholds, seeds or [args.seed])
     data = Path(args.data)
     if not (data / "text").is_dir() or not (data / "tokenizers").is_dir():
         print(f"error: {data} has no text/ and tokenizers/ (pass --data)", file=sys.stderr)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from extproc.config import ConfigError, RouterConfig
 from extproc.service.logs import configure_logging
+from extproc.service.otel import otel_enabled
 from extproc.service.overrides import env_overrides, load_config_with_overrides, redis_password
 
 if TYPE_CHECKING:  # imported in run(): `tbr --help` and the other subcommands skip gRPC's import cost
@@ -121,6 +122,19 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"{args.config}: {exc}", file=sys.stderr)
         return 2
+    otel = None
+    if otel_enabled(os.environ):
+        from extproc.service.otel import OtelRecorder
+
+        try:
+            otel = OtelRecorder.from_env()
+        except ImportError as exc:
+            print(
+                f"TBR_OTEL_ENABLED needs the otel extra (pip install 'token-budget-router[otel]'): {exc}",
+                file=sys.stderr,
+            )
+            return 2
+        log.info("OpenTelemetry export on (OTEL_* environment)")
     if overrides:
         log.info("settings over %s: %s", args.config, ", ".join(sorted(overrides)))
     from extproc.service.app import RouterApp
@@ -131,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         watch_config=args.watch,
         config_loader=load,
         redis_password=password,
+        otel=otel,
     )
     try:
         asyncio.run(_serve(app))

@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextvars
 from typing import Protocol
 
+from extproc.core.decision import DecisionRecord
+
 __all__ = ["NullObserver", "StreamObserver", "request_id_var"]
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("tbr_request_id", default="")
@@ -25,6 +27,9 @@ servicer sets it per stream, the service's log formatter adds it to every log li
 
 class StreamObserver(Protocol):
     """Receives the outcomes of ext_proc streams (one process-wide instance, shared by reloads)."""
+
+    records_requests: bool
+    """Whether :meth:`request_finished` is wanted (the adapter builds the record only then)."""
 
     def stream_started(self) -> None:
         """An ext_proc stream opened (one per HTTP request)."""
@@ -68,11 +73,18 @@ class StreamObserver(Protocol):
         """What usage showed for a recovered misroute from ``pool`` (``confirmed``, ``unconfirmed``,
         ``ratcheted``)."""
 
+    def request_finished(self, record: DecisionRecord, traceparent: str) -> None:
+        """A routed request's stream ended (only when :attr:`records_requests`): its decision
+        record and the W3C ``traceparent`` request header Envoy sent ("" if none). Unlike the
+        other calls, ``record`` carries per-request values (request id, token counts)."""
+
 
 class NullObserver:
     """A :class:`StreamObserver` that records nothing (benchmarks, tests, embedding)."""
 
     __slots__ = ()
+
+    records_requests = False
 
     def stream_started(self) -> None:
         """Record nothing."""
@@ -111,4 +123,7 @@ class NullObserver:
         """Record nothing."""
 
     def misroute_calibration(self, pool: str, outcome: str) -> None:
+        """Record nothing."""
+
+    def request_finished(self, record: DecisionRecord, traceparent: str) -> None:
         """Record nothing."""

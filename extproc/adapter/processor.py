@@ -46,7 +46,7 @@ __all__ = ["Exchange", "StreamProcessor"]
 
 log = logging.getLogger(__name__)
 
-_REQUEST_HEADERS = frozenset((":path", ":method", "x-request-id"))
+_REQUEST_HEADERS = frozenset((":path", ":method", "x-request-id", "traceparent"))
 _REQUEST_ATTRIBUTES = ("request.path", "request.method", "request.id")
 """What the one-message design's ext_proc filter lists in ``request_attributes``."""
 
@@ -101,6 +101,7 @@ class StreamProcessor:
         "sampled",
         "status",
         "t_start",
+        "traceparent",
     )
 
     def __init__(self, router: Runtime, rng: random.Random | None = None) -> None:
@@ -109,6 +110,7 @@ class StreamProcessor:
         self.path = ""
         self.method = ""
         self.request_id = ""
+        self.traceparent = ""
         self.endpoint: str | None = None
         self.budget: TokenBudget | None = None
         self.pool = ""
@@ -197,6 +199,7 @@ class StreamProcessor:
         self.path = h.get(":path", "")
         self.method = h.get(":method", "")
         self.request_id = h.get("x-request-id", "")[:128]
+        self.traceparent = h.get("traceparent", "")[:64]  # W3C trace context (55 characters)
         self.endpoint = endpoint_for_path(self.path) if self.method == "POST" else None
         if self.endpoint is None or msg.end_of_stream:
             # Routed now; the override turns the body and response phases off.
@@ -411,16 +414,18 @@ class StreamProcessor:
         obs = r.estimator.observe(self.budget, self.prompt_tokens)
         if obs is None:
             r.observer.calibration("not_text_dominated")
-            return
-        r.observer.calibration("applied")
-        r.observer.estimate_error(obs.key[1], obs.rel_error)
+        else:
+            r.observer.calibration("applied")
+            r.observer.estimate_error(obs.key[1], obs.rel_error)
+        # recovery runs even when the observation taught the text key nothing (media, unexplained)
         if self.retried_to is not None and self.counted_pool is not None:
             dev_before = before.dev_bpt if before is not None else 0.0
             for outcome in r.recovery.on_usage(
                 self.budget, self.counted_pool, self.retried_to, self.prompt_tokens, dev_before
             ):
                 r.observer.misroute_calibration(self.counted_pool, outcome)
-        r.publish_ratio(*obs.key)
+        if obs is not None:
+            r.publish_ratio(*obs.key)
 
     def _stream_error(self, err: StreamError) -> None:
         """A 2xx SSE stream carried an error event: never learned from (its usage, if any, is not
@@ -448,25 +453,26 @@ class StreamProcessor:
         if self.counted_pool is not None:
             counted, self.counted_pool = self.retried_to or self.counted_pool, None
             r.load.release(counted)
-        if r.decision_log is not None and self.pool:
+        if (r.decision_log is not None or r.observer.records_requests) and self.pool:
             b = self.budget
-            r.log_decision(
-                DecisionRecord(
-                    ts_s=self.t_start,
-                    request_id=self.request_id,
-                    model=b.key[0] if b else "",
-                    category=self.category,
-                    pool=self.pool,
-                    reason=self.reason,
-                    estimated_prompt_tokens=b.prompt_tokens if b else None,
-                    output_reserve_tokens=b.output_reserve_tokens if b else None,
-                    n_sequences=b.n_sequences if b else None,
-                    budget_tokens=b.total_tokens if b else None,
-                    status=self.status or None,
-                    prompt_tokens=self.prompt_tokens,
-                    completion_tokens=self.completion_tokens,
-                    end=end,
-                    retried_to_pool=self.retried_to,
-                    misroute=self.misroute,
-                )
+            record = DecisionRecord(
+                ts_s=self.t_start,
+                request_id=self.request_id,
+                model=b.key[0] if b else "",
+                category=self.category,
+                pool=self.pool,
+                reason=self.reason,
+                estimated_prompt_tokens=b.prompt_tokens if b else None,
+                output_reserve_tokens=b.output_reserve_tokens if b else None,
+                n_sequences=b.n_sequences if b else None,
+                budget_tokens=b.total_tokens if b else None,
+                status=self.status or None,
+                prompt_tokens=self.prompt_tokens,
+                completion_tokens=self.completion_tokens,
+                end=end,
+                retried_to_pool=self.retried_to,
+                misroute=self.misroute,
             )
+            r.log_decision(record)
+            if r.observer.records_requests:
+                r.observer.request_finished(record, self.traceparent)

@@ -65,7 +65,12 @@ class Runtime:
         self.load = load if load is not None else LoadTracker()
         self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
         self.recovery = MisrouteRecovery(
-            config.recovery, self.policy, self.load, self.store, config.calibration.warmup_samples
+            config.recovery,
+            self.policy,
+            self.load,
+            self.store,
+            config.calibration.warmup_samples,
+            estimator=self.estimator,
         )
         self.routing_header = config.routing_header
         self.decision_log = decision_log

@@ -38,6 +38,7 @@ from extproc.core.calibration import RatioKey, RatioState, RatioStore
 from extproc.core.categories import TextProfile, profile_text
 from extproc.core.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
 from extproc.core.request_body import RequestFeatures
+from extproc.core.run_costs import run_costs
 
 __all__ = [
     "CATEGORY_PRIORS_BPT",
@@ -50,6 +51,10 @@ __all__ = [
 
 _MIN_TEXT_SHARE = 0.5
 """Calibrate only when text is at least this share of the modelled prompt tokens."""
+
+TOOL_CALL_FRAMING_TOKENS = 12
+"""Template tokens around one assistant tool call beyond its name and arguments (Qwen3:
+``<tool_call>\n{"name": "…", "arguments": …}\n</tool_call>`` = 12 tokens; Llama-3.1 ≈ 8)."""
 
 TOOLS_CATEGORY = "tools"
 ALL_CATEGORY = "all"
@@ -67,6 +72,8 @@ class Framing:
     digit_tokens: float
     punct_tokens: float = 1.0
     newline_tokens: float = 1.0
+    renders_reasoning: bool = True
+    tools_json_spaced: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +108,12 @@ class TokenBudget:
     warm: bool
     ratio_bytes: int = 0
     central_prompt_tokens: int = 0
+    model_tokens: float = 0.0
+    """``runs`` model: modelled tokens of the text (what the key's value divides); 0 otherwise."""
+    n_media: int = 0
+    """Image, audio and file parts (budgeted per item, learned per model)."""
+    unexplained: bool = False
+    """The request carries fields the model does not explain (unknown message fields)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +145,11 @@ class Estimator:
         self._models: dict[str, str] = {}
         self._framing: dict[str, Framing] = {}
         self._profiles = [(re.compile(p.pattern, re.IGNORECASE), p) for p in estimator.model_profiles]
+        self._recovered: dict[RatioKey, tuple[float, int]] = {}
+        """Keys lowered by misroute recovery: (value, observations left); process-local, so the
+        in-memory and Redis stores behave the same."""
+        self._media: dict[str, float] = {}
+        """Learned tokens per media item of each model key (never below the configured budget)."""
 
     def model_key(self, model: str) -> str:
         """Bounded model key: the first ``max_models`` distinct names, then ``_other``."""
@@ -171,13 +189,20 @@ class Estimator:
                             p.digit_tokens_per_digit,
                             p.punct_tokens_per_char,
                             p.newline_tokens_per_char,
+                            p.renders_reasoning,
+                            p.tools_json_spaced,
                         )
                         break
             self._framing[model_key] = fr
         return fr
 
     def prior(self, key: RatioKey) -> float:
-        """Cold-start ratio of a key: the family prior, else the global conservative prior."""
+        """Cold-start ratio of a key: the family prior, else the global conservative prior.
+
+        ``runs`` model: the cold correction of (family, content kind) (:mod:`extproc.core.run_costs`).
+        """
+        if self.cfg.cost_model == "runs":
+            return run_costs(self.framing(key[0]).family).cold_ratio.get(key[1], 0.8)
         if not self.cfg.family_priors:
             return self.cfg.prior_bytes_per_token
         family = self.framing(key[0]).family
@@ -188,17 +213,28 @@ class Estimator:
         return value
 
     def _routing(self, key: RatioKey) -> tuple[float, float, bool]:
-        """``(conservative ratio, central ratio, warm)`` of a key."""
-        floor = self.cfg.min_bytes_per_token
+        """``(conservative ratio, central ratio, warm)`` of a key (recovery override applied)."""
+        ratio, central, warm = self._learned(key)
+        held = self._recovered.get(key)
+        if held is not None:
+            ratio = min(ratio, held[0])
+        return ratio, central, warm
+
+    def _learned(self, key: RatioKey) -> tuple[float, float, bool]:
+        runs = self.cfg.cost_model == "runs"
+        floor = self.cfg.min_model_ratio if runs else self.cfg.min_bytes_per_token
         state = self.store.get(key)
         if state is None or state.samples < max(1, self.cal.warmup_samples):
             prior = max(self.prior(key), floor)
-            central = state.mean_bpt if state is not None else prior
+            central = state.mean_bpt if state is not None else (1.0 if runs else prior)
             return prior, max(central, floor), False
         if self.cal.learner == "quantile" and state.low_bpt > 0.0:
             ratio = state.low_bpt
         else:
             ratio = state.mean_bpt - self.cal.gamma * state.dev_bpt
+        if runs:
+            w = min(1.0, state.samples / self.cfg.prior_ramp_samples)
+            ratio = math.exp(w * math.log(max(ratio, floor)) + (1.0 - w) * math.log(self.prior(key)))
         return max(ratio, floor), max(state.mean_bpt, floor), True
 
     def routing_ratio(self, key: RatioKey) -> tuple[float, bool]:
@@ -206,15 +242,22 @@ class Estimator:
         ratio, _, warm = self._routing(key)
         return ratio, warm
 
+    def media_tokens(self, model_key: str) -> tuple[float, float]:
+        """``(tokens per image, tokens per audio part)`` budgeted for a model: the configured values,
+        raised by what observations and misroute recovery attributed to media."""
+        learned = self._media.get(model_key, 0.0)
+        return max(float(self.cfg.image_tokens), learned), max(float(self.cfg.audio_tokens), learned)
+
     def fixed_tokens(self, f: RequestFeatures) -> int:
         """Modelled non-ratio prompt tokens: template framing, media, token ids."""
-        c = self.cfg
-        fixed = f.exact_prompt_tokens + f.n_images * c.image_tokens + f.n_audio * c.audio_tokens
+        image, audio = self.media_tokens(self.model_key(f.model))
+        fixed = f.exact_prompt_tokens + math.ceil(f.n_images * image + f.n_audio * audio)
         if f.endpoint == "chat":
             fr = self.framing(self.model_key(f.model))
             fixed += fr.request_tokens + fr.message_tokens * f.n_messages
             if f.n_tools:
                 fixed += fr.tool_tokens + fr.per_tool_tokens * f.n_tools
+            fixed += TOOL_CALL_FRAMING_TOKENS * f.n_tool_calls
         return fixed
 
     def _category(self, f: RequestFeatures, prof: TextProfile | None) -> str:
@@ -244,8 +287,46 @@ class Estimator:
         )
         return round(in_sample * scale), math.ceil(tokens * scale)
 
+    def _estimate_runs(self, f: RequestFeatures) -> TokenBudget:
+        """The ``runs`` cost model: ``ceil(modelled_text_tokens / c*_key) + framing + media + ids``."""
+        assert f.runs is not None
+        model_key = self.model_key(f.model)
+        fr = self.framing(model_key)
+        costs = run_costs(fr.family)
+        counts = f.runs
+        if f.reasoning_runs is not None and fr.renders_reasoning:
+            counts = counts + f.reasoning_runs
+        if f.tools_runs is not None:
+            counts = counts + f.tools_runs[1 if fr.tools_json_spaced else 0]
+        text_tokens, kind = costs.text_tokens(counts)
+        key = (model_key, kind if self.cfg.per_category else ALL_CATEGORY)
+        ratio, central, warm = self._routing(key)
+        fixed = self.fixed_tokens(f)
+        prompt = math.ceil(text_tokens / ratio) + fixed
+        reserve = (
+            self.cfg.default_output_reserve_tokens if f.max_output_tokens is None else f.max_output_tokens
+        )
+        return TokenBudget(
+            key=key,
+            ratio_bpt=ratio,
+            text_bytes=f.text_bytes,
+            fixed_prompt_tokens=fixed,
+            prompt_tokens=prompt,
+            output_reserve_tokens=reserve,
+            n_sequences=f.n_sequences,
+            total_tokens=prompt + f.n_sequences * reserve,
+            warm=warm,
+            ratio_bytes=round(text_tokens),
+            central_prompt_tokens=math.ceil(text_tokens / central) + fixed,
+            model_tokens=text_tokens,
+            n_media=f.n_images + f.n_audio,
+            unexplained=f.unknown_fields > 0,
+        )
+
     def estimate(self, f: RequestFeatures) -> TokenBudget:
         """Compute the :class:`TokenBudget` of a parsed request."""
+        if self.cfg.cost_model == "runs" and f.runs is not None:
+            return self._estimate_runs(f)
         prof = profile_text(f.sample) if f.sample else None
         key = (self.model_key(f.model), self._category(f, prof))
         ratio, central, warm = self._routing(key)
@@ -269,14 +350,18 @@ class Estimator:
             warm=warm,
             ratio_bytes=ratio_bytes,
             central_prompt_tokens=math.ceil(ratio_bytes / central) + fixed,
+            n_media=f.n_images + f.n_audio,
         )
 
     def observe(self, budget: TokenBudget, prompt_tokens: int) -> Observation | None:
         """Learn from the served ``usage.prompt_tokens`` of a request estimated as ``budget``.
 
         Returns None (and learns nothing) when the observation carries no usable text signal:
-        no text, non-positive usage, or a prompt dominated by non-text parts.
+        no text, non-positive usage, or a prompt dominated by non-text parts. ``runs`` model: see
+        :meth:`_observe_runs`.
         """
+        if budget.model_tokens > 0.0:
+            return self._observe_runs(budget, prompt_tokens)
         nbytes = budget.ratio_bytes or budget.text_bytes
         if prompt_tokens <= 0 or nbytes <= 0:
             return None
@@ -289,3 +374,81 @@ class Estimator:
         state = self.store.observe(budget.key, c_obs, weight)
         rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
         return Observation(key=budget.key, c_obs_bpt=c_obs, rel_error=rel, state=state)
+
+    def _observe_runs(self, budget: TokenBudget, prompt_tokens: int) -> Observation | None:
+        """Robust learning of the ``runs`` model (docs/estimator.md §Learning).
+
+        * media in the request: the tokens the text model does not explain are attributed to the
+          media (learned tokens per item of the model, never below the configured budget); the text
+          key learns nothing;
+        * unknown fields, or ``modelled/true`` off the key's value by more than ``reject_factor``:
+          not learned (returns None);
+        * otherwise ``c_obs`` is clipped to within ×/÷ (1 + ``max_step``) of the key's value, and a
+          key's first observation is blended with the cold prior (``first_observation_weight``), then
+          folded in by the store's EMA/quantile learner (the same in memory and in Redis).
+        """
+        cfg = self.cfg
+        text_tokens = prompt_tokens - budget.fixed_prompt_tokens
+        model_key = budget.key[0]
+        if budget.n_media:
+            per_item = self._media_per_item(budget, prompt_tokens)
+            if per_item > self._media.get(model_key, 0.0):
+                self._media[model_key] = min(per_item, float(cfg.max_media_tokens))
+            return None
+        if budget.unexplained or prompt_tokens <= 0 or text_tokens <= 0:
+            return None
+        c_obs = budget.model_tokens / text_tokens
+        state = self.store.get(budget.key)
+        current = state.mean_bpt if state is not None and state.samples else 1.0
+        if not (current / cfg.reject_factor <= c_obs <= current * cfg.reject_factor):
+            return None
+        c_obs = min(max(c_obs, current / (1.0 + cfg.max_step)), current * (1.0 + cfg.max_step))
+        if state is None or not state.samples:
+            w = cfg.first_observation_weight
+            c_obs = math.exp(w * math.log(c_obs) + (1.0 - w) * math.log(current))
+        c_obs = max(c_obs, cfg.min_model_ratio)
+        ref = self.cal.weight_ref_tokens
+        weight = min(1.0, text_tokens / ref) if ref > 0 else 1.0
+        new = self.store.observe(budget.key, c_obs, weight)
+        held = self._recovered.get(budget.key)
+        if held is not None:
+            if held[1] <= 1 or new.low_bpt <= held[0]:
+                del self._recovered[budget.key]
+            else:
+                self._recovered[budget.key] = (held[0], held[1] - 1)
+        rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
+        return Observation(key=budget.key, c_obs_bpt=c_obs, rel_error=rel, state=new)
+
+    def _media_per_item(self, budget: TokenBudget, prompt_tokens: int) -> float:
+        """Tokens per media item the served prompt implies, once the central text estimate and the
+        non-media fixed tokens are taken out."""
+        text = budget.central_prompt_tokens - budget.fixed_prompt_tokens
+        per_item_budget, _ = self.media_tokens(budget.key[0])
+        others = budget.fixed_prompt_tokens - math.ceil(per_item_budget * budget.n_media)
+        return (prompt_tokens - text - others) / budget.n_media
+
+    def recover(self, budget: TokenBudget, prompt_tokens: int) -> float | None:
+        """A confirmed misroute of ``budget`` whose served prompt was ``prompt_tokens``.
+
+        ``runs`` model: with media, the unexplained tokens raise the model's per-item media budget
+        at once; otherwise the key's routing value is lowered to the observed ``modelled/true``, but
+        never below ``min_model_ratio``, for the next ``recovery_observations`` observations of the
+        key. The key's warm-up is not touched and the store is not written (same with Redis).
+        Returns the new value (tokens per item for media), or None when nothing changed.
+        """
+        cfg = self.cfg
+        if budget.n_media:
+            image, _ = self.media_tokens(budget.key[0])
+            per_item = self._media_per_item(budget, prompt_tokens)
+            if per_item <= image:
+                return None
+            self._media[budget.key[0]] = min(per_item, float(cfg.max_media_tokens))
+            return self._media[budget.key[0]]
+        text_tokens = prompt_tokens - budget.fixed_prompt_tokens
+        if budget.model_tokens <= 0.0 or text_tokens <= 0:
+            return None
+        c_obs = max(budget.model_tokens / text_tokens, cfg.min_model_ratio)
+        if c_obs >= budget.ratio_bpt:
+            return None
+        self._recovered[budget.key] = (c_obs, cfg.recovery_observations)
+        return c_obs

@@ -28,7 +28,7 @@ from typing import Protocol, runtime_checkable
 
 from extproc.config import RecoveryConfig
 from extproc.core.calibration import INITIAL_REL_DEV, RatioKey, RatioState, RatioStore
-from extproc.core.estimator import TokenBudget
+from extproc.core.estimator import Estimator, TokenBudget
 from extproc.core.load import LoadTracker
 from extproc.core.policy import Policy
 
@@ -134,8 +134,17 @@ class MisrouteRecovery:
     """
 
     def __init__(
-        self, cfg: RecoveryConfig, policy: Policy, load: LoadTracker, store: RatioStore, warmup_samples: int
+        self,
+        cfg: RecoveryConfig,
+        policy: Policy,
+        load: LoadTracker,
+        store: RatioStore,
+        warmup_samples: int,
+        estimator: Estimator | None = None,
     ) -> None:
+        """``estimator``: the ``runs`` cost model's recovery (:meth:`Estimator.recover`) is used for
+        its budgets; budgets of the ``bytes`` model use :func:`strong_correction` on ``store``."""
+        self.estimator = estimator
         self.cfg = cfg
         self.policy = policy
         self.load = load
@@ -172,6 +181,12 @@ class MisrouteRecovery:
             return ("unconfirmed",)
         if not self.cfg.calibrate:
             return ("confirmed",)
+        if self.estimator is not None and budget.model_tokens > 0.0:
+            value = self.estimator.recover(budget, prompt_tokens)
+            if value is None:
+                return ("confirmed",)
+            log.info("misroute %s -> %s: %s/%s recovered to %.3f", pool, served_by, *budget.key, value)
+            return ("confirmed", "ratcheted")
         new = strong_correction(
             self.store,
             budget,

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from extproc.core.runs import RunCounts, count_runs
+
 __all__ = [
     "CHAT_PATH",
     "COMPLETIONS_PATH",
@@ -60,6 +62,13 @@ class RequestFeatures:
         n_sequences: sequences generated per prompt: ``max(n, best_of)``, at least 1.
         stream: the client asked for SSE.
         include_usage: ``stream_options.include_usage`` as sent (None when absent).
+        runs: run counts (:mod:`extproc.core.runs`) of every string the chat template renders: message
+            contents, ``reasoning``/``reasoning_content``, tool calls (name + arguments as JSON),
+            ``name``, ``tool_call_id``, developer ``tools``, any other message field (as JSON), the
+            tool schemas, request ``documents`` and ``chat_template_kwargs`` (as JSON).
+        n_tool_calls: assistant tool calls in the history.
+        unknown_fields: message fields outside what vLLM's chat-message parsing passes to the
+            template (budgeted as text; their presence makes an observation unexplained).
     """
 
     endpoint: str
@@ -76,6 +85,57 @@ class RequestFeatures:
     n_sequences: int
     stream: bool
     include_usage: bool | None
+    runs: RunCounts | None = None
+    n_tool_calls: int = 0
+    unknown_fields: int = 0
+    tools_runs: tuple[RunCounts, RunCounts] | None = None
+    """Run counts of the tool schemas as compact JSON and as JSON with spaces (templates differ:
+    ``ModelProfile.tools_json_spaced``)."""
+    reasoning_runs: RunCounts | None = None
+    """Run counts of ``reasoning`` / ``reasoning_content`` (some templates drop it: budgeted per
+    model profile, ``ModelProfile.renders_reasoning``)."""
+
+
+VLLM_MESSAGE_FIELDS = frozenset(
+    {
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "reasoning",
+        "reasoning_content",
+        "tools",
+        "task",
+    }
+)
+"""Message fields vLLM's chat-message parsing hands to the chat template
+(``vllm/entrypoints/chat_utils.py``: ``_parse_chat_message_content`` copies ``tool_calls`` and
+``reasoning`` (also as ``reasoning_content``) of assistant messages, ``tool_call_id`` of tool messages,
+``name`` and ``task`` of any message and ``tools`` of developer messages)."""
+
+
+def _json_text(value: Any) -> str:
+    """How a template shows a structured value: JSON with ``", "``/``": "`` separators (Jinja
+    ``tojson`` / Python ``json.dumps`` defaults, the wider of the compact and spaced forms)."""
+    if isinstance(value, str):
+        return value
+    try:
+        return orjson.dumps(value).decode().replace('","', '", "').replace('":', '": ')
+    except TypeError:
+        return str(value)
+
+
+def _arguments_text(args: Any) -> str:
+    """Tool-call ``arguments`` as the template shows them: vLLM parses a JSON string to an object
+    (``_postprocess_messages``) and templates print it with ``tojson``."""
+    if isinstance(args, str):
+        try:
+            parsed: Any = orjson.loads(args)
+        except orjson.JSONDecodeError:
+            return args
+        return _json_text(parsed)
+    return "" if args is None else _json_text(args)
 
 
 def endpoint_for_path(path: str) -> str | None:
@@ -101,9 +161,10 @@ class _Text:
     Re-encoding every string to UTF-8 cost ~3× more on Cyrillic bodies (docs/estimator.md §Cost).
     """
 
-    __slots__ = ("ascii_total", "limit", "non_ascii", "parts", "sampled")
+    __slots__ = ("all", "ascii_total", "limit", "non_ascii", "parts", "sampled")
 
     def __init__(self, limit: int) -> None:
+        self.all: list[str] = []
         self.ascii_total = 0
         self.non_ascii: list[str] = []
         self.sampled = 0
@@ -113,6 +174,7 @@ class _Text:
     def add(self, s: str) -> None:
         if not s:
             return
+        self.all.append(s)
         room = self.limit - self.sampled
         if s.isascii():
             self.ascii_total += len(s)
@@ -193,7 +255,36 @@ def _content(content: Any, text: _Text, counts: list[int]) -> None:
             raise UnreadableRequest("unknown_content_part")
 
 
-def _messages(messages: Any, text: _Text, counts: list[int]) -> int:
+def _tool_calls(calls: Any, text: _Text, counts: list[int]) -> None:
+    """An assistant's ``tool_calls``: name and arguments as the template prints them."""
+    for call in calls or ():
+        counts[2] += 1
+        fn = call.get("function") if isinstance(call, dict) else None
+        if isinstance(fn, dict):
+            text.add(str(fn.get("name") or ""))
+            text.add(_arguments_text(fn.get("arguments")))
+        else:
+            text.add(_json_text(call))
+
+
+def _message(msg: dict[str, Any], text: _Text, counts: list[int], reasoning: list[str]) -> None:
+    """Every field of one message the template can render (module docstring of the estimator)."""
+    for field, value in msg.items():
+        if field == "content":
+            _content(value, text, counts)
+        elif field == "tool_calls":
+            _tool_calls(value, text, counts)
+        elif field in ("reasoning", "reasoning_content"):
+            if value is not None and not (field == "reasoning_content" and "reasoning" in msg):
+                reasoning.append(_json_text(value))  # vLLM passes one of them, as both names
+        elif field != "role" and value is not None:
+            if field not in VLLM_MESSAGE_FIELDS:
+                counts[3] += 1
+            text.add(_json_text(value))
+
+
+def _messages(messages: Any, text: _Text, counts: list[int], reasoning: list[str]) -> int:
+    """Walk ``messages``; counts = [images, audio, tool calls, unknown fields]."""
     if not isinstance(messages, list):
         raise UnreadableRequest("bad_field_type", "messages")
     if not messages:
@@ -201,14 +292,7 @@ def _messages(messages: Any, text: _Text, counts: list[int]) -> int:
     for msg in messages:
         if not isinstance(msg, dict):
             raise UnreadableRequest("bad_field_type", "message")
-        _content(msg.get("content"), text, counts)
-        for call in msg.get("tool_calls") or ():
-            if isinstance(call, dict):
-                fn = call.get("function")
-                if isinstance(fn, dict):
-                    text.add(str(fn.get("name") or ""))
-                    args = fn.get("arguments")
-                    text.add(args if isinstance(args, str) else orjson.dumps(args).decode())
+        _message(msg, text, counts, reasoning)
     return len(messages)
 
 
@@ -243,6 +327,19 @@ def _prompt(prompt: Any, text: _Text) -> int:
     raise UnreadableRequest("bad_field_type", "prompt")
 
 
+def _tool_defs(parsed: dict[str, Any]) -> list[Any]:
+    """``tools`` and legacy ``functions`` definitions, in that order."""
+    tool_defs: list[Any] = []
+    for name in ("tools", "functions"):
+        value = parsed.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise UnreadableRequest("bad_field_type", name)
+        tool_defs.extend(value)
+    return tool_defs
+
+
 def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> RequestFeatures:
     """Parse an OpenAI request body into :class:`RequestFeatures`.
 
@@ -268,11 +365,12 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
         raise UnreadableRequest("bad_field_type", "model")
 
     text = _Text(sample_bytes)
-    counts = [0, 0]
+    counts = [0, 0, 0, 0]
+    reasoning: list[str] = []
     n_messages = 0
     exact = 0
     if endpoint == "chat":
-        n_messages = _messages(parsed.get("messages"), text, counts)
+        n_messages = _messages(parsed.get("messages"), text, counts, reasoning)
     elif endpoint == "completions":
         if "prompt" not in parsed:
             raise UnreadableRequest("empty_prompt", "prompt")
@@ -283,16 +381,13 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
     else:
         raise UnreadableRequest("unsupported_path")
 
-    tools = parsed.get("tools")
-    functions = parsed.get("functions")
-    tool_defs: list[Any] = []
-    for value, name in ((tools, "tools"), (functions, "functions")):
-        if value is None:
-            continue
-        if not isinstance(value, list):
-            raise UnreadableRequest("bad_field_type", name)
-        tool_defs.extend(value)
+    tool_defs = _tool_defs(parsed)
     tool_schema_bytes = len(orjson.dumps(tool_defs)) if tool_defs else 0
+    template_texts = []
+    for field in ("documents", "chat_template_kwargs"):
+        value = parsed.get(field)
+        if value is not None:
+            template_texts.append(_json_text(value))
 
     max_completion = _int_field(parsed, "max_completion_tokens")
     max_tokens = _int_field(parsed, "max_tokens")
@@ -320,4 +415,11 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
         n_sequences=max(1, n, best_of),
         stream=stream,
         include_usage=include_usage,
+        runs=count_runs("\n".join(text.all + template_texts)),
+        n_tool_calls=counts[2],
+        unknown_fields=counts[3],
+        reasoning_runs=count_runs("\n".join(reasoning)) if reasoning else None,
+        tools_runs=(count_runs(orjson.dumps(tool_defs).decode()), count_runs(_json_text(tool_defs)))
+        if tool_defs
+        else None,
     )

@@ -38,6 +38,7 @@ from extproc.service.admin import build_admin_app
 from extproc.service.decision_log import DecisionLogWriter
 from extproc.service.load_metrics import LoadCollector
 from extproc.service.metrics import PrometheusObserver, RouterMetrics
+from extproc.service.otel import OtelRecorder
 from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
 from extproc.service.scrape import PoolScraper
@@ -71,6 +72,7 @@ class RouterApp:
         config_loader: reads ``config_path`` on reload (default: the file alone; ``tbr serve``
             applies its environment and flag overrides, :mod:`extproc.service.overrides`).
         redis_password: password for ``calibration.redis_url`` (a secret kept out of the YAML).
+        otel: OpenTelemetry export of each routed request (off when None); shut down on stop.
         grpc_options: extra gRPC channel arguments (the benchmarks measure e.g.
             ``("grpc.optimization_target", "latency")``).
         gc_freeze: ``gc.freeze()`` the startup objects once started (True; the benchmarks turn
@@ -90,6 +92,7 @@ class RouterApp:
         http_client: httpx.AsyncClient | None = None,
         config_loader: Callable[[Path], RouterConfig] | None = None,
         redis_password: str | None = None,
+        otel: OtelRecorder | None = None,
         grpc_options: Sequence[tuple[str, Any]] = (),
         gc_freeze: bool = True,
     ) -> None:
@@ -102,7 +105,8 @@ class RouterApp:
         self._config_path = config_path
         self._watch_config = watch_config
         self.metrics = RouterMetrics()
-        self.observer = PrometheusObserver(self.metrics)
+        self.otel = otel
+        self.observer = PrometheusObserver(self.metrics, otel=otel)
         cal = config.calibration
         self.store: InMemoryRatioStore | RedisRatioStore
         self.config_generation = 0
@@ -310,6 +314,8 @@ class RouterApp:
             await self._snapshot.stop()
         if self._decision_log is not None:
             await self._decision_log.close()
+        if self.otel is not None:  # flushes the last spans and metrics (blocking export)
+            await asyncio.to_thread(self.otel.shutdown)
 
     async def __aenter__(self) -> RouterApp:
         try:

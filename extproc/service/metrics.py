@@ -23,7 +23,9 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
+from extproc.core.decision import DecisionRecord
 from extproc.service.load_metrics import LoadMetrics
+from extproc.service.otel import OtelRecorder
 
 __all__ = ["PrometheusObserver", "RouterMetrics", "build_version"]
 
@@ -220,10 +222,14 @@ class PrometheusObserver:
 
     Args:
         metrics: where to record.
+        otel: also export each finished request to OpenTelemetry (a span joined to Envoy's trace
+            and GenAI metrics, :mod:`extproc.service.otel`); None = off.
     """
 
-    def __init__(self, metrics: RouterMetrics) -> None:
+    def __init__(self, metrics: RouterMetrics, otel: OtelRecorder | None = None) -> None:
         self.metrics = metrics
+        self.otel = otel
+        self.records_requests = otel is not None
         self._children: dict[tuple[str, ...], Any] = {}
         m = metrics
         self._inflight_inc = m.inflight.inc
@@ -270,6 +276,11 @@ class PrometheusObserver:
         self._child("ratio", m.ratio, model, category).set(mean_bpt)
         self._child("ratio_dev", m.ratio_dev, model, category).set(dev_bpt)
         self._child("ratio_samples", m.ratio_samples, model, category).set(samples)
+
+    def request_finished(self, record: DecisionRecord, traceparent: str) -> None:
+        """Forward the finished request to OpenTelemetry (only called when it is on)."""
+        if self.otel is not None:
+            self.otel.request_finished(record, traceparent)
 
     def phase_timing(self, phase: str, seconds: float) -> None:
         """``tbr_phase_processing_seconds{phase}``."""

@@ -102,9 +102,11 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
         req = o.request
         pool = o.pool or "none"
         by_pool[pool] += 1
-        by_pool_category[req.category][pool] += 1
         statuses[str(o.status)] += 1
         rec = inp.decisions.get(req.request_id)
+        # one vocabulary: the router's content kind (its decision record), else the workload's label
+        kind = str(rec.get("category")) if rec and rec.get("category") else req.category
+        by_pool_category[kind][pool] += 1
         logged += rec is not None
         if o.status == 0 or (o.status >= 400 and o.pool is None):
             failed.append(req.request_id)
@@ -148,7 +150,7 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
         if isinstance(est, int) and true_prompt > 0:
             err = 100.0 * (est - true_prompt) / true_prompt
             errors_pct.append(err)
-            errors_by_cat[req.category].append(err)
+            errors_by_cat[kind].append(err)
     stats = inp.envoy_stats
 
     def stat(suffix: str) -> int:
@@ -225,7 +227,8 @@ def format_summary(s: dict[str, Any]) -> str:
     add(f"HTTP status: {s['http_status']}")
     add("")
     add("requests per pool: " + ", ".join(f"{p} {n}" for p, n in s["requests_per_pool"].items()))
-    add(f"  {'category':<14}" + "".join(f"{p:>8}" for p in s["requests_per_pool"]))
+    add("  content kind = the router's key kind for the request (docs/estimator.md §Content kinds)")
+    add(f"  {'content kind':<14}" + "".join(f"{p:>8}" for p in s["requests_per_pool"]))
     for cat, counts in s["requests_per_category_and_pool"].items():
         add(f"  {cat:<14}" + "".join(f"{counts.get(p, 0):>8}" for p in s["requests_per_pool"]))
     add("")
@@ -261,8 +264,14 @@ def format_summary(s: dict[str, Any]) -> str:
     for cat, p in s["estimate_error_pct_by_category"].items():
         add(f"  {cat:<14} {_fmt_pct(p)}")
     add("")
-    add("learned bytes/token per (model, category) from the router's GET /ratios:")
-    add(f"  {'model':<24} {'category':<12} {'mean':>7} {'dev':>7} {'routing':>8} {'samples':>8} warm")
+    add("learned value per (model, content kind) from the router's GET /ratios:")
+    add("  mean = learned modelled/true prompt tokens (1.0: the run-cost model is exact; below 1: the text")
+    add("  costs more tokens than modelled); dev = its mean absolute deviation; routing = the conservative")
+    add("  value the router divides the modelled tokens by now (prior blended in over the first samples);")
+    add(
+        "  samples = observations learned; warm = past warm-up (the learned value, not the cold prior, routes)"
+    )
+    add(f"  {'model':<24} {'kind':<12} {'mean':>7} {'dev':>7} {'routing':>8} {'samples':>8} warm")
     for r in s["learned_ratios"]:
         add(
             f"  {str(r.get('model'))[:24]:<24} {r.get('category')!s:<12} "

@@ -72,6 +72,8 @@ async def replay(prompts: list[str], sample_rate: float, *, seed: int) -> Replay
     """
     cfg = parse_config(
         {
+            # bytes/token model: the replay compares the learned ratio with the true bytes/token
+            "estimator": {"cost_model": "bytes"},
             "pools": [
                 {"name": "short", "max_model_len": 8192, "header_value": "short"},
                 {"name": "long", "max_model_len": 65536, "header_value": "long"},

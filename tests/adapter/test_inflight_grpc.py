@@ -20,6 +20,8 @@ from tests import pb as tpb
 from tests.pb import EOF, headers, open_stream, read_response
 
 CONFIG: dict[str, Any] = {
+    # pins the bytes/token model: the assertions below are its ratchet arithmetic
+    "estimator": {"cost_model": "bytes"},
     "pools": [
         {"name": "short", "max_model_len": 4096, "header_value": "short"},
         {"name": "medium", "max_model_len": 16384, "header_value": "medium"},

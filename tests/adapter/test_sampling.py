@@ -22,6 +22,8 @@ DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 def _cfg(rate: float, skip: bool = True) -> dict[str, object]:
     return {
+        # pins the bytes/token model: the assertions are its bytes-per-token arithmetic
+        "estimator": {"cost_model": "bytes"},
         "pools": [
             {"name": "short", "max_model_len": 8192, "header_value": "short"},
             {"name": "long", "max_model_len": 65536, "header_value": "long"},

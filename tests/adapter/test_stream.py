@@ -17,6 +17,8 @@ from extproc.service.app import RouterApp
 from tests.pb import chat_body, headers, open_stream, routed_pool, run_stream
 
 CONFIG = {
+    # pins the bytes/token model: the assertions are its bytes-per-token arithmetic
+    "estimator": {"cost_model": "bytes"},
     "pools": [
         {"name": "short", "max_model_len": 8192, "header_value": "short"},
         {"name": "long", "max_model_len": 65536, "header_value": "long"},

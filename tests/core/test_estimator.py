@@ -18,7 +18,7 @@ from extproc.core.request_body import parse_request_body
 def _estimator(**cal: object) -> Estimator:
     calibration = CalibrationConfig(**cal)  # type: ignore[arg-type]
     return Estimator(
-        estimator=EstimatorConfig(),
+        estimator=EstimatorConfig(cost_model="bytes"),  # the paper's bytes/token arithmetic
         calibration=calibration,
         store=InMemoryRatioStore.from_config(calibration),
     )

@@ -67,7 +67,8 @@ def test_parts_tools_and_images_are_separate() -> None:
     assert f.n_images == 1
     assert f.n_tools == 1
     assert f.tool_schema_bytes > 0
-    assert f.text_bytes == len("look") + len("f") + len('{"x":1}')
+    # arguments are measured as the template prints them: parsed, then JSON with ", "/": " separators
+    assert f.text_bytes == len("look") + len("f") + len('{"x": 1}')
 
 
 @pytest.mark.parametrize(

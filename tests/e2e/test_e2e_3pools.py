@@ -113,7 +113,7 @@ async def test_forced_underestimate_is_recovered_on_the_next_larger_pool(tmp_pat
     """A stale snapshot claims 40 bytes/token for this key: the 4,169-token prompt (Qwen3) is
     budgeted at 541 tokens and sent to short (4,096). The short pool answers vLLM's context-length 400, Envoy
     retries once on medium, the client gets medium's 200; the router ratchets the ratio so that the
-    same request then goes straight to medium."""
+    same request then goes straight to medium (the stale value is far above any plausible one)."""
     key_category = classify_text(PROSE.encode())
     snapshot = tmp_path / "ratios.json"
     snapshot.write_text(
@@ -139,8 +139,10 @@ async def test_forced_underestimate_is_recovered_on_the_next_larger_pool(tmp_pat
         labels = {"from_pool": "short", "to_pool": "medium", "outcome": "recovered"}
         assert metric(stack, "tbr_misroutes_total", labels) == 1
         assert metric(stack, "tbr_misroute_calibration_total", {"pool": "short", "outcome": "ratcheted"}) == 1
-        state = stack.app.store.get(("m", key_category))
-        assert state is not None and state.mean_bpt < 6.0  # ratcheted to the true ratio (~4 B/token)
+        # the key's routing value is lowered to what the served usage shows (modelled/true ≈ 1),
+        # held by the estimator for the next observations, not written to the store (same with Redis)
+        ratio, _warm = stack.app.current_router().estimator.routing_ratio(("m", key_category))
+        assert ratio <= 1.5
 
         pool, attempts = await served_by(c, messages, max_tokens=16)
         assert (pool, attempts) == ("medium", "1")  # routed right the first time now

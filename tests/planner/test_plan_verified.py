@@ -71,18 +71,11 @@ def _simulate(
         n = need
 
 
+CDF_ARGS = ["--format", "cdf", "--rate", "1000", "--profile", "a100-simcompat"]
 CASES = {
     "azure-conv": ["--trace", str(AZURE_CONV), "--rate", "1000", "--profile", "a100-simcompat"],
-    "lmsys-like": [
-        "--trace",
-        "LMSYS_CDF",
-        "--format",
-        "cdf",
-        "--rate",
-        "1000",
-        "--profile",
-        "a100-simcompat",
-    ],
+    "azure-cdf": ["--trace", "azure_cdf.json", *CDF_ARGS],
+    "lmsys-like": ["--trace", "lmsys_cdf.json", *CDF_ARGS],
 }
 
 

@@ -141,7 +141,11 @@ async def test_snapshot_round_trip_across_restarts(tmp_path: Path) -> None:
     from tests.service.streams import TEXT_8000, admin_get, calibrate, ratios
 
     cfg = parse_config(
-        {"pools": POOLS, "calibration": {"snapshot_path": str(tmp_path / "r.json"), "warmup_samples": 3}}
+        {
+            "pools": POOLS,
+            "estimator": {"cost_model": "bytes"},  # asserts bytes/token ratios
+            "calibration": {"snapshot_path": str(tmp_path / "r.json"), "warmup_samples": 3},
+        }
     )
     async with RouterApp(cfg, grpc_port=0, admin_port=0) as first:
         await calibrate(first.grpc_port, TEXT_8000, prompt_tokens=8010, times=3)

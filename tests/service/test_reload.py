@@ -18,7 +18,11 @@ from tests.service.streams import POOLS, TEXT_8000, admin_get, calibrate, ratios
 
 def write_config(path: Path, short_max_model_len: int) -> None:
     pools = [dict(POOLS[0], max_model_len=short_max_model_len), POOLS[1]]
-    path.write_text(yaml.safe_dump({"pools": pools, "calibration": {"warmup_samples": 3}}))
+    path.write_text(
+        yaml.safe_dump(
+            {"pools": pools, "estimator": {"cost_model": "bytes"}, "calibration": {"warmup_samples": 3}}
+        )
+    )
 
 
 async def test_file_change_reroutes_without_restart_and_keeps_ratios(tmp_path: Path) -> None:

@@ -1,0 +1,298 @@
+"""Split decoded prompt text into runs of one kind of character and count them (the estimator's input).
+
+A BPE tokenizer's pre-tokeniser cuts text where the kind of character changes (letters of one script,
+digits, punctuation, whitespace, newlines), and each piece then costs a number of tokens that depends on
+its kind and length: an English word is about one token, a run of digits one token per 1–3 digits, a
+Devanagari word several tokens, random base64 about one token per 1.4 characters. The estimator
+therefore budgets ``Σ_kind (a_kind · runs_kind + b_kind · chars_kind)`` with coefficients per tokenizer
+family (:mod:`extproc.core.run_costs`), instead of one bytes/token ratio per request.
+
+Kinds (:data:`RUN_KINDS`, one vocabulary used by the estimator, the evaluation and the demo):
+
+* ASCII: ``letter``, ``digit``, ``punct``, ``space`` (spaces, tabs, other ASCII controls), ``newline``.
+* ``blob``: a whitespace-free stretch of ≥ 20 ASCII characters that is ≥ 85 % letters/digits and holds ≥ 2
+  digits (base64, hex strings, UUIDs, hashes, data URLs): its characters are taken out of the ASCII kinds.
+* scripts, by Unicode block: ``latin_ext`` (accented Latin, Vietnamese, IPA, combining marks), ``greek``,
+  ``cyrillic``, ``hebrew``, ``arabic`` (Arabic), ``persian``, ``urdu`` (chosen per text by their own letters), ``devanagari`` (Hindi, Marathi, Nepali),
+  ``bengali``, ``gurmukhi``, ``gujarati``, ``oriya``, ``tamil``, ``telugu``, ``kannada``, ``malayalam``,
+  ``sinhala``, ``thai``, ``lao``, ``myanmar``, ``other_script`` (Armenian, Georgian, Ethiopic, Khmer,
+  Tibetan...), ``hangul``, ``kana``, ``han``;
+* ``symbol`` (non-ASCII punctuation, CJK punctuation, full-width forms, arrows, math, box drawing),
+  ``emoji`` (pictographs, variation selectors, ZWJ), ``other`` (private use, unassigned, surrogates).
+
+Cost: one ``str.encode`` (ASCII) or UTF-32 encode (other text), a table look-up per character, and a few
+numpy passes (run starts, two ``bincount``); about 0.3–0.6 ms per 100 KB (BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+__all__ = ["CONTENT_KINDS", "RUN_KINDS", "RunCounts", "content_kind", "count_runs"]
+
+RUN_KINDS: tuple[str, ...] = (
+    "letter", "digit", "punct", "blob", "letter_other", "latin_ext", "greek", "cyrillic", "hebrew", "arabic", "persian", "urdu", "devanagari", "bengali", "gurmukhi",
+    "gujarati", "oriya", "tamil", "telugu", "kannada", "malayalam", "sinhala", "thai", "lao",
+    "myanmar", "other_script", "hangul", "kana", "han", "symbol", "emoji", "other", "space", "newline",
+)  # fmt: skip
+"""Every run kind (bounded set: safe as a metric label)."""
+
+_K = {k: i for i, k in enumerate(RUN_KINDS)}
+N_KINDS = len(RUN_KINDS)
+
+_BLOB_MIN_CHARS = 20
+_BLOB_ALNUM_SHARE = 0.75
+_BLOB_MIN_DIGITS = 2
+
+# (first code point, kind) in increasing order; each range runs to the next start.
+_RANGES: tuple[tuple[int, str], ...] = (
+    (0x80, "latin_ext"), (0x370, "greek"), (0x400, "cyrillic"), (0x530, "other_script"),
+    (0x590, "hebrew"), (0x600, "arabic"), (0x700, "other_script"), (0x750, "arabic"), (0x780, "other_script"),
+    (0x8A0, "arabic"), (0x900, "devanagari"), (0x980, "bengali"), (0xA00, "gurmukhi"), (0xA80, "gujarati"),
+    (0xB00, "oriya"), (0xB80, "tamil"), (0xC00, "telugu"), (0xC80, "kannada"), (0xD00, "malayalam"),
+    (0xD80, "sinhala"), (0xE00, "thai"), (0xE80, "lao"), (0xF00, "other_script"), (0x1000, "myanmar"),
+    (0x10A0, "other_script"), (0x1100, "hangul"), (0x1200, "other_script"), (0x1C80, "cyrillic"),
+    (0x1C90, "other_script"), (0x1D00, "latin_ext"), (0x1F00, "greek"), (0x2000, "symbol"),
+    (0x200D, "emoji"), (0x200E, "symbol"), (0x2E80, "han"), (0x3000, "symbol"), (0x3040, "kana"),
+    (0x3100, "han"), (0x3130, "hangul"), (0x3190, "han"), (0x31F0, "kana"), (0x3200, "symbol"),
+    (0x3400, "han"), (0xA000, "other_script"), (0xA960, "hangul"), (0xA980, "other_script"),
+    (0xAC00, "hangul"), (0xD7B0, "other"), (0xF900, "han"), (0xFB00, "latin_ext"), (0xFB1D, "hebrew"),
+    (0xFB50, "arabic"), (0xFE00, "emoji"), (0xFE10, "symbol"), (0xFE70, "arabic"), (0xFF00, "symbol"),
+    (0x10000, "other"),
+)  # fmt: skip
+
+
+def _table() -> np.ndarray:
+    t = np.full(0x10001, _K["other"], dtype=np.uint8)
+    for c in range(128):
+        ch = chr(c)
+        if ch.isalpha():
+            t[c] = _K["letter"]
+        elif ch.isdigit():
+            t[c] = _K["digit"]
+        elif ch in "\n\r":
+            t[c] = _K["newline"]
+        elif ch.isspace() or c < 32 or c == 127:
+            t[c] = _K["space"]
+        else:
+            t[c] = _K["punct"]
+    bounds = [*_RANGES, (0x10000, "other")]
+    for (start, kind), (end, _) in itertools.pairwise(bounds):
+        t[start:end] = _K[kind]
+    t[0x10000] = _K["other"]
+    return t
+
+
+_TABLE = _table()
+_ASCII_BYTES = bytes(_TABLE[:128].tolist()) + bytes(128)
+_EMOJI_LO, _EMOJI_HI = 0x1F000, 0x1FB00
+_HAN_EXT_LO, _HAN_EXT_HI = 0x20000, 0x3FFFF
+_ALNUM = np.zeros(N_KINDS, dtype=bool)
+_ALNUM[[_K["letter"], _K["digit"]]] = True
+_WS = np.zeros(N_KINDS, dtype=bool)
+_WS[[_K["space"], _K["newline"]]] = True
+_DIGIT = np.zeros(N_KINDS, dtype=bool)
+_DIGIT[_K["digit"]] = True
+_BLOB = _K["blob"]
+_DIGIT_K = _K["digit"]
+_LETTER_K = _K["letter"]
+_LETTER_OTHER_K = _K["letter_other"]
+_LATIN_EXT_K = _K["latin_ext"]
+_ARABIC_K = _K["arabic"]
+_PERSIAN_K = _K["persian"]
+_PUNCT_K = _K["punct"]
+_MIN_WS_CODE = _K["space"]
+_SPACE_K = _K["space"]
+_CODE_BYTES = [bytes([i]) for i in range(N_KINDS)]
+
+
+class RunCounts:
+    """Runs and characters of each kind in a text.
+
+    Attributes:
+        runs: float64 array of shape ``(len(RUN_KINDS),)``: maximal runs of each kind.
+        chars: float64 array of the same shape: characters (code points) of each kind.
+    """
+
+    __slots__ = ("chars", "gaps", "runs")
+
+    def __init__(self, runs: np.ndarray, chars: np.ndarray, gaps: float = 0.0) -> None:
+        self.runs = runs
+        self.chars = chars
+        self.gaps = gaps
+
+    @classmethod
+    def zero(cls) -> RunCounts:
+        """Counts of the empty text."""
+        return cls(np.zeros(N_KINDS), np.zeros(N_KINDS))
+
+    def __add__(self, other: RunCounts) -> RunCounts:
+        return RunCounts(self.runs + other.runs, self.chars + other.chars, self.gaps + other.gaps)
+
+    def as_dict(self) -> dict[str, tuple[int, int]]:
+        """``{kind: (runs, chars)}`` for kinds that occur (reports, tests)."""
+        return {k: (int(self.runs[i]), int(self.chars[i])) for i, k in enumerate(RUN_KINDS) if self.chars[i]}
+
+
+_FUNCTION_WORDS = (" the ", " and ", " of ", " you ", " that ", " with ", " is ")
+_MIN_WORDS_FOR_LANGUAGE = 8
+_WINDOW_CHARS = 4096
+
+
+def _english_like(text: str, runs: np.ndarray, chars: np.ndarray) -> bool:
+    """True unless the text reads as prose of another Latin-script language.
+
+    English: its function words make ≥ 2 % of the words of a 4,096-character window (start of the
+    text). Code and markup (≥ 0.6 punctuation runs per letter run) count as English too unless
+    accented letters make ≥ 1 % of the letters (markdown in Slovenian, Turkish, Vietnamese...): the
+    word cost of English and of identifiers is the same, other languages cost 1.5–3× more per word.
+    """
+    window = text[:_WINDOW_CHARS].lower()
+    words = window.count(" ") + 1
+    if sum(window.count(w) for w in _FUNCTION_WORDS) * 50 >= words:
+        return True
+    return bool(runs[_PUNCT_K] >= 0.6 * runs[_LETTER_K] and chars[_LATIN_EXT_K] * 100 < chars[_LETTER_K])
+
+
+_PERSIAN_LETTERS = ("\u067e", "\u0686", "\u0698", "\u06af", "\u06a9", "\u06cc")
+_URDU_LETTERS = ("\u0679", "\u0688", "\u0691", "\u06ba", "\u06be", "\u06d2")
+
+
+def _arabic_script_language(text: str) -> int:
+    """Run kind of Arabic-script text: ``urdu`` when Urdu's own letters (ٹ ڈ ڑ ں ھ ے) make ≥ 1 % of a
+    4,096-character window, ``persian`` when Persian/Urdu letters (پ چ ژ گ ک ی) make ≥ 2 %, else
+    ``arabic``. Tokenizers learned the three very differently (Llama-3: Persian costs 0.8×, Urdu 1.4×
+    the tokens of Arabic per character)."""
+    window = text[:_WINDOW_CHARS]
+    n = max(1, len(window))
+    if sum(window.count(c) for c in _URDU_LETTERS) * 100 >= n:
+        return _K["urdu"]
+    if sum(window.count(c) for c in _PERSIAN_LETTERS) * 50 >= n:
+        return _PERSIAN_K
+    return _ARABIC_K
+
+
+def _classes(text: str) -> np.ndarray:
+    if text.isascii():
+        return np.frombuffer(text.encode("ascii").translate(_ASCII_BYTES), dtype=np.uint8)
+    cp = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    cls = _TABLE[np.minimum(cp, 0x10000)]
+    if cp.max() >= 0x10000:
+        astral = np.flatnonzero(cp >= 0x10000)
+        a = cp[astral]
+        kinds = np.full(a.size, _K["other"], dtype=np.uint8)
+        kinds[(a >= _EMOJI_LO) & (a < _EMOJI_HI)] = _K["emoji"]
+        kinds[(a >= _HAN_EXT_LO) & (a <= _HAN_EXT_HI)] = _K["han"]
+        cls[astral] = kinds
+    return cls
+
+
+def _blobs(bounds: np.ndarray, run_cls: np.ndarray, runs: np.ndarray, chars: np.ndarray) -> None:
+    """Move the characters and runs of blob chunks to the ``blob`` kind (in place).
+
+    A chunk is the stretch of runs between two whitespace runs; its length in characters comes from
+    the run bounds, so only chunks of at least ``_BLOB_MIN_CHARS`` characters are looked at run by run.
+    """
+    ws = np.flatnonzero(run_cls >= _MIN_WS_CODE)  # space and newline have the highest class codes
+    first = np.empty(ws.size + 1, dtype=np.int64)  # first run of each chunk
+    first[0] = 0
+    first[1:] = ws + 1
+    last = np.empty(ws.size + 1, dtype=np.int64)  # one past its last run
+    last[:-1] = ws
+    last[-1] = run_cls.size
+    length = bounds[last] - bounds[first]
+    longi = np.flatnonzero(length >= _BLOB_MIN_CHARS)
+    if not longi.size:
+        return
+    rl = np.diff(bounds)
+    cum_alnum = np.zeros(rl.size + 1, dtype=np.int64)
+    np.cumsum(np.where(run_cls <= _DIGIT_K, rl, 0), out=cum_alnum[1:])
+    cum_digit = np.zeros(rl.size + 1, dtype=np.int64)
+    np.cumsum(np.where(run_cls == _DIGIT_K, rl, 0), out=cum_digit[1:])
+    f, la, total = first[longi], last[longi], length[longi]
+    ok = (cum_alnum[la] - cum_alnum[f] >= _BLOB_ALNUM_SHARE * total) & (
+        cum_digit[la] - cum_digit[f] >= _BLOB_MIN_DIGITS
+    )
+    if not ok.any():
+        return
+    mark = np.zeros(rl.size + 1, dtype=np.int8)
+    mark[f[ok]] = 1
+    mark[la[ok]] -= 1
+    inb = np.cumsum(mark[:-1], dtype=np.int32) > 0
+    rc = run_cls[inb]
+    runs -= np.bincount(rc, minlength=N_KINDS)
+    chars -= np.bincount(rc, weights=rl[inb], minlength=N_KINDS)
+    runs[_BLOB] += int(ok.sum())
+    chars[_BLOB] += float(total[ok].sum())
+
+
+def count_runs(text: str) -> RunCounts:
+    """Runs and characters of each kind in ``text`` (kinds: module docstring).
+
+    Args:
+        text: any Python string (lone surrogates are tolerated and counted as ``other``).
+    """
+    if not text:
+        return RunCounts.zero()
+    cls = _classes(text)
+    n = cls.size
+    starts = np.flatnonzero(cls[1:] != cls[:-1])
+    bounds = np.empty(starts.size + 2, dtype=np.int64)
+    bounds[0] = 0
+    bounds[1:-1] = starts + 1
+    bounds[-1] = n
+    run_cls = cls[bounds[:-1]]
+    runs = np.bincount(run_cls, minlength=N_KINDS).astype(np.float64)
+    raw = cls.tobytes()
+    chars = np.zeros(N_KINDS)
+    for k in np.flatnonzero(runs).tolist():
+        chars[k] = raw.count(_CODE_BYTES[k])
+    if n >= _BLOB_MIN_CHARS and chars[_DIGIT_K] >= _BLOB_MIN_DIGITS:
+        _blobs(bounds, run_cls, runs, chars)
+    if chars[_ARABIC_K]:
+        lang = _arabic_script_language(text)
+        if lang != _ARABIC_K:
+            runs[lang], runs[_ARABIC_K] = runs[_ARABIC_K], 0.0
+            chars[lang], chars[_ARABIC_K] = chars[_ARABIC_K], 0.0
+    if runs[_LETTER_K] >= _MIN_WORDS_FOR_LANGUAGE and not _english_like(text, runs, chars):
+        runs[_LETTER_OTHER_K], runs[_LETTER_K] = runs[_LETTER_K], 0.0
+        chars[_LETTER_OTHER_K], chars[_LETTER_K] = chars[_LETTER_K], 0.0
+    # Whitespace that costs its own token: a space run of ≥ 2 characters (pre-tokenisers split
+    # "\s+(?!\S)" off the last space), or a single space before digits (digits take no leading space).
+    sp = run_cls == _SPACE_K
+    rl = np.diff(bounds)
+    multi = np.count_nonzero(sp & (rl >= 2))
+    digit_next = np.count_nonzero(sp[:-1] & (rl[:-1] == 1) & (run_cls[1:] == _DIGIT_K))
+    gaps = float(multi + digit_next)
+    return RunCounts(runs, chars, gaps)
+
+
+CONTENT_KINDS: tuple[str, ...] = (
+    "latin", "latin_other", "code_data", "numeric", "blob", "greek", "cyrillic", "hebrew", "arabic", "persian",
+    "urdu", "devanagari",
+    "bengali", "gurmukhi", "gujarati", "oriya", "tamil", "telugu", "kannada", "malayalam", "sinhala",
+    "thai", "lao", "myanmar", "other_script", "hangul", "japanese", "han", "emoji",
+)  # fmt: skip
+"""The content kind of a request: the group of run kinds that carries most of its modelled tokens.
+It names the learned correction's key and the evaluation's and demo's rows (one vocabulary)."""
+
+_GROUP = {k: k for k in RUN_KINDS}
+_GROUP.update(
+    letter="latin", letter_other="latin_other", latin_ext="latin_other", kana="japanese",
+    digit="numeric", punct="code_data", blob="blob", space="code_data", newline="code_data",
+    symbol="code_data", other="code_data",
+)  # fmt: skip
+_GROUP_INDEX = np.array([CONTENT_KINDS.index(_GROUP[k]) for k in RUN_KINDS])
+_KANA_K, _HAN_K = _K["kana"], _K["han"]
+
+
+def content_kind(counts: RunCounts, tokens_by_kind: np.ndarray) -> str:
+    """The :data:`CONTENT_KINDS` entry carrying most of ``tokens_by_kind`` (modelled tokens per run
+    kind, shape ``(len(RUN_KINDS),)``); Han text with ≥ 10 % kana is ``japanese``."""
+    per = np.bincount(_GROUP_INDEX, weights=tokens_by_kind, minlength=len(CONTENT_KINDS))
+    kind = CONTENT_KINDS[int(np.argmax(per))] if per.any() else "code_data"
+    if kind == "han" and counts.chars[_KANA_K] * 9 >= counts.chars[_HAN_K]:
+        return "japanese"
+    return kind
