@@ -22,7 +22,9 @@ __all__ = [
     "CalibrationConfig",
     "ConfigError",
     "EstimatorConfig",
+    "ImageRule",
     "ModelProfile",
+    "ModelSet",
     "PoolConfig",
     "RecoveryConfig",
     "RouterConfig",
@@ -157,6 +159,61 @@ DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
 """Built-in profiles (first match wins); configure ``estimator.model_profiles`` to extend them."""
 
 
+class ImageRule(_Strict):
+    """How many prompt tokens one image costs for the models whose name matches ``pattern``
+    (method and sources: :mod:`extproc.core.images`).
+
+    ``kind: patch``: one token per ``patch_px × patch_px`` cell after resizing into
+    ``[min_pixels, max_pixels]`` (Qwen2-VL ``smart_resize``); ``kind: fixed``: ``tokens_per_image``
+    whatever the size. ``extra_tokens`` are added per image (vision start/end tokens). An image
+    whose size is unknown (remote URL) is budgeted at the rule's maximum.
+    """
+
+    pattern: Annotated[str, Field(min_length=1, max_length=256)]
+    """Python regular expression searched (``re.search``, case-insensitive) in the ``model`` field."""
+    kind: Literal["patch", "fixed"] = "patch"
+    patch_px: Annotated[int, Field(ge=1, le=4096)] = 28
+    min_pixels: Annotated[int, Field(ge=1)] = 3136
+    max_pixels: Annotated[int, Field(ge=1)] = 12_845_056
+    tokens_per_image: Annotated[int, Field(ge=0)] = 0
+    """``kind: fixed`` only."""
+    extra_tokens: Annotated[int, Field(ge=0, le=4096)] = 0
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return v
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ImageRule:
+        if self.min_pixels > self.max_pixels:
+            raise ValueError("min_pixels must not exceed max_pixels")
+        if self.kind == "fixed" and self.tokens_per_image <= 0:
+            raise ValueError("kind fixed needs tokens_per_image > 0")
+        return self
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens of the largest image the rule allows (what an image of unknown size is budgeted)."""
+        if self.kind == "fixed":
+            return self.tokens_per_image + self.extra_tokens
+        return self.max_pixels // (self.patch_px * self.patch_px) + self.extra_tokens
+
+
+DEFAULT_IMAGE_RULES: tuple[ImageRule, ...] = (
+    # Qwen2-VL / Qwen2.5-VL preprocessor_config.json: patch_size 14, merge_size 2 (28-pixel cells),
+    # min_pixels 3136, max_pixels 12845056; <|vision_start|> and <|vision_end|> around the pads.
+    ImageRule(
+        pattern=r"qwen", kind="patch", patch_px=28, min_pixels=3136, max_pixels=12_845_056, extra_tokens=2
+    ),
+)
+"""Built-in image rules (first match wins); models matching none use ``estimator.image_tokens``."""
+
+
 class EstimatorConfig(_Strict):
     """Token-budget estimator parameters (method: arXiv 2604.09613, docs/method.md §3; docs/estimator.md).
 
@@ -196,7 +253,9 @@ class EstimatorConfig(_Strict):
     newline_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
     """Tokens per newline for unmatched models (1.0: conservative)."""
     image_tokens: Annotated[int, Field(ge=0)] = 4096
-    """Budget per image part (image_url / input_image)."""
+    """Budget per image part for models that match no ``image_rules`` entry."""
+    image_rules: tuple[ImageRule, ...] = DEFAULT_IMAGE_RULES
+    """Per-model-family image cost from pixel size (first match wins); see :class:`ImageRule`."""
     audio_tokens: Annotated[int, Field(ge=0)] = 4096
     """Budget per audio part (input_audio)."""
     min_bytes_per_token: Annotated[float, Field(gt=0.1)] = 1.0
@@ -367,10 +426,41 @@ class AdminConfig(_Strict):
     enabled: bool = True
 
 
+class ModelSet(_Strict):
+    """The pools that serve one model (or one family of model names).
+
+    A request's ``model`` selects the set: first a set listing it in ``models`` (exact), else the
+    first set whose ``pattern`` matches (``re.search``, case-insensitive), else
+    ``RouterConfig.default_model_set``. The router then picks the pool of the set by budget.
+    """
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+    models: tuple[Annotated[str, Field(min_length=1, max_length=256)], ...] = ()
+    """Exact model names (the ``model`` field as clients send it)."""
+    pattern: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    pools: Annotated[list[str], Field(min_length=1, max_length=16)]
+    """Names of entries of the top-level ``pools``; each pool belongs to exactly one set."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return v
+
+
 class RouterConfig(_Strict):
     """Top-level router configuration (the YAML file's schema)."""
 
-    pools: Annotated[list[PoolConfig], Field(min_length=1, max_length=16)]
+    pools: Annotated[list[PoolConfig], Field(min_length=1, max_length=64)]
+    models: Annotated[list[ModelSet], Field(max_length=32)] = []
+    """Pool sets per model (see :class:`ModelSet`); empty = one set of all ``pools`` for every model."""
+    default_model_set: str | None = None
+    """Set that serves a model no set names or matches (decision reason ``unknown_model``);
+    None = such requests go to the largest pool of all, reason ``unknown_model``."""
     routing_header: str = "x-tbr-pool"
     """Header the router sets and Envoy routes on. Envoy strips any client copy before routing."""
     estimator: EstimatorConfig = EstimatorConfig()
@@ -403,10 +493,48 @@ class RouterConfig(_Strict):
                 if value in seen:
                     raise ValueError(f"pools: duplicate {attr} {value!r}")
                 seen.add(value)
-        lens = [p.max_model_len for p in self.pools]
-        if len(set(lens)) != len(lens):
-            raise ValueError("pools: two pools have the same max_model_len; each pool needs its own limit")
+        by_name = {p.name: p for p in self.pools}
+        for group, names in self.pool_groups.items():
+            lens = [by_name[n].max_model_len for n in names if n in by_name]
+            if len(set(lens)) != len(lens):
+                where = "pools" if not self.models else f"models[{group}]"
+                raise ValueError(
+                    f"{where}: two pools have the same max_model_len; each pool needs its own limit"
+                )
         return self
+
+    @model_validator(mode="after")
+    def _model_sets(self) -> RouterConfig:
+        if not self.models:
+            if self.default_model_set is not None:
+                raise ValueError("default_model_set needs models")
+            return self
+        names = {p.name for p in self.pools}
+        owner: dict[str, str] = {}
+        set_names: set[str] = set()
+        for ms in self.models:
+            if ms.name in set_names:
+                raise ValueError(f"models: duplicate set name {ms.name!r}")
+            set_names.add(ms.name)
+            for pool in ms.pools:
+                if pool not in names:
+                    raise ValueError(f"models[{ms.name}]: unknown pool {pool!r}")
+                if pool in owner:
+                    raise ValueError(f"pool {pool!r} is in two model sets ({owner[pool]}, {ms.name})")
+                owner[pool] = ms.name
+        unused = sorted(names - set(owner))
+        if unused:
+            raise ValueError(f"pools in no model set (unreachable): {', '.join(unused)}")
+        if self.default_model_set is not None and self.default_model_set not in set_names:
+            raise ValueError(f"default_model_set {self.default_model_set!r} is not a set name")
+        return self
+
+    @property
+    def pool_groups(self) -> dict[str, list[str]]:
+        """Set name → its pool names as configured (one set ``default`` of all pools without ``models``)."""
+        if not self.models:
+            return {"default": [p.name for p in self.pools]}
+        return {ms.name: list(ms.pools) for ms in self.models}
 
     @model_validator(mode="after")
     def _spillover_signals(self) -> RouterConfig:
@@ -435,7 +563,11 @@ class RouterConfig(_Strict):
 
     @property
     def fallback_pool(self) -> PoolConfig:
-        """The largest pool: where unreadable requests go."""
+        """The largest pool: where unreadable requests go (with model sets: the largest of the
+        default set, else of all pools)."""
+        if self.models and self.default_model_set is not None:
+            members = set(self.pool_groups[self.default_model_set])
+            return max((p for p in self.pools if p.name in members), key=lambda p: p.max_model_len)
         return self.pools_by_size[-1]
 
 

@@ -5,6 +5,10 @@ Endpoints (OpenAI-compatible like ``vllm serve``):
 * ``POST /v1/chat/completions``, ``POST /v1/completions`` — JSON or SSE (``stream: true``, optional
   ``stream_options.include_usage``); ``usage.prompt_tokens`` from a real tokenizer (:mod:`mockpool.tokencount`);
   vLLM's ``max_model_len`` check and 400 error shape (:mod:`mockpool.protocol`).
+* ``POST /v1/responses``, ``POST /v1/messages`` (Anthropic), ``POST /v1/chat/completions/batch`` in vLLM's
+  shapes and errors (:mod:`mockpool.apis`).
+* Images: a flat ``image_tokens`` per part, or ``image_rule="qwen2.5-vl"``: decoded and counted as
+  Qwen2.5-VL's processor does (:mod:`mockpool.vision`).
 * ``GET /v1/models``, ``GET /health`` (200, empty body), ``GET /metrics`` (:mod:`mockpool.metrics`).
 * Test/demo aids (not in vLLM): ``POST /admin/hold``, ``POST /admin/release``, ``GET /admin/stats``,
   ``POST /admin/reset``.
@@ -31,7 +35,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mockpool import metrics, protocol, sse
+from mockpool import apis, metrics, protocol, sse, vision
 from mockpool.generation import ChoicePlan, Started, Token, generate, piece, plan_choice
 from mockpool.settings import PoolSettings
 from mockpool.state import PoolState
@@ -46,6 +50,7 @@ from mockpool.validation import (
     read_json_object,
     requested_max_tokens,
 )
+from mockpool.vision import ImageInputError
 
 SERVED_BY_HEADER = "x-served-by-pool"
 EXPECTED_POOL_HEADER = "x-expected-pool"
@@ -108,19 +113,13 @@ class PoolApp:
             common = common_params(body, self.settings)
             chat = chat_params(body)
             max_tokens = requested_max_tokens(body, chat=True)
-            count = await asyncio.to_thread(
-                self.counter.count_chat,
-                chat.messages,
-                chat.tools,
-                chat.add_generation_prompt,
-                chat.template_kwargs,
-                self.settings.image_tokens,
+            prompt_tokens = await asyncio.to_thread(
+                self.count_chat, chat.messages, chat.tools, chat.add_generation_prompt, chat.template_kwargs
             )
         except RequestError as exc:
             return exc.response()
-        except ChatInputError as exc:
+        except (ChatInputError, ImageInputError) as exc:
             return protocol.error_response(str(exc))
-        prompt_tokens = count.prompt_tokens
         too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.settings.max_model_len)
         if too_long is not None:
             return self._too_long(too_long, common)
@@ -129,6 +128,25 @@ class PoolApp:
         return await self._respond(
             request, common, prompt_tokens, plans, chat=True, top_logprobs=chat.top_logprobs
         )
+
+    def count_chat(
+        self,
+        messages: Any,
+        tools: list[Any] | None = None,
+        add_generation_prompt: bool = True,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> int:
+        """Prompt tokens of chat ``messages`` (template + images by ``settings.image_rule``).
+
+        Raises:
+            ChatInputError, ImageInputError: messages or an inline image the server would refuse.
+        """
+        if self.settings.image_rule == "flat":
+            return self.counter.count_chat(
+                messages, tools, add_generation_prompt, template_kwargs, self.settings.image_tokens
+            ).prompt_tokens
+        count = self.counter.count_chat(messages, tools, add_generation_prompt, template_kwargs, 0)
+        return count.prompt_tokens + vision.messages_image_tokens(messages)[1]
 
     async def completions(self, request: Request) -> Response:
         """``POST /v1/completions`` (``prompt`` as text, texts, token ids or lists of token ids)."""
@@ -200,6 +218,12 @@ class PoolApp:
             self.counter.count_text(p, add_special_tokens=True) if isinstance(p, str) else len(p)
             for p in prompts
         ]
+
+    async def collect(
+        self, request: Request, prompt_tokens: int, plans: list[ChoicePlan]
+    ) -> list[str] | None:
+        """Generate every choice to its end (see :meth:`_collect`); None when the client left."""
+        return await self._collect(request, prompt_tokens, plans)
 
     async def _collect(
         self, request: Request, prompt_tokens: int, plans: list[ChoicePlan]
@@ -373,6 +397,7 @@ def build_app(settings: PoolSettings, counter: TokenCounter | None = None) -> St
     routes = [
         Route("/v1/chat/completions", pool.chat_completions, methods=["POST"]),
         Route("/v1/completions", pool.completions, methods=["POST"]),
+        *apis.routes(pool),
         Route("/v1/models", pool.models, methods=["GET"]),
         Route("/health", pool.health, methods=["GET"]),
         Route("/metrics", pool.metrics, methods=["GET"]),

@@ -50,6 +50,12 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--gzip", action="store_true", help="gzip JSON responses when the client accepts it")
     p.add_argument("--image-tokens", type=int, default=d.image_tokens, help="prompt tokens per image part")
+    p.add_argument(
+        "--image-rule",
+        choices=["flat", "qwen2.5-vl"],
+        default=d.image_rule,
+        help="image token count: flat --image-tokens per part, or Qwen2.5-VL's 28-pixel patches",
+    )
     p.add_argument("--hold", action="store_true", help="start held (release with POST /admin/release)")
     p.add_argument(
         "--context-error-in-stream",
@@ -73,6 +79,7 @@ def settings_from_args(args: argparse.Namespace) -> PoolSettings:
         kv_cache_capacity_tokens=args.kv_cache_capacity_tokens,
         time_to_first_token_s=args.time_to_first_token_s,
         prefill_s_per_token=args.prefill_s_per_token,
+        image_rule=args.image_rule,
         inter_token_latency_s=args.inter_token_latency_s,
         sse_split_bytes=args.sse_split_bytes,
         gzip=args.gzip,

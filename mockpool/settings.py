@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 TokenizerFamily = Literal["qwen3", "llama3"]
+ImageRuleName = Literal["flat", "qwen2.5-vl"]
 
 #: Model names served by default for each tokenizer family (what ``GET /v1/models`` lists).
 DEFAULT_MODEL_NAMES: dict[str, tuple[str, ...]] = {
@@ -41,7 +42,9 @@ class PoolSettings:
             write (exercises reassembly in proxies and clients); 0 → one write per event.
         gzip: compress JSON responses when the client sends ``accept-encoding: gzip`` (SSE is never
             compressed, as in Starlette's ``GZipMiddleware``).
-        image_tokens: prompt tokens counted per image content part (stand-in, see ``tokencount``).
+        image_tokens: prompt tokens counted per image content part with ``image_rule="flat"``.
+        image_rule: ``"flat"`` (``image_tokens`` per part) or ``"qwen2.5-vl"``: each inline image is
+            decoded and counted as Qwen2.5-VL's processor does (:mod:`mockpool.vision`).
         hold: start with admitted requests held until ``POST /admin/release``.
         context_error_in_stream: a ``stream: true`` request that does not fit ``max_model_len`` gets
             ``200 text/event-stream`` with one ``data: {"error": {…, "code": 400}}`` event and
@@ -62,6 +65,7 @@ class PoolSettings:
     sse_split_bytes: int = 0
     gzip: bool = False
     image_tokens: int = 256
+    image_rule: ImageRuleName = "flat"
     hold: bool = False
     context_error_in_stream: bool = False
 

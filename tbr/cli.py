@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "mockpool.cmd",
     "tbr.cmd_eval",
     "planner.cmd_plan",
+    "planner.cmd_plan_models",
     "planner.cmd_simulate",
     "planner.cmd_results",
 ]

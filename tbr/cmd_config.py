@@ -24,11 +24,17 @@ def run_check(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"{args.path}: {exc}", file=sys.stderr)
         return 2
-    pools = ", ".join(
-        f"{p.name} (max_model_len {p.max_model_len}, {cfg.routing_header}: {p.header_value})"
-        for p in cfg.pools_by_size
-    )
-    print(f"{args.path}: OK; pools: {pools}; fallback: {cfg.fallback_pool.name}")
+    by_name = {p.name: p for p in cfg.pools}
+    sets = []
+    for set_name, names in cfg.pool_groups.items():
+        members = sorted((by_name[n] for n in names), key=lambda p: p.max_model_len)
+        pools = ", ".join(
+            f"{p.name} (max_model_len {p.max_model_len}, {cfg.routing_header}: {p.header_value})"
+            for p in members
+        )
+        sets.append(pools if not cfg.models else f"[{set_name}] {pools}")
+    label = "pools" if not cfg.models else "model sets"
+    print(f"{args.path}: OK; {label}: {'; '.join(sets)}; fallback: {cfg.fallback_pool.name}")
     for warning in config_warnings(cfg):
         print(f"{args.path}: warning: {warning}", file=sys.stderr)
     return 0
@@ -50,9 +56,34 @@ def config_warnings(cfg: RouterConfig) -> list[str]:
             f"estimator.default_output_reserve_tokens ({reserve}) is not below the smallest pool's max_model_len"
             f" ({smallest}): requests without max_tokens never go to that pool"
         )
-    if len(cfg.pools) == 2 and cfg.fallback_pool.name != "long":
+    out.extend(pool_set_warnings(cfg))
+    if len(cfg.pools) == 2 and not cfg.models and cfg.fallback_pool.name != "long":
         out.append(
             f"the largest pool is {cfg.fallback_pool.name!r}, not 'long': Envoy's catch-all route (fail-open,"
             f" unreadable requests) in envoy/envoy.yaml goes to long_pool, so make it the largest pool"
+        )
+    return out
+
+
+def pool_set_warnings(cfg: RouterConfig) -> list[str]:
+    """Pool sets that validate but route nothing by budget, or are listed out of order."""
+    out: list[str] = []
+    by_name = {p.name: p for p in cfg.pools}
+    many = len(cfg.pools) > 1
+    for set_name, names in cfg.pool_groups.items():
+        where = "pools" if not cfg.models else f"models[{set_name}]"
+        if len(names) == 1 and many:
+            out.append(f"{where} has a single pool ({names[0]}): its requests are never routed by budget")
+        lens = [by_name[n].max_model_len for n in names]
+        if lens != sorted(lens):
+            order = ", ".join(f"{n} ({by_name[n].max_model_len})" for n in names)
+            out.append(
+                f"{where} are not listed in increasing max_model_len ({order}): the router sorts them, "
+                "but check that Envoy's retry goes from each pool to the next larger one"
+            )
+    if cfg.models and cfg.default_model_set is None:
+        out.append(
+            f"no default_model_set: a model no set serves goes to the largest pool of all "
+            f"({cfg.pools_by_size[-1].name}), which may not serve it"
         )
     return out

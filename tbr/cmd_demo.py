@@ -40,6 +40,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--envoy-config", type=Path, default=None, help="Envoy config to render (default envoy/envoy.yaml)"
     )
     p.add_argument("--work-dir", type=Path, default=None, help="keep configs and logs here (default: temp)")
+    p.add_argument(
+        "--two-models",
+        action="store_true",
+        help="two models behind one gateway (config/router-2models.yaml, envoy/envoy-2models.yaml): "
+        "a Qwen3 and a Llama-3 pair of pools; one summary per model",
+    )
     p.set_defaults(func=run)
 
 
@@ -118,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         source = f"real requests from {data_dir} (read in place)"
     reserve = load_config(DEFAULT_ROUTER_CONFIG).estimator.default_output_reserve_tokens
+    if args.two_models:
+        return _run_two_models(args, workload, source, reserve)
     options = StackOptions(
         short_max_model_len=args.short_max_model_len,
         long_max_model_len=args.long_max_model_len,
@@ -189,4 +197,52 @@ def run(args: argparse.Namespace) -> int:
             f"FAILED: {summary['harmful_misroutes']} harmful misroutes, "
             f"{summary['failed_requests']} requests without a pool's answer"
         )
+    return 0 if ok else 1
+
+
+def _run_two_models(args: argparse.Namespace, workload: Any, source: str, reserve: int) -> int:
+    """``--two-models``: :func:`tbr.demo.two_models.run_two_models`, one summary per model."""
+    from devstack.procs import StartupError
+    from tbr.demo.summary import format_summary
+    from tbr.demo.two_models import run_two_models
+
+    with tempfile.TemporaryDirectory(prefix="tbr-demo-") as tmp:
+        work_dir = args.work_dir or Path(tmp)
+        print(f"tbr demo: starting four pools, router and Envoy (logs in {work_dir})", file=sys.stderr)
+        bar = _progress(len(workload.requests))
+        try:
+            summaries = run_two_models(
+                work_dir,
+                workload.requests,
+                concurrency=args.concurrency,
+                reserve=reserve,
+                data_source=source,
+                builtin=workload.builtin,
+                on_done=lambda _: bar.update(1),
+            )
+        except StartupError as exc:
+            print(f"tbr demo: could not start the stack:\n{exc}", file=sys.stderr)
+            return 2
+        finally:
+            bar.close()
+    ok = all(s["harmful_misroutes"] == 0 and s["failed_requests"] == 0 for s in summaries.values())
+    if args.json_out is not None:
+        args.json_out.write_text(
+            json.dumps({"models": summaries}, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
+        print(f"summary written to {args.json_out}", file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps({"models": summaries}, indent=2, ensure_ascii=False))
+        return 0 if ok else 1
+    for model, summary in summaries.items():
+        pools = summary["pools"]
+        print(f"==== model {model} (short = {pools['short']}, long = {pools['long']}) ====")
+        print(format_summary(summary))
+    total = sum(s["requests"] for s in summaries.values())
+    harmful = sum(s["harmful_misroutes"] for s in summaries.values())
+    failed = sum(s["failed_requests"] for s in summaries.values())
+    if ok:
+        print(f"OK: {total} requests answered over {len(summaries)} models, zero harmful misroutes")
+    else:
+        print(f"FAILED: {harmful} harmful misroutes, {failed} requests without a pool's answer")
     return 0 if ok else 1

@@ -24,6 +24,7 @@ are never altered except for the documented ``content-length`` removal on SSE.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import random
@@ -34,12 +35,15 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from extproc.adapter import responses as R
 from extproc.adapter.headers import plain_headers, request_attributes
 from extproc.adapter.runtime import Runtime
+from extproc.core.api_bodies import parse_body
+from extproc.core.api_usage import API_OF_ENDPOINT
+from extproc.core.batch import batch_budget
 from extproc.core.decision import DecisionRecord
 from extproc.core.encoding import DecodeError, StreamDecoder, make_decoder
 from extproc.core.estimator import TokenBudget
 from extproc.core.policy import PoolDecision
 from extproc.core.recovery import parse_attempt_count
-from extproc.core.request_body import UnreadableRequest, endpoint_for_path, parse_request_body
+from extproc.core.request_body import UnreadableRequest, endpoint_for_path
 from extproc.core.sse import JSONUsageReader, SSEUsageReader, StreamError, is_context_length_error
 
 __all__ = ["Exchange", "StreamProcessor"]
@@ -81,6 +85,7 @@ class StreamProcessor:
         "_json",
         "_route_answers",
         "_sse",
+        "batch_budgets",
         "budget",
         "calibrated",
         "category",
@@ -88,6 +93,7 @@ class StreamProcessor:
         "counted_pool",
         "endpoint",
         "exchange",
+        "learn",
         "method",
         "misroute",
         "path",
@@ -95,6 +101,7 @@ class StreamProcessor:
         "prompt_tokens",
         "reason",
         "request_id",
+        "response_id",
         "retried_to",
         "rng",
         "router",
@@ -113,6 +120,9 @@ class StreamProcessor:
         self.traceparent = ""
         self.endpoint: str | None = None
         self.budget: TokenBudget | None = None
+        self.batch_budgets: list[TokenBudget] | None = None
+        self.learn = True
+        self.response_id: str | None = None
         self.pool = ""
         self.reason = ""
         self.category = ""
@@ -208,7 +218,8 @@ class StreamProcessor:
                 "unsupported_path" if self.endpoint is None else "body_empty", body=False
             )
         self.exchange = Exchange.REQUEST_BODY
-        self.sampled = self._draw_sample()
+        # Responses API answers are always read: their id → pool entry serves previous_response_id.
+        self.sampled = self.endpoint == "responses" or self._draw_sample()
         if self.sampled or not self.router.config.calibration.skip_unsampled_responses:
             return R.CONTINUE_REQUEST_HEADERS
         return R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
@@ -251,16 +262,19 @@ class StreamProcessor:
             return R.CONTINUE_REQUEST_BODY
         r = self.router
         try:
-            features = parse_request_body(
-                msg.body, self.endpoint, sample_bytes=r.config.estimator.sample_bytes
-            )
+            features = parse_body(msg.body, self.endpoint, sample_bytes=r.config.estimator.sample_bytes)
         except UnreadableRequest as exc:
             # A first chunk that is not the whole body (STREAMED / BUFFERED_PARTIAL) rarely
             # parses: it is routed to the largest pool like any body we cannot read.
             reason = exc.reason if msg.end_of_stream else "body_incomplete"
-            return self._route_fallback(reason, body=True)
-        budget = r.estimator.estimate(features)
-        decision = r.policy.choose(budget.total_tokens)
+            return self._route_fallback(reason, body=True, model=exc.model)
+        if features.conversations:
+            # chat batch: each conversation is its own sequence; the longest decides the fit
+            self.batch_budgets = [r.estimator.estimate(c) for c in features.conversations]
+            budget = max(self.batch_budgets, key=lambda b: b.total_tokens)
+        else:
+            budget = r.estimator.estimate(features)
+        decision = self._decide(features.model, features.previous_response_id, budget.total_tokens)
         self.budget = budget
         self.pool = decision.pool.name
         self.reason = decision.reason
@@ -271,6 +285,25 @@ class StreamProcessor:
         r.observer.decision(self.pool, self.category, self.reason, budget.total_tokens)
         return self._route_answers[self.pool]
 
+    def _decide(self, model: str, previous_response_id: str | None, total_tokens: int) -> PoolDecision:
+        """Pool set by ``model``, then pool by budget; a ``previous_response_id`` pins the pool
+        that stored that response (docs/endpoints.md)."""
+        models = self.router.models
+        if previous_response_id is not None:
+            self.learn = False  # usage counts stored turns the router never saw
+            name = self.router.response_pools.get(previous_response_id)
+            pool = models.pool(name) if name is not None else None
+            if pool is not None:
+                return PoolDecision(pool, "previous_response")
+            return PoolDecision(models.fallback_for(model), "previous_response_unknown")
+        policy = models.select(model)
+        if policy is None:
+            return PoolDecision(models.largest, "unknown_model")
+        decision = policy.choose(total_tokens)
+        if not models.known(model):
+            return dataclasses.replace(decision, reason="unknown_model")
+        return decision
+
     def _report_saturation(self, decision: PoolDecision) -> None:
         """Report the saturated pools a spillover decision saw, and the spillover itself."""
         obs = self.router.observer
@@ -279,10 +312,9 @@ class StreamProcessor:
         if decision.preferred is not None:
             obs.spillover(decision.preferred.name, decision.pool.name, decision.signal)
 
-    def _route_fallback(self, reason: str, *, body: bool) -> pb.ProcessingResponse:
+    def _route_fallback(self, reason: str, *, body: bool, model: str | None = None) -> pb.ProcessingResponse:
         r = self.router
-        decision = r.policy.unreadable(reason)
-        self.pool = decision.pool.name
+        self.pool = r.models.fallback_for(model).name
         self.reason = reason
         self.category = "unknown"
         self._count_inflight()
@@ -311,7 +343,7 @@ class StreamProcessor:
     def _wants_calibration(self) -> bool:
         if self.budget is None or self.calibrated:
             return False
-        if self.retried_to is not None:
+        if self.retried_to is not None or self.endpoint == "responses":
             return True  # a misroute is always read (docs/design/003-misroute-recovery.md)
         if self.sampled is None:  # no request_headers seen (not Envoy's order): draw now
             self.sampled = self._draw_sample()
@@ -354,11 +386,11 @@ class StreamProcessor:
             return R.CONTINUE_RESPONSE_HEADERS
         self._decoder = decoder
         if content_type.startswith("text/event-stream"):
-            self._sse = SSEUsageReader()
+            self._sse = SSEUsageReader(api=API_OF_ENDPOINT.get(self.endpoint or "", "openai"))
             self.exchange = Exchange.RESPONSE_BODY
             return R.READ_SSE_RESPONSE
         if "json" in content_type:
-            self._json = JSONUsageReader()
+            self._json = JSONUsageReader(api=API_OF_ENDPOINT.get(self.endpoint or "", "openai"))
             self.exchange = Exchange.RESPONSE_BODY
             return R.READ_JSON_RESPONSE
         obs.calibration("unsupported_content_type")
@@ -396,10 +428,12 @@ class StreamProcessor:
                 return
             self.prompt_tokens = self._sse.prompt_tokens
             self.completion_tokens = self._sse.completion_tokens
+            self.response_id = self._sse.response_id
         elif self._json is not None:
             self._json.close()
             self.prompt_tokens = self._json.prompt_tokens
             self.completion_tokens = self._json.completion_tokens
+            self.response_id = self._json.response_id
         else:
             return
         self._sse = None
@@ -407,18 +441,23 @@ class StreamProcessor:
         self._decoder = None
         self.calibrated = True
         r = self.router
+        if self.response_id is not None:
+            r.response_pools.put(self.response_id, self.retried_to or self.pool)
         if self.prompt_tokens is None:
             r.observer.calibration("no_usage")
             return
-        before = r.store.get(self.budget.key) if self.retried_to is not None else None
-        obs = r.estimator.observe(self.budget, self.prompt_tokens)
+        learned = self._learned_budget()
+        if learned is None:
+            return
+        before = r.store.get(learned.key) if self.retried_to is not None else None
+        obs = r.estimator.observe(learned, self.prompt_tokens)
         if obs is None:
             r.observer.calibration("not_text_dominated")
         else:
             r.observer.calibration("applied")
             r.observer.estimate_error(obs.key[1], obs.rel_error)
         # recovery runs even when the observation taught the text key nothing (media, unexplained)
-        if self.retried_to is not None and self.counted_pool is not None:
+        if self.retried_to is not None and self.counted_pool is not None and self.batch_budgets is None:
             dev_before = before.dev_bpt if before is not None else 0.0
             for outcome in r.recovery.on_usage(
                 self.budget, self.counted_pool, self.retried_to, self.prompt_tokens, dev_before
@@ -426,6 +465,20 @@ class StreamProcessor:
                 r.observer.misroute_calibration(self.counted_pool, outcome)
         if obs is not None:
             r.publish_ratio(*obs.key)
+
+    def _learned_budget(self) -> TokenBudget | None:
+        """The budget the served usage is learned against, or None (outcome counted): a
+        ``previous_response_id`` continuation's usage counts stored turns; a chat batch's usage is
+        the sum over its conversations, learned against the summed estimate (extproc.core.batch)."""
+        if not self.learn:
+            self.router.observer.calibration("previous_response")
+            return None
+        if self.batch_budgets is None:
+            return self.budget
+        learned = batch_budget(self.batch_budgets)
+        if learned is None:
+            self.router.observer.calibration("batch_mixed_keys")
+        return learned
 
     def _stream_error(self, err: StreamError) -> None:
         """A 2xx SSE stream carried an error event: never learned from (its usage, if any, is not

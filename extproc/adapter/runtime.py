@@ -19,8 +19,10 @@ from extproc.core.calibration import InMemoryRatioStore, RatioStore
 from extproc.core.decision import DecisionRecord
 from extproc.core.estimator import Estimator
 from extproc.core.load import LoadTracker
+from extproc.core.model_sets import ModelRouting
 from extproc.core.policy import Policy
 from extproc.core.recovery import MisrouteRecovery
+from extproc.core.response_ids import ResponsePools
 
 __all__ = ["DecisionSink", "Runtime"]
 
@@ -43,6 +45,7 @@ class Runtime:
             when None.
         decision_log: where :meth:`log_decision` appends JSON lines (None = no log).
         load: the process-wide pool load tracker (kept across reloads); a new one when None.
+        response_pools: the Responses API ``id`` → pool map (kept across reloads); new when None.
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class Runtime:
         observer: StreamObserver | None = None,
         decision_log: DecisionSink | None = None,
         load: LoadTracker | None = None,
+        response_pools: ResponsePools | None = None,
     ) -> None:
         self.config = config
         self.store: RatioStore = (
@@ -64,9 +68,11 @@ class Runtime:
         )
         self.load = load if load is not None else LoadTracker()
         self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
+        self.models = ModelRouting(config, self.load)
+        self.response_pools = response_pools if response_pools is not None else ResponsePools()
         self.recovery = MisrouteRecovery(
             config.recovery,
-            self.policy,
+            self.models,
             self.load,
             self.store,
             config.calibration.warmup_samples,

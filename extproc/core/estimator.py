@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from extproc.config import CalibrationConfig, EstimatorConfig
 from extproc.core.calibration import RatioKey, RatioState, RatioStore
 from extproc.core.categories import TextProfile, profile_text
+from extproc.core.images import ImageBudget
 from extproc.core.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
 from extproc.core.request_body import RequestFeatures
 from extproc.core.run_costs import run_costs
@@ -150,6 +151,7 @@ class Estimator:
         in-memory and Redis stores behave the same."""
         self._media: dict[str, float] = {}
         """Learned tokens per media item of each model key (never below the configured budget)."""
+        self.images = ImageBudget(estimator.image_rules, estimator.image_tokens)
 
     def model_key(self, model: str) -> str:
         """Bounded model key: the first ``max_models`` distinct names, then ``_other``."""
@@ -251,8 +253,13 @@ class Estimator:
     def fixed_tokens(self, f: RequestFeatures) -> int:
         """Modelled non-ratio prompt tokens: template framing, media, token ids."""
         image, audio = self.media_tokens(self.model_key(f.model))
-        fixed = f.exact_prompt_tokens + math.ceil(f.n_images * image + f.n_audio * audio)
-        if f.endpoint == "chat":
+        # images of a model with an image rule cost their pixel size (extproc.core.images)
+        if self.images.rule(f.model) is not None:
+            image_total = float(self.images.tokens(f.model, f.n_images, f.image_sizes))
+        else:
+            image_total = f.n_images * image
+        fixed = f.exact_prompt_tokens + math.ceil(image_total + f.n_audio * audio)
+        if f.endpoint != "completions":  # chat, responses, messages, chat_batch: chat template
             fr = self.framing(self.model_key(f.model))
             fixed += fr.request_tokens + fr.message_tokens * f.n_messages
             if f.n_tools:

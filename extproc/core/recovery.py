@@ -26,13 +26,22 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from extproc.config import RecoveryConfig
+from extproc.config import PoolConfig, RecoveryConfig
 from extproc.core.calibration import INITIAL_REL_DEV, RatioKey, RatioState, RatioStore
 from extproc.core.estimator import Estimator, TokenBudget
 from extproc.core.load import LoadTracker
-from extproc.core.policy import Policy
 
-__all__ = ["MisrouteRecovery", "RetryOutcome", "parse_attempt_count", "strong_correction"]
+
+class PoolOrder(Protocol):
+    """Pool order within a pool set (:class:`~extproc.core.policy.Policy`,
+    :class:`~extproc.core.model_sets.ModelRouting`)."""
+
+    def next_larger(self, pool_name: str) -> PoolConfig | None: ...
+
+    def pool(self, pool_name: str) -> PoolConfig | None: ...
+
+
+__all__ = ["MisrouteRecovery", "PoolOrder", "RetryOutcome", "parse_attempt_count", "strong_correction"]
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +145,7 @@ class MisrouteRecovery:
     def __init__(
         self,
         cfg: RecoveryConfig,
-        policy: Policy,
+        policy: PoolOrder,
         load: LoadTracker,
         store: RatioStore,
         warmup_samples: int,

@@ -18,11 +18,15 @@ from typing import Any
 import numpy as np
 import orjson
 
+from extproc.core.images import ImageSize, size_from_base64, size_from_url
 from extproc.core.runs import RunCounts, count_runs
 
 __all__ = [
+    "CHAT_BATCH_PATH",
     "CHAT_PATH",
     "COMPLETIONS_PATH",
+    "MESSAGES_PATH",
+    "RESPONSES_PATH",
     "RequestFeatures",
     "UnreadableRequest",
     "endpoint_for_path",
@@ -31,6 +35,16 @@ __all__ = [
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
+RESPONSES_PATH = "/v1/responses"
+MESSAGES_PATH = "/v1/messages"
+CHAT_BATCH_PATH = "/v1/chat/completions/batch"
+_ENDPOINTS = {
+    CHAT_PATH: "chat",
+    COMPLETIONS_PATH: "completions",
+    RESPONSES_PATH: "responses",
+    MESSAGES_PATH: "messages",
+    CHAT_BATCH_PATH: "chat_batch",
+}
 _MAX_SANE_TOKENS = 1 << 31
 
 
@@ -40,6 +54,8 @@ class UnreadableRequest(ValueError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+        self.model: str | None = None
+        """The request's ``model`` when it was read before the problem (routes to its pool set)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +110,14 @@ class RequestFeatures:
     reasoning_runs: RunCounts | None = None
     """Run counts of ``reasoning`` / ``reasoning_content`` (some templates drop it: budgeted per
     model profile, ``ModelProfile.renders_reasoning``)."""
+    image_sizes: tuple[ImageSize | None, ...] = ()
+    """Pixel size of each image part read from its header, None where unknown (remote URL,
+    unreadable data); ``len(image_sizes) <= n_images`` (extproc.core.images)."""
+    previous_response_id: str | None = None
+    """Responses API ``previous_response_id`` (extproc.core.api_bodies)."""
+    conversations: tuple[RequestFeatures, ...] = ()
+    """``/v1/chat/completions/batch``: the features of each conversation (this object then
+    describes the longest one); empty otherwise."""
 
 
 VLLM_MESSAGE_FIELDS = frozenset(
@@ -139,16 +163,13 @@ def _arguments_text(args: Any) -> str:
 
 
 def endpoint_for_path(path: str) -> str | None:
-    """Map a request ``:path`` to ``"chat"`` / ``"completions"``; None for anything else.
+    """Map a request ``:path`` to ``"chat"``, ``"completions"``, ``"responses"``, ``"messages"``
+    or ``"chat_batch"`` (the last three parsed by :mod:`extproc.core.api_bodies`); None for
+    anything else.
 
     The query string is ignored; a trailing slash is tolerated.
     """
-    base = path.split("?", 1)[0].rstrip("/")
-    if base == CHAT_PATH:
-        return "chat"
-    if base == COMPLETIONS_PATH:
-        return "completions"
-    return None
+    return _ENDPOINTS.get(path.split("?", 1)[0].rstrip("/"))
 
 
 class _Text:
@@ -224,8 +245,30 @@ def _int_field(body: dict[str, Any], name: str) -> int | None:
     return value
 
 
-def _content(content: Any, text: _Text, counts: list[int]) -> None:
-    """Walk a message ``content``: string, or list of parts. counts = [images, audio]."""
+def _image_size(part: dict[str, Any]) -> ImageSize | None:
+    """Pixel size of an image part from its header, when the part carries the image inline.
+
+    Shapes: chat ``image_url: {url}`` or ``image_url: "<url>"``; Responses ``input_image``
+    ``image_url: "<url>"``; Anthropic ``image`` ``source: {type: base64, data}``.
+    """
+    value = part.get("image_url")
+    if isinstance(value, dict):
+        value = value.get("url")
+    if isinstance(value, str):
+        return size_from_url(value)
+    source = part.get("source")
+    if isinstance(source, dict) and source.get("type") == "base64":
+        data = source.get("data")
+        if isinstance(data, str):
+            return size_from_base64(data)
+    return None
+
+
+def _content(
+    content: Any, text: _Text, counts: list[int], images: list[ImageSize | None] | None = None
+) -> None:
+    """Walk a message ``content``: string, or list of parts. counts = [images, audio]; the size
+    of each image part is appended to ``images`` (None when not inline)."""
     if content is None:
         return
     if isinstance(content, str):
@@ -247,9 +290,11 @@ def _content(content: Any, text: _Text, counts: list[int]) -> None:
             text.add(value or "")
         elif kind in ("image_url", "input_image", "image"):
             counts[0] += 1
+            if images is not None:
+                images.append(_image_size(part))
         elif kind in ("input_audio", "audio"):
             counts[1] += 1
-        elif kind == "file":
+        elif kind in ("file", "input_file"):
             counts[0] += 1  # documents render to pages; budget like an image
         else:
             raise UnreadableRequest("unknown_content_part")
@@ -267,11 +312,17 @@ def _tool_calls(calls: Any, text: _Text, counts: list[int]) -> None:
             text.add(_json_text(call))
 
 
-def _message(msg: dict[str, Any], text: _Text, counts: list[int], reasoning: list[str]) -> None:
+def _message(
+    msg: dict[str, Any],
+    text: _Text,
+    counts: list[int],
+    reasoning: list[str],
+    images: list[ImageSize | None] | None = None,
+) -> None:
     """Every field of one message the template can render (module docstring of the estimator)."""
     for field, value in msg.items():
         if field == "content":
-            _content(value, text, counts)
+            _content(value, text, counts, images)
         elif field == "tool_calls":
             _tool_calls(value, text, counts)
         elif field in ("reasoning", "reasoning_content"):
@@ -283,7 +334,13 @@ def _message(msg: dict[str, Any], text: _Text, counts: list[int], reasoning: lis
             text.add(_json_text(value))
 
 
-def _messages(messages: Any, text: _Text, counts: list[int], reasoning: list[str]) -> int:
+def _messages(
+    messages: Any,
+    text: _Text,
+    counts: list[int],
+    reasoning: list[str],
+    images: list[ImageSize | None] | None = None,
+) -> int:
     """Walk ``messages``; counts = [images, audio, tool calls, unknown fields]."""
     if not isinstance(messages, list):
         raise UnreadableRequest("bad_field_type", "messages")
@@ -292,7 +349,7 @@ def _messages(messages: Any, text: _Text, counts: list[int], reasoning: list[str
     for msg in messages:
         if not isinstance(msg, dict):
             raise UnreadableRequest("bad_field_type", "message")
-        _message(msg, text, counts, reasoning)
+        _message(msg, text, counts, reasoning, images)
     return len(messages)
 
 
@@ -340,16 +397,11 @@ def _tool_defs(parsed: dict[str, Any]) -> list[Any]:
     return tool_defs
 
 
-def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> RequestFeatures:
-    """Parse an OpenAI request body into :class:`RequestFeatures`.
-
-    Args:
-        body: the raw HTTP request body (UTF-8 JSON).
-        endpoint: ``"chat"`` or ``"completions"`` (see :func:`endpoint_for_path`).
-        sample_bytes: how much text to keep for the classifier.
+def load_object(body: bytes) -> dict[str, Any]:
+    """The request body as a JSON object.
 
     Raises:
-        UnreadableRequest: empty, not JSON, not an object, wrong field types, or no prompt.
+        UnreadableRequest: empty, not UTF-8, not JSON, not an object, or a non-string ``model``.
     """
     if not body:
         raise UnreadableRequest("body_empty")
@@ -360,17 +412,62 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
         raise UnreadableRequest(reason) from None
     if not isinstance(parsed, dict):
         raise UnreadableRequest("body_not_object")
-    model = parsed.get("model", "")
-    if not isinstance(model, str):
+    if not isinstance(parsed.get("model", ""), str):
         raise UnreadableRequest("bad_field_type", "model")
+    return parsed
 
+
+def stream_flags(parsed: dict[str, Any]) -> tuple[bool, bool | None]:
+    """``(stream, stream_options.include_usage or None)``."""
+    include_usage: bool | None = None
+    opts = parsed.get("stream_options")
+    if isinstance(opts, dict) and isinstance(opts.get("include_usage"), bool):
+        include_usage = opts["include_usage"]
+    return parsed.get("stream") is True, include_usage
+
+
+def int_field(parsed: dict[str, Any], name: str) -> int | None:
+    """A non-negative integer field (integral floats accepted), None when absent.
+
+    Raises:
+        UnreadableRequest: wrong type or out of range.
+    """
+    return _int_field(parsed, name)
+
+
+def tool_runs(tool_defs: list[Any]) -> tuple[RunCounts, RunCounts] | None:
+    """Run counts of the tool schemas as compact JSON and as JSON with spaces (None without tools)."""
+    if not tool_defs:
+        return None
+    return count_runs(orjson.dumps(tool_defs).decode()), count_runs(_json_text(tool_defs))
+
+
+def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> RequestFeatures:
+    """Parse an OpenAI chat or completions request body into :class:`RequestFeatures`.
+
+    Args:
+        body: the raw HTTP request body (UTF-8 JSON).
+        endpoint: ``"chat"`` or ``"completions"`` (see :func:`endpoint_for_path`; the other
+            endpoints are parsed by :func:`extproc.core.api_bodies.parse_body`).
+        sample_bytes: how much text to keep for the classifier.
+
+    Raises:
+        UnreadableRequest: empty, not JSON, not an object, wrong field types, or no prompt.
+    """
+    return features_of(load_object(body), endpoint, sample_bytes)
+
+
+def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> RequestFeatures:
+    """:func:`parse_request_body` of an already loaded object (see :func:`load_object`)."""
+    model: str = parsed.get("model", "")
     text = _Text(sample_bytes)
     counts = [0, 0, 0, 0]
     reasoning: list[str] = []
+    images: list[ImageSize | None] = []
     n_messages = 0
     exact = 0
     if endpoint == "chat":
-        n_messages = _messages(parsed.get("messages"), text, counts, reasoning)
+        n_messages = _messages(parsed.get("messages"), text, counts, reasoning, images)
     elif endpoint == "completions":
         if "prompt" not in parsed:
             raise UnreadableRequest("empty_prompt", "prompt")
@@ -394,11 +491,7 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
     max_output = max_completion if max_completion is not None else max_tokens
     n = _int_field(parsed, "n") or 1
     best_of = _int_field(parsed, "best_of") or 1
-    stream = parsed.get("stream") is True
-    include_usage: bool | None = None
-    opts = parsed.get("stream_options")
-    if isinstance(opts, dict) and isinstance(opts.get("include_usage"), bool):
-        include_usage = opts["include_usage"]
+    stream, include_usage = stream_flags(parsed)
 
     return RequestFeatures(
         endpoint=endpoint,
@@ -419,7 +512,6 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
         n_tool_calls=counts[2],
         unknown_fields=counts[3],
         reasoning_runs=count_runs("\n".join(reasoning)) if reasoning else None,
-        tools_runs=(count_runs(orjson.dumps(tool_defs).decode()), count_runs(_json_text(tool_defs)))
-        if tool_defs
-        else None,
+        tools_runs=tool_runs(tool_defs),
+        image_sizes=tuple(images),
     )

@@ -23,6 +23,8 @@ from typing import Any
 
 import orjson
 
+from extproc.core.api_usage import response_id_of, usage_of
+
 __all__ = [
     "JSONUsageReader",
     "SSEUsageReader",
@@ -127,6 +129,9 @@ def _object_at(data: bytes, start: int) -> bytes | None:
     return None
 
 
+_RESPONSE_ID = re.compile(rb'"id"\s*:\s*"(resp[_-][A-Za-z0-9_-]{1,200})"')
+
+
 class JSONUsageReader:
     """Read ``usage`` from a JSON response body fed in chunks, in bounded memory.
 
@@ -140,9 +145,13 @@ class JSONUsageReader:
 
     Args:
         max_usage_bytes: bytes kept from the ``usage`` key on (a usage object is ~200 B).
+        api: the usage shape (:mod:`extproc.core.api_usage`): ``openai`` (default), ``responses``
+            (``input_tokens``; also reads the response ``id``, in the first 4 KiB where servers put
+            it, into :attr:`response_id`) or ``anthropic``.
     """
 
     __slots__ = (
+        "_api",
         "_candidate",
         "_carry",
         "_missing",
@@ -150,11 +159,14 @@ class JSONUsageReader:
         "completion_tokens",
         "max_usage_bytes",
         "prompt_tokens",
+        "response_id",
     )
 
     _CARRY_BYTES = 64  # a key split across chunks, with whitespace around the colon
 
-    def __init__(self, *, max_usage_bytes: int = 4096) -> None:
+    def __init__(self, *, max_usage_bytes: int = 4096, api: str = "openai") -> None:
+        self._api = api
+        self.response_id: str | None = None
         self.max_usage_bytes = max_usage_bytes
         self._carry = b""
         self._candidate: bytes | None = None
@@ -167,6 +179,10 @@ class JSONUsageReader:
         """Consume the next bytes of the body (any chunking)."""
         if not chunk:
             return
+        if self._api == "responses" and self.response_id is None and self.bytes_seen < 4096:
+            found = _RESPONSE_ID.search(self._carry + chunk[:4096])
+            if found is not None:
+                self.response_id = found.group(1).decode("ascii", "replace")
         self.bytes_seen += len(chunk)
         if self._candidate is not None and self._missing > 0:
             self._candidate += chunk[: self._missing]
@@ -193,6 +209,10 @@ class JSONUsageReader:
         except orjson.JSONDecodeError:
             return
         obj = {"usage": usage}
+        if self._api != "openai":
+            self.prompt_tokens, completion = usage_of(obj, self._api)
+            self.completion_tokens = completion if self.prompt_tokens is not None else None
+            return
         self.prompt_tokens = prompt_tokens_of(obj)
         self.completion_tokens = completion_tokens_of(obj) if self.prompt_tokens is not None else None
 
@@ -203,10 +223,14 @@ class SSEUsageReader:
 
     Args:
         max_event_bytes: events longer than this are discarded (bounded memory).
+        api: the usage shape (:mod:`extproc.core.api_usage`): ``openai`` (default),
+            ``responses`` (also sets :attr:`response_id`) or ``anthropic``.
     """
 
     __slots__ = (
+        "_api",
         "_buf",
+        "_marker",
         "_skipping",
         "_started",
         "completion_tokens",
@@ -215,9 +239,13 @@ class SSEUsageReader:
         "events",
         "max_event_bytes",
         "prompt_tokens",
+        "response_id",
     )
 
-    def __init__(self, *, max_event_bytes: int = 1 << 20) -> None:
+    def __init__(self, *, max_event_bytes: int = 1 << 20, api: str = "openai") -> None:
+        self._api = api
+        self._marker = b"prompt_tokens" if api == "openai" else b"input_tokens"
+        self.response_id: str | None = None
         self._buf = bytearray()
         self._skipping = False
         self._started = False
@@ -274,7 +302,7 @@ class SSEUsageReader:
             return
         self.events += 1
         has_error = b'"error"' in raw
-        if b"prompt_tokens" not in raw and not has_error:  # most chunks: no usage, or "usage": null
+        if self._marker not in raw and not has_error:  # most chunks: no usage, or "usage": null
             return
         data: list[bytes] = []
         for line in _LINE_SPLIT.split(raw):
@@ -295,7 +323,18 @@ class SSEUsageReader:
             if err is not None:
                 self.error = err
                 return
+        if self._api != "openai":
+            self._api_usage(obj)
+            return
         tokens = prompt_tokens_of(obj)
         if tokens is not None:
             self.prompt_tokens = tokens
             self.completion_tokens = completion_tokens_of(obj)
+
+    def _api_usage(self, obj: object) -> None:
+        """Usage (and the Responses API id) of a Responses or Anthropic stream event."""
+        tokens, completion = usage_of(obj, self._api)
+        if tokens is not None:
+            self.prompt_tokens, self.completion_tokens = tokens, completion
+            if self._api == "responses":
+                self.response_id = response_id_of(obj) or self.response_id

@@ -34,6 +34,7 @@ from extproc.config import RouterConfig
 from extproc.core.calibration import InMemoryRatioStore
 from extproc.core.categories import CATEGORIES
 from extproc.core.load import LoadTracker
+from extproc.core.response_ids import ResponsePools
 from extproc.service.admin import build_admin_app
 from extproc.service.decision_log import DecisionLogWriter
 from extproc.service.load_metrics import LoadCollector
@@ -41,6 +42,7 @@ from extproc.service.metrics import PrometheusObserver, RouterMetrics
 from extproc.service.otel import OtelRecorder
 from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
+from extproc.service.response_sync import ResponsePoolSync
 from extproc.service.scrape import PoolScraper
 from extproc.service.snapshot import PeriodicSnapshot, load_snapshot
 
@@ -111,6 +113,8 @@ class RouterApp:
         self.store: InMemoryRatioStore | RedisRatioStore
         self.config_generation = 0
         self.redis: RedisRatioStore | None = None
+        self.response_pools = ResponsePools()
+        self.response_sync: ResponsePoolSync | None = None
         self.memory: InMemoryRatioStore | None = None
         if cal.redis_url:
             self.redis = RedisRatioStore(
@@ -182,6 +186,16 @@ class RouterApp:
         if self.redis is not None:
             self.redis.on_update = self._publish
             await self.redis.start()
+            cal = cfg.calibration
+            assert cal.redis_url is not None
+            self.response_sync = ResponsePoolSync(
+                self.response_pools,
+                url=cal.redis_url,
+                key_prefix=cal.redis_key_prefix,
+                interval_s=cal.redis_sync_interval_s,
+                timeout_s=cal.redis_timeout_s,
+            )
+            await self.response_sync.start()
         if cfg.decision_log_path:
             self._decision_log = DecisionLogWriter(
                 cfg.decision_log_path,
@@ -220,7 +234,12 @@ class RouterApp:
         self.store.beta = params.beta
         self.store.params = params
         router = Runtime(
-            cfg, store=self.store, observer=self.observer, decision_log=self._decision_log, load=self.load
+            cfg,
+            store=self.store,
+            observer=self.observer,
+            decision_log=self._decision_log,
+            load=self.load,
+            response_pools=self.response_pools,
         )
         # Models already learned keep their keys across reloads/restarts (most observed first),
         # so the bounded model set (estimator.max_models) does not grow with each reload.
@@ -304,6 +323,8 @@ class RouterApp:
             await self._admin_task
         if self._admin_sock is not None:
             self._admin_sock.close()
+        if self.response_sync is not None:
+            await self.response_sync.close()
         if self.redis is not None:
             await self.redis.close()
         if self.scraper is not None:

@@ -113,7 +113,8 @@ def test_overlay_builds_and_every_object_validates(overlay: str) -> None:
 
 
 def test_three_overlays() -> None:
-    assert OVERLAYS == ["envoy-gateway", "istio", "standalone-envoy"]
+    """Three gateways, plus two-models (standalone-envoy with a pool set per model)."""
+    assert OVERLAYS == ["envoy-gateway", "istio", "standalone-envoy", "two-models"]
 
 
 def test_validation_can_fail() -> None:
@@ -234,7 +235,12 @@ def test_production_settings(overlay: str) -> None:
     grpc_from = [
         r["from"] for r in netpol["spec"]["ingress"] if {"port": "grpc", "protocol": "TCP"} in r["ports"]
     ]
-    gateway_ns = {"standalone-envoy": None, "envoy-gateway": "envoy-gateway-system", "istio": "istio-system"}
+    gateway_ns = {
+        "standalone-envoy": None,
+        "two-models": None,
+        "envoy-gateway": "envoy-gateway-system",
+        "istio": "istio-system",
+    }
     if gateway_ns[overlay] is None:
         envoy_labels = by[("Deployment", "envoy")]["spec"]["template"]["metadata"]["labels"]
         assert any(

@@ -3,11 +3,14 @@ three-pool stack (devstack's in-process stack on envoy/envoy-3pools.yaml)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from devstack.inprocess import InProcessStack, inprocess_stack
 
@@ -55,3 +58,36 @@ class RouterEndpoints:
     grpc_port: int
     admin_url: str
     decision_log: Path
+
+
+ROUTER_2MODELS = REPO / "config" / "router-2models.yaml"
+ENVOY_2MODELS = REPO / "envoy" / "envoy-2models.yaml"
+MODEL_POOLS: dict[str, dict[str, Any]] = {
+    # pool name → stand-in pool settings: the Qwen3 pair and the Llama-3 pair, each serving only its
+    # model (strict: another model's request gets vLLM's 404, so a cross-model misroute fails loudly)
+    "qwen-short": {"tokenizer": "qwen3", "served_model_names": ("Qwen/Qwen3-8B",)},
+    "qwen-long": {"tokenizer": "qwen3", "served_model_names": ("Qwen/Qwen3-8B",)},
+    "llama-short": {"tokenizer": "llama3", "served_model_names": ("meta-llama/Llama-3.1-8B-Instruct",)},
+    "llama-long": {"tokenizer": "llama3", "served_model_names": ("meta-llama/Llama-3.1-8B-Instruct",)},
+}
+
+
+@contextlib.asynccontextmanager
+async def model_sets_stack(
+    work_dir: Path, *, pool_overrides: dict[str, dict[str, Any]] | None = None
+) -> AsyncIterator[InProcessStack]:
+    """The two-model stack: config/router-2models.yaml (its pools, model sets and estimator) with
+    strict stand-in pools, the router in this loop, and envoy/envoy-2models.yaml."""
+    raw: dict[str, Any] = yaml.safe_load(await asyncio.to_thread(ROUTER_2MODELS.read_text, encoding="utf-8"))
+    limits = {p["name"]: p["max_model_len"] for p in raw.pop("pools")}
+    for key in ("server", "admin"):
+        raw.pop(key, None)
+    raw["server"] = {"grace_period_s": 0.5}
+    pools = {
+        name: {**MODEL_POOLS[name], "strict_model": True, **(pool_overrides or {}).get(name, {})}
+        for name in limits
+    }
+    async with inprocess_stack(
+        work_dir, pool_limits=limits, envoy_source=ENVOY_2MODELS, router_overrides=raw, pool_overrides=pools
+    ) as stack:
+        yield stack

@@ -84,3 +84,29 @@ def test_tbr_demo_cli_on_builtin_sample(tmp_path: Path) -> None:
     assert s["requests"] == 20
     assert s["harmful_misroutes"] == 0 and s["failed_requests"] == 0
     assert sum(s["requests_per_pool"].values()) == 20
+
+
+def test_tbr_demo_two_models_summarises_each_model(tmp_path: Path) -> None:
+    """`tbr demo --two-models`: a Qwen3 pair and a Llama-3 pair behind one Envoy; each model's half
+    of the workload is answered by its own pools (strict pools: 404 for the other model), the long
+    document by the model's long pool, and each model learns its own ratios."""
+    out = tmp_path / "summary.json"
+    res = subprocess.run(
+        [sys.executable, "-m", "tbr", "demo", "--two-models", "--data", str(tmp_path / "absent"),
+         "--requests", "24", "--json-out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    models = json.loads(out.read_text(encoding="utf-8"))["models"]
+    assert set(models) == {"Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B-Instruct"}
+    for name, s in models.items():
+        assert s["requests"] == 12 and s["http_status"] == {"200": 12}
+        assert s["harmful_misroutes"] == 0 and s["failed_requests"] == 0
+        assert s["learned_ratios"] and all(r["model"] == name for r in s["learned_ratios"])
+        assert set(s["requests_per_pool"]) <= {"short", "long"}
+    assert models["meta-llama/Llama-3.1-8B-Instruct"]["limits_tokens"] == {"short": 8192, "long": 131072}
+    assert "==== model Qwen/Qwen3-8B (short = qwen-short, long = qwen-long) ====" in res.stdout

@@ -7,6 +7,8 @@ One stack per module: two mock pools, one router (``tbr serve``, restartable), o
 
 from __future__ import annotations
 
+import base64
+import io
 import signal
 import threading
 import time
@@ -14,6 +16,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from PIL import Image
 
 from devstack.stack import Stack, StackOptions
 
@@ -157,10 +160,15 @@ def test_router_killed_under_load_fails_open_and_client_cannot_pick_the_pool(sta
 def test_body_just_under_envoy_buffer_limit_is_routed_by_the_router(stack: Stack) -> None:
     """A ~7.9 MiB body (one large data-URI image, so the stand-in pool need not tokenize 8 MiB
     of text) is buffered by Envoy, read by the router (decision counted, no fail-open) and
-    budgeted as one image → short pool."""
+    budgeted as one image → short pool. The image is a real 64×64 PNG header followed by padding:
+    the router reads its size from the header (extproc.core.images), never the rest."""
     failopen_before = envoy_stat(stack, "ext_proc.tbr.failure_mode_allowed")
     short_before = stack.router_metric("tbr_routing_decisions_total", {"pool": "short"})
-    uri = "data:image/png;base64," + "A" * ((8 << 20) - 4096)
+    png = io.BytesIO()
+    Image.new("RGB", (64, 64)).save(png, format="PNG")
+    head = png.getvalue() + b"\0" * (-len(png.getvalue()) % 3)
+    b64 = base64.b64encode(head).decode()
+    uri = "data:image/png;base64," + b64 + "A" * ((8 << 20) - 4096 - len(b64))
     content = [{"type": "text", "text": "describe"}, {"type": "image_url", "image_url": {"url": uri}}]
     body = {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 4}
     r = httpx.post(url(stack), json=body, timeout=60.0)

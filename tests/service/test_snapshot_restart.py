@@ -58,7 +58,7 @@ async def test_sigkill_loses_at_most_one_snapshot_interval(tmp_path: Path) -> No
     cfg_path = tmp_path / "router.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     with _serve(cfg_path) as (proc, grpc_port, admin_port):
-        await calibrate(grpc_port, TEXT_8000, prompt_tokens=8010, times=5)
+        await calibrate(grpc_port, TEXT_8000, prompt_tokens=1800, times=5)
         learned = await ratios(admin_port)
         assert learned and learned[0]["samples"] == 5
         await asyncio.sleep(3 * INTERVAL_S)  # at least one periodic write after the last sample
@@ -92,6 +92,6 @@ async def test_corrupt_or_foreign_snapshot_is_reported_and_ignored(tmp_path: Pat
         assert app.ready and await ratios(app.admin_port) == []
         metrics = (await admin_get(app.admin_port, "/metrics")).text
         assert 'tbr_ratio_snapshots_total{operation="load",outcome="invalid"} 1.0' in metrics
-        await calibrate(app.grpc_port, TEXT_8000, prompt_tokens=8010)
+        await calibrate(app.grpc_port, TEXT_8000, prompt_tokens=1800)
     assert (tmp_path / "r.json.invalid").read_text() == content  # kept for inspection
     assert len(json.loads(snap.read_text())["ratios"]) == 1  # a fresh snapshot replaced it

@@ -1,0 +1,133 @@
+"""Share the Responses API ``id`` → pool map (:mod:`extproc.core.response_ids`) across router replicas.
+
+With ``calibration.redis_url`` set, every replica appends the entries it learns to one Redis
+stream and reads the others' entries from it, every ``redis_sync_interval_s`` (the same cadence and
+consistency model as the shared ratios, docs/operations.md): a follow-up request that reaches
+another replica more than about one interval after the first answer finds its pool. The request
+path never waits for Redis; when Redis is down, entries stay local (the queue keeps the newest
+``10,000``) and the failure is logged once.
+
+Redis layout: stream ``{prefix}response-pools`` (``XADD … MAXLEN ~ 100000``), fields ``id`` and
+``pool``. A replica starts reading at the stream's current end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from extproc.core.response_ids import ResponsePools
+
+__all__ = ["ResponsePoolSync"]
+
+log = logging.getLogger(__name__)
+
+STREAM_MAXLEN = 100_000
+READ_COUNT = 10_000
+
+
+class ResponsePoolSync:
+    """Background push/pull of :class:`ResponsePools` entries through a Redis stream.
+
+    Args:
+        pools: the process-wide map.
+        url: Redis URL.
+        key_prefix: ``calibration.redis_key_prefix``.
+        interval_s: sync period (``calibration.redis_sync_interval_s``).
+        timeout_s: connect and per-command timeout.
+    """
+
+    def __init__(
+        self, pools: ResponsePools, *, url: str, key_prefix: str, interval_s: float, timeout_s: float
+    ) -> None:
+        self.pools = pools
+        self.key = f"{key_prefix}response-pools"
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self._client = aioredis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0)
+        )
+        self._last_id = "$"
+        self._task: asyncio.Task[None] | None = None
+        self._failing = False
+
+    async def start(self) -> None:
+        """Start the background task."""
+        self._task = asyncio.create_task(self._run(), name="redis-response-pools")
+
+    async def close(self) -> None:
+        """Stop the task, push what is queued once more, disconnect (each step time-bounded)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        bound = max(self.timeout_s, 0.1) * 2
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            await asyncio.wait_for(self._push(), timeout=bound)
+        with contextlib.suppress(RedisError, OSError, TimeoutError):
+            await asyncio.wait_for(self._client.aclose(), timeout=bound)
+
+    async def _run(self) -> None:
+        while True:
+            await self.sync_once()
+            await asyncio.sleep(self.interval_s)
+
+    async def sync_once(self) -> bool:
+        """One push of queued entries and one pull of new ones; False when Redis failed."""
+        try:
+            if self._last_id == "$":
+                info = (
+                    await self._client.xinfo_stream(self.key) if await self._client.exists(self.key) else None
+                )
+                self._last_id = info["last-generated-id"] if info else "0-0"
+            await self._push()
+            await self._pull()
+        except (RedisError, OSError) as exc:
+            if not self._failing:
+                log.warning("response id sharing through Redis failed (entries stay local): %s", exc)
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("response id sharing through Redis recovered")
+        self._failing = False
+        return True
+
+    async def _push(self) -> None:
+        entries = self.pools.drain()
+        if not entries:
+            return
+        try:
+            async with self._client.pipeline(transaction=False) as pipe:
+                for response_id, pool in entries:
+                    pipe.xadd(
+                        self.key, {"id": response_id, "pool": pool}, maxlen=STREAM_MAXLEN, approximate=True
+                    )
+                await pipe.execute()
+        except BaseException:
+            for response_id, pool in entries:  # keep them for the next attempt
+                self.pools.requeue(response_id, pool)
+            raise
+
+    async def _pull(self) -> None:
+        while True:
+            got: Any = await self._client.xread({self.key: self._last_id}, count=READ_COUNT)
+            if not got:
+                return
+            rows: list[Any] = got[0][1]
+            merged: list[tuple[str, str]] = []
+            for entry_id, fields in rows:
+                self._last_id = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+                rid, pool = fields.get(b"id"), fields.get(b"pool")
+                if isinstance(rid, bytes) and isinstance(pool, bytes):
+                    merged.append((rid.decode("utf-8", "replace"), pool.decode("utf-8", "replace")))
+            self.pools.merge(merged)
+            if len(rows) < READ_COUNT:
+                return

@@ -1,0 +1,529 @@
+"""The stand-in pool's Responses API, Anthropic Messages API and chat batch endpoints.
+
+Shapes follow vLLM's servers (cited per function) and the published APIs:
+
+* ``POST /v1/responses`` — vLLM ``vllm/entrypoints/openai/responses/serving.py`` and ``protocol.py``:
+  ``instructions``/``input`` rendered as chat messages; ``usage.input_tokens``/``output_tokens``;
+  ``store`` (default true) keeps the conversation in this process only, so a ``previous_response_id``
+  this pool did not produce is answered 404 ``Response with id '…' not found.`` (vLLM's
+  ``_make_not_found_error``). Streams are ``event: <type>`` / ``data: <json>`` pairs, no ``[DONE]``;
+  ``response.created``/``in_progress`` carry ``usage: null``, ``response.completed`` the usage.
+* ``POST /v1/messages`` — vLLM ``vllm/entrypoints/anthropic/serving.py`` converts to a chat request
+  (system parts joined, ``tool_use`` → ``tool_calls`` with JSON arguments, a user ``tool_result``
+  → a ``tool`` message); errors in Anthropic's shape ``{"type": "error", "error": {type, message}}``
+  (``api_router.py`` ``translate_error_response``). Streams: ``message_start`` (``usage.input_tokens``),
+  content block events, ``message_delta`` (``usage.input_tokens`` again, and ``output_tokens``),
+  ``message_stop``.
+* ``POST /v1/chat/completions/batch`` — vLLM ``chat_completion/batch_serving.py``: ``messages`` is a
+  list of conversations, one choice per conversation, ``usage`` summed; no streaming, no tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from mockpool import protocol, sse
+from mockpool.generation import ChoicePlan, Token, generate, plan_choice
+from mockpool.templates import ChatInputError
+from mockpool.validation import RequestError, read_json_object
+from mockpool.vision import ImageInputError
+
+if TYPE_CHECKING:
+    from mockpool.app import PoolApp
+
+__all__ = ["routes"]
+
+_STORE_MAX = 10_000
+CLIENT_CLOSED_STATUS = 499
+
+
+def _sse(event: str, payload: dict[str, Any]) -> bytes:
+    return f"event: {event}\ndata: ".encode() + orjson.dumps(payload) + b"\n\n"
+
+
+def _anthropic_error(message: str, code: int = 400, err_type: str = "BadRequestError") -> JSONResponse:
+    return JSONResponse({"type": "error", "error": {"type": err_type, "message": message}}, status_code=code)
+
+
+def _max_tokens(body: dict[str, Any], key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise RequestError(f"'{key}' must be a positive integer", param=key)
+    return value
+
+
+def _model(body: dict[str, Any], default: str) -> str:
+    model = body.get("model", default)
+    if not isinstance(model, str):
+        raise RequestError("'model' must be a string", param="model")
+    return model
+
+
+def _responses_part(part: Any) -> Any:
+    if isinstance(part, dict) and part.get("type") in ("input_text", "output_text"):
+        return {"type": "text", "text": part.get("text", "")}
+    if isinstance(part, dict) and part.get("type") == "input_image":
+        return {"type": "image_url", "image_url": {"url": part.get("image_url", "")}}
+    return part
+
+
+def responses_messages(body: dict[str, Any], stored: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages a Responses API request renders as (vLLM ``responses/utils.py``
+    ``construct_input_messages``): instructions, the stored conversation, then ``input``."""
+    out: list[dict[str, Any]] = []
+    if isinstance(body.get("instructions"), str):
+        out.append({"role": "system", "content": body["instructions"]})
+    out.extend(m for m in stored if m.get("role") != "system")
+    items = body.get("input")
+    if isinstance(items, str):
+        out.append({"role": "user", "content": items})
+        return out
+    if not isinstance(items, list):
+        raise RequestError("'input' must be a string or an array of items", param="input")
+    for item in items:
+        if not isinstance(item, dict):
+            raise RequestError("input items must be objects", param="input")
+        kind = item.get("type", "message")
+        if kind == "message":
+            content = item.get("content")
+            if isinstance(content, list):
+                content = [_responses_part(p) for p in content]
+            out.append({"role": item.get("role", "user"), "content": content})
+        elif kind == "function_call":
+            call = {"name": item.get("name", ""), "arguments": item.get("arguments", "{}")}
+            out.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [{"id": item.get("call_id", ""), "type": "function", "function": call}],
+                }
+            )
+        elif kind == "function_call_output":
+            out.append(
+                {"role": "tool", "tool_call_id": item.get("call_id", ""), "content": item.get("output", "")}
+            )
+    return out
+
+
+def _responses_tools(tools: Any) -> list[Any] | None:
+    if not isinstance(tools, list) or not tools:
+        return None
+    return [
+        {"type": "function", "function": {k: v for k, v in t.items() if k != "type"}}
+        if isinstance(t, dict) and "function" not in t
+        else t
+        for t in tools
+    ]
+
+
+def anthropic_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Chat messages an Anthropic Messages request converts to (vLLM ``anthropic/serving.py``)."""
+    out: list[dict[str, Any]] = []
+    system = body.get("system")
+    parts: list[str] = []
+    if isinstance(system, str):
+        parts.append(system)
+    elif isinstance(system, list):
+        parts.extend(b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text")
+    if parts:
+        out.append({"role": "system", "content": "".join(parts)})
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RequestError("'messages' must be a non-empty array", param="messages")
+    for msg in messages:
+        if not isinstance(msg, dict):
+            raise RequestError("messages must be objects", param="messages")
+        role = msg.get("role", "user")
+        content = msg.get("content")
+        if isinstance(content, str):
+            out.append({"role": role, "content": content})
+            continue
+        chat_parts, calls = _anthropic_blocks(content if isinstance(content, list) else [], out)
+        entry: dict[str, Any] = {"role": role}
+        if calls:
+            entry["tool_calls"] = calls
+        if len(chat_parts) == 1 and chat_parts[0]["type"] == "text":
+            entry["content"] = chat_parts[0]["text"]
+        elif chat_parts:
+            entry["content"] = chat_parts
+        if "content" in entry or calls:
+            entry.setdefault("content", "")
+            out.append(entry)
+    return out
+
+
+def _anthropic_blocks(
+    blocks: list[Any], out: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(content parts, tool_calls)`` of one Anthropic message's blocks; a ``tool_result`` is
+    appended to ``out`` as its own ``tool`` message (vLLM's ``_convert_user_tool_result``)."""
+    chat_parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for block in blocks:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text" and block.get("text"):
+            chat_parts.append({"type": "text", "text": block["text"]})
+        elif kind == "image":
+            chat_parts.append({"type": "image", "source": block.get("source", {})})
+        elif kind == "tool_use":
+            fn = {"name": block.get("name", ""), "arguments": json.dumps(block.get("input") or {})}
+            calls.append({"id": block.get("id", ""), "type": "function", "function": fn})
+        elif kind == "tool_result":
+            out.append(
+                {"role": "tool", "tool_call_id": block.get("tool_use_id", ""), "content": _result_text(block)}
+            )
+    return chat_parts, calls
+
+
+def _result_text(block: dict[str, Any]) -> str:
+    inner = block.get("content")
+    if isinstance(inner, str):
+        return inner
+    return "\n".join(
+        b.get("text", "") for b in inner or () if isinstance(b, dict) and b.get("type") == "text"
+    )
+
+
+def _anthropic_tools(tools: Any) -> list[Any] | None:
+    if not isinstance(tools, list) or not tools:
+        return None
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.get("name", ""),
+                "description": t.get("description", ""),
+                "parameters": t.get("input_schema", {}),
+            },
+        }
+        for t in tools
+        if isinstance(t, dict)
+    ]
+
+
+class Apis:
+    """Handlers of the three endpoints, bound to one :class:`~mockpool.app.PoolApp`."""
+
+    def __init__(self, pool: PoolApp) -> None:
+        """Serve with ``pool``'s settings, tokenizer, state and generation."""
+        self.pool = pool
+        self.stored: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+
+    async def _count(self, messages: list[dict[str, Any]], tools: list[Any] | None) -> int:
+        return await asyncio.to_thread(self.pool.count_chat, messages, tools)
+
+    async def _texts(self, request: Request, prompt_tokens: int, plans: list[ChoicePlan]) -> list[str] | None:
+        texts = await self.pool.collect(request, prompt_tokens, plans)
+        if texts is not None:
+            completion = sum(p.tokens for p in plans)
+            self.pool.state.record_finished(prompt_tokens, completion, [p.finish_reason for p in plans])
+        return texts
+
+    async def _stream(
+        self,
+        prompt_tokens: int,
+        plan: ChoicePlan,
+        head: list[bytes],
+        delta: Callable[[str], bytes],
+        tail: Callable[[str], list[bytes]],
+    ) -> AsyncIterator[bytes]:
+        split = self.pool.settings.sse_split_bytes
+        text = ""
+        for event in head:
+            async for piece in sse.write_pieces(event, split):
+                yield piece
+        try:
+            async for ev in generate(self.pool.state, self.pool.settings, prompt_tokens, [plan]):
+                if isinstance(ev, Token):
+                    text += ev.text
+                    async for piece in sse.write_pieces(delta(ev.text), split):
+                        yield piece
+        except (asyncio.CancelledError, GeneratorExit):
+            self.pool.state.finished["abort"] += 1
+            raise
+        self.pool.state.record_finished(prompt_tokens, plan.tokens, [plan.finish_reason])
+        for event in tail(text):
+            async for piece in sse.write_pieces(event, split):
+                yield piece
+
+    # -- /v1/responses ------------------------------------------------------------------------
+    def _stored_turns(self, previous: Any) -> list[dict[str, Any]]:
+        """The stored conversation of ``previous_response_id`` (none when absent).
+
+        Raises:
+            RequestError: 404 ``Response with id '…' not found.`` (vLLM's ``_make_not_found_error``).
+        """
+        if previous is None:
+            return []
+        if previous not in self.stored:
+            raise RequestError(
+                f"Response with id '{previous}' not found.", "response_id", 404, "invalid_request_error"
+            )
+        return self.stored[previous]
+
+    async def responses(self, request: Request) -> Response:
+        """``POST /v1/responses``."""
+        try:
+            body = await read_json_object(request)
+            model = _model(body, self.pool.settings.model_names[0])
+            max_tokens = _max_tokens(body, "max_output_tokens")
+            messages = responses_messages(body, self._stored_turns(body.get("previous_response_id")))
+            prompt_tokens = await self._count(messages, _responses_tools(body.get("tools")))
+        except RequestError as exc:
+            return exc.response()
+        except (ChatInputError, ImageInputError) as exc:
+            return protocol.error_response(str(exc))
+        too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.pool.settings.max_model_len)
+        if too_long is not None:
+            return too_long
+        effective = max_tokens if max_tokens is not None else self.pool.settings.max_model_len - prompt_tokens
+        plan = plan_choice(self.pool.settings, effective)
+        rid, mid = protocol.new_id("resp").replace("-", "_"), protocol.new_id("msg").replace("-", "_")
+
+        def envelope(status: str, text: str | None, usage: dict[str, Any] | None) -> dict[str, Any]:
+            output = [] if text is None else [_output_message(mid, text)]
+            return _response_object(rid, model, body, status, output, usage)
+
+        def finish(text: str) -> dict[str, Any]:
+            if body.get("store", True) is not False:
+                self.stored[rid] = [*messages, {"role": "assistant", "content": text}]
+                while len(self.stored) > _STORE_MAX:
+                    self.stored.popitem(last=False)
+            return _responses_usage(prompt_tokens, plan.tokens)
+
+        if body.get("stream") is True:
+            seq = iter(range(1 << 30))
+
+            def ev(kind: str, **fields: Any) -> bytes:
+                return _sse(kind, {"type": kind, "sequence_number": next(seq), **fields})
+
+            part = {"type": "output_text", "text": "", "annotations": []}
+            item = {"id": mid, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+            ids = {"item_id": mid, "output_index": 0, "content_index": 0}
+
+            def tail(text: str) -> list[bytes]:
+                usage = finish(text)
+                done_part = {**part, "text": text}
+                return [
+                    ev("response.output_text.done", **ids, text=text, logprobs=[]),
+                    ev("response.content_part.done", **ids, part=done_part),
+                    ev("response.output_item.done", output_index=0, item=_output_message(mid, text)),
+                    ev("response.completed", response=envelope("completed", text, usage)),
+                ]
+
+            head = [
+                ev("response.created", response=envelope("in_progress", None, None)),
+                ev("response.in_progress", response=envelope("in_progress", None, None)),
+                ev("response.output_item.added", output_index=0, item=item),
+                ev("response.content_part.added", **ids, part=part),
+            ]
+            return StreamingResponse(
+                self._stream(
+                    prompt_tokens,
+                    plan,
+                    head,
+                    lambda t: ev("response.output_text.delta", **ids, delta=t, logprobs=[]),
+                    tail,
+                ),
+                media_type="text/event-stream",
+                headers={"cache-control": "no-cache"},
+            )
+        texts = await self._texts(request, prompt_tokens, [plan])
+        if texts is None:
+            return Response(status_code=CLIENT_CLOSED_STATUS)
+        return JSONResponse(envelope("completed", texts[0], finish(texts[0])))
+
+    # -- /v1/messages -------------------------------------------------------------------------
+    async def messages(self, request: Request) -> Response:
+        """``POST /v1/messages`` (Anthropic Messages API)."""
+        try:
+            body = await read_json_object(request)
+            model = _model(body, self.pool.settings.model_names[0])
+            max_tokens = _max_tokens(body, "max_tokens")
+            if max_tokens is None:
+                raise RequestError("'max_tokens' is required", param="max_tokens")
+            messages = anthropic_messages(body)
+            prompt_tokens = await self._count(messages, _anthropic_tools(body.get("tools")))
+        except RequestError as exc:
+            return _anthropic_error(exc.message, exc.code, exc.err_type)
+        except (ChatInputError, ImageInputError) as exc:
+            return _anthropic_error(str(exc))
+        too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.pool.settings.max_model_len)
+        if too_long is not None:
+            err = orjson.loads(bytes(too_long.body))["error"]
+            return _anthropic_error(err["message"], 400, err["type"])
+        plan = plan_choice(self.pool.settings, max_tokens)
+        mid = protocol.new_id("msg").replace("-", "_")
+        stop = "max_tokens" if plan.finish_reason == "length" else "end_turn"
+        if body.get("stream") is True:
+            start: dict[str, Any] = {
+                "id": mid,
+                "type": "message",
+                "role": "assistant",
+                "content": [],
+                "model": model,
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": prompt_tokens, "output_tokens": 0},
+            }
+            head = [
+                _sse("message_start", {"type": "message_start", "message": start}),
+                _sse(
+                    "content_block_start",
+                    {
+                        "type": "content_block_start",
+                        "index": 0,
+                        "content_block": {"type": "text", "text": ""},
+                    },
+                ),
+            ]
+
+            def delta(t: str) -> bytes:
+                d = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}
+                return _sse("content_block_delta", d)
+
+            def tail(text: str) -> list[bytes]:
+                usage = {"input_tokens": prompt_tokens, "output_tokens": plan.tokens}
+                return [
+                    _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                    _sse(
+                        "message_delta",
+                        {"type": "message_delta", "delta": {"stop_reason": stop}, "usage": usage},
+                    ),
+                    _sse("message_stop", {"type": "message_stop"}),
+                ]
+
+            return StreamingResponse(
+                self._stream(prompt_tokens, plan, head, delta, tail),
+                media_type="text/event-stream",
+                headers={"cache-control": "no-cache"},
+            )
+        texts = await self._texts(request, prompt_tokens, [plan])
+        if texts is None:
+            return Response(status_code=CLIENT_CLOSED_STATUS)
+        return JSONResponse(
+            {
+                "id": mid,
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "text", "text": texts[0]}],
+                "model": model,
+                "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": {"input_tokens": prompt_tokens, "output_tokens": plan.tokens},
+            }
+        )
+
+    # -- /v1/chat/completions/batch -----------------------------------------------------------
+    async def chat_batch(self, request: Request) -> Response:
+        """``POST /v1/chat/completions/batch``: one choice per conversation, summed usage."""
+        try:
+            body = await read_json_object(request)
+            model = _model(body, self.pool.settings.model_names[0])
+            if body.get("stream") is True:
+                raise RequestError("Streaming is not supported for batch chat completions.", param="stream")
+            if body.get("tools"):
+                raise RequestError("Tool use is not supported for batch chat completions.", param="tools")
+            conversations = body.get("messages")
+            if (
+                not isinstance(conversations, list)
+                or not conversations
+                or not all(isinstance(c, list) for c in conversations)
+            ):
+                raise RequestError("'messages' must be a non-empty array of conversations", param="messages")
+            max_tokens = _max_tokens(body, "max_completion_tokens") or _max_tokens(body, "max_tokens")
+            counts = [await self._count(c, None) for c in conversations]
+        except RequestError as exc:
+            return exc.response()
+        except (ChatInputError, ImageInputError) as exc:
+            return protocol.error_response(str(exc))
+        limit = self.pool.settings.max_model_len
+        plans: list[ChoicePlan] = []
+        for count in counts:
+            too_long = protocol.context_length_error(count, max_tokens, limit)
+            if too_long is not None:
+                return too_long
+            plans.append(
+                plan_choice(self.pool.settings, max_tokens if max_tokens is not None else limit - count)
+            )
+        texts = await self._texts(request, sum(counts), plans)  # one sequence per conversation
+        if texts is None:
+            return Response(status_code=CLIENT_CLOSED_STATUS)
+        rid = protocol.new_id("chatcmpl")
+        return JSONResponse(
+            protocol.chat_response(
+                rid, model, texts, [p.finish_reason for p in plans], sum(counts), sum(p.tokens for p in plans)
+            )
+        )
+
+
+def _output_message(mid: str, text: str) -> dict[str, Any]:
+    return {
+        "id": mid,
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": [], "logprobs": None}],
+    }
+
+
+def _responses_usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    return {
+        "input_tokens": prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def _response_object(
+    rid: str, model: str, body: dict[str, Any], status: str, output: list[Any], usage: dict[str, Any] | None
+) -> dict[str, Any]:
+    """vLLM ``ResponsesResponse`` fields (``responses/protocol.py``)."""
+    return {
+        "id": rid,
+        "created_at": protocol.now_s(),
+        "incomplete_details": None,
+        "instructions": body.get("instructions"),
+        "metadata": None,
+        "model": model,
+        "object": "response",
+        "output": output,
+        "parallel_tool_calls": True,
+        "temperature": 1.0,
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "background": False,
+        "max_output_tokens": body.get("max_output_tokens"),
+        "previous_response_id": body.get("previous_response_id"),
+        "reasoning": None,
+        "service_tier": "auto",
+        "status": status,
+        "text": None,
+        "truncation": "disabled",
+        "usage": usage,
+        "user": None,
+    }
+
+
+def routes(pool: PoolApp) -> list[Route]:
+    """The Starlette routes of the three endpoints for ``pool``."""
+    apis = Apis(pool)
+    return [
+        Route("/v1/responses", apis.responses, methods=["POST"]),
+        Route("/v1/messages", apis.messages, methods=["POST"]),
+        Route("/v1/chat/completions/batch", apis.chat_batch, methods=["POST"]),
+    ]

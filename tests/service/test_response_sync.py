@@ -1,0 +1,56 @@
+"""The Responses API id → pool map is shared by router replicas through Redis."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from devstack.redis import RedisServer
+from extproc.config import parse_config
+from extproc.core.response_ids import ResponsePools
+from extproc.service.app import RouterApp
+from extproc.service.response_sync import ResponsePoolSync
+from tests.service.streams import POOLS
+
+pytestmark = pytest.mark.redis
+
+
+async def test_entry_learned_on_one_replica_is_known_to_the_other(redis_server: RedisServer) -> None:
+    cfg = parse_config(
+        {"pools": POOLS, "calibration": {"redis_url": redis_server.url, "redis_sync_interval_s": 0.05}}
+    )
+    async with RouterApp(cfg, grpc_port=0, admin_port=0) as a, RouterApp(cfg, grpc_port=0, admin_port=0) as b:
+        a.response_pools.put("resp_abc", "long")
+        for _ in range(200):
+            if b.response_pools.get("resp_abc") is not None:
+                break
+            await asyncio.sleep(0.02)
+        assert b.response_pools.get("resp_abc") == "long"
+
+
+async def test_a_replica_starting_later_reads_only_new_entries_and_failures_keep_entries(
+    redis_server: RedisServer,
+) -> None:
+    first, late = ResponsePools(), ResponsePools()
+    sync_first = ResponsePoolSync(first, url=redis_server.url, key_prefix="t:", interval_s=60, timeout_s=1)
+    sync_late = ResponsePoolSync(late, url=redis_server.url, key_prefix="t:", interval_s=60, timeout_s=1)
+    try:
+        first.put("resp_old", "short")
+        assert await sync_first.sync_once()
+        assert await sync_late.sync_once()  # starts at the stream's end
+        assert late.get("resp_old") is None
+        first.put("resp_new", "long")
+        assert await sync_first.sync_once() and await sync_late.sync_once()
+        assert late.get("resp_new") == "long"
+    finally:
+        await sync_first.close()
+        await sync_late.close()
+    down = ResponsePools()
+    broken = ResponsePoolSync(
+        down, url="redis://127.0.0.1:1/0", key_prefix="t:", interval_s=60, timeout_s=0.2
+    )
+    down.put("resp_x", "long")
+    assert not await broken.sync_once()
+    assert down.drain() == [("resp_x", "long")]  # kept for the next attempt
+    await broken.close()
