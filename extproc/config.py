@@ -275,8 +275,8 @@ class EstimatorConfig(_Strict):
     """Largest relative move of a key's value a single observation can cause before the EMA: the
     observation is clipped to within ×/÷ (1 + this) of the current value (``runs`` model)."""
     first_observation_weight: Annotated[float, Field(gt=0.0, le=1.0)] = 0.25
-    """A key's first observation is blended with the cold prior at this weight (geometric mean),
-    so it never replaces the prior (``runs`` model)."""
+    """A key's first observation is blended at this weight (geometric mean) with the neutral value
+    1.0 the key's mean starts from, so it never replaces it (``runs`` model)."""
     reject_factor: Annotated[float, Field(gt=1.0)] = 3.0
     """Observations whose modelled/true differs from the key's value by more than this factor are
     not learned (counted as unexplained): one odd request cannot move a key (``runs`` model)."""

@@ -52,7 +52,7 @@ async def test_sigkill_loses_at_most_one_snapshot_interval(tmp_path: Path) -> No
     snap = tmp_path / "state" / "ratios.json"  # the directory is created by the first write
     cfg = {
         "pools": POOLS,
-        "estimator": {"cost_model": "bytes"},  # learns bytes/token ratios, as the rows show
+        "estimator": {"cost_model": "bytes"},  # synthetic usages in bytes/token (runs model rejects them)
         "calibration": {"snapshot_path": str(snap), "snapshot_interval_s": INTERVAL_S, "warmup_samples": 3},
     }
     cfg_path = tmp_path / "router.yaml"
