@@ -1,0 +1,267 @@
+"""Estimator and calibration settings: model profiles (template framing), image rules, learner constants (docs/estimator.md)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from extproc.config.base import Strict
+
+
+class ModelProfile(Strict):
+    """Chat-template framing and tokenizer family of the models whose name matches ``pattern``.
+
+    Framing is counted in tokens and added to the text estimate (it is not folded into the
+    bytes/token ratio). ``family`` selects the cold-start priors (``extproc.core.estimator.FAMILY_PRIORS_BPT``);
+    an unknown family uses the conservative global priors. Values measured per template in
+    docs/estimator.md §Framing.
+    """
+
+    pattern: Annotated[str, Field(min_length=1, max_length=256)]
+    """Python regular expression searched (``re.search``, case-insensitive) in the ``model`` field."""
+    family: Annotated[str, Field(min_length=1, max_length=32)]
+    message_framing_tokens: Annotated[int, Field(ge=0, le=64)]
+    request_framing_tokens: Annotated[int, Field(ge=0, le=4096)]
+    tool_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 0
+    """Template boilerplate added once when ``tools`` are present."""
+    per_tool_tokens: Annotated[int, Field(ge=0, le=256)] = 0
+    """Template tokens added per tool definition (separators), beyond the schema text."""
+    digit_tokens_per_digit: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Tokens per ASCII digit: 1.0 for tokenizers that split digits singly (Qwen), ≈0.6 for
+    ``\\p{N}{1,3}`` pre-tokenisers (Llama-3, cl100k: measured mean over the corpus 0.587)."""
+    punct_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 0.75
+    """Tokens per ASCII punctuation character (budgeted outside the ratio, docs/estimator.md)."""
+    newline_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Tokens per newline (budgeted outside the ratio)."""
+    renders_reasoning: bool = True
+    tools_json_spaced: bool = True
+    """The template prints tool schemas as JSON with ``", "``/``": "`` separators (Qwen3 ``tojson``);
+    False: compact JSON (the Llama-3 stand-in and OpenAI count append the compact schema)."""
+    """The chat template renders assistant ``reasoning``/``reasoning_content`` (Qwen3 does for the
+    turns after the last user message; Meta's Llama-3 templates never do)."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return v
+
+
+DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
+    # Meta's canonical Llama-3 format: <|start_header_id|>role<|end_header_id|>\n\n…<|eot_id|> = 5 per
+    # message; <|begin_of_text|> + the assistant header = 5. Tools are sent as JSON text (no boilerplate).
+    ModelProfile(
+        pattern=r"llama[-_ .]?3",
+        family="llama3",
+        message_framing_tokens=5,
+        request_framing_tokens=5,
+        digit_tokens_per_digit=0.6,
+        renders_reasoning=False,
+        tools_json_spaced=False,
+    ),
+    # Qwen2/2.5/3 ChatML: <|im_start|>role\n…<|im_end|>\n = 5 per message; <|im_start|>assistant\n = 3;
+    # with tools a system block of fixed instructions plus one newline per tool.
+    ModelProfile(
+        pattern=r"qwen",
+        family="qwen",
+        message_framing_tokens=5,
+        request_framing_tokens=3,
+        tool_framing_tokens=96,
+        per_tool_tokens=1,
+    ),
+    # OpenAI cookbook count for cl100k chat models: 3 per message + 1 for the role, 3 per request.
+    ModelProfile(
+        pattern=r"^(openai/)?(gpt-4(?!o|\.1|\.5)|gpt-3\.5)",
+        family="cl100k",
+        message_framing_tokens=4,
+        request_framing_tokens=3,
+        digit_tokens_per_digit=0.6,
+        tools_json_spaced=False,
+    ),
+)
+"""Built-in profiles (first match wins); configure ``estimator.model_profiles`` to extend them."""
+
+
+class ImageRule(Strict):
+    """How many prompt tokens one image costs for the models whose name matches ``pattern``
+    (method and sources: :mod:`extproc.core.images`).
+
+    ``kind: patch``: one token per ``patch_px × patch_px`` cell after resizing into
+    ``[min_pixels, max_pixels]`` (Qwen2-VL ``smart_resize``); ``kind: fixed``: ``tokens_per_image``
+    whatever the size. ``extra_tokens`` are added per image (vision start/end tokens). An image
+    whose size is unknown (remote URL) is budgeted at the rule's maximum.
+    """
+
+    pattern: Annotated[str, Field(min_length=1, max_length=256)]
+    """Python regular expression searched (``re.search``, case-insensitive) in the ``model`` field."""
+    kind: Literal["patch", "fixed"] = "patch"
+    patch_px: Annotated[int, Field(ge=1, le=4096)] = 28
+    min_pixels: Annotated[int, Field(ge=1)] = 3136
+    max_pixels: Annotated[int, Field(ge=1)] = 12_845_056
+    tokens_per_image: Annotated[int, Field(ge=0)] = 0
+    """``kind: fixed`` only."""
+    extra_tokens: Annotated[int, Field(ge=0, le=4096)] = 0
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return v
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ImageRule:
+        if self.min_pixels > self.max_pixels:
+            raise ValueError("min_pixels must not exceed max_pixels")
+        if self.kind == "fixed" and self.tokens_per_image <= 0:
+            raise ValueError("kind fixed needs tokens_per_image > 0")
+        return self
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens of the largest image the rule allows (what an image of unknown size is budgeted)."""
+        if self.kind == "fixed":
+            return self.tokens_per_image + self.extra_tokens
+        return self.max_pixels // (self.patch_px * self.patch_px) + self.extra_tokens
+
+
+DEFAULT_IMAGE_RULES: tuple[ImageRule, ...] = (
+    # Qwen2-VL / Qwen2.5-VL preprocessor_config.json: patch_size 14, merge_size 2 (28-pixel cells),
+    # min_pixels 3136, max_pixels 12845056; <|vision_start|> and <|vision_end|> around the pads.
+    ImageRule(
+        pattern=r"qwen", kind="patch", patch_px=28, min_pixels=3136, max_pixels=12_845_056, extra_tokens=2
+    ),
+)
+"""Built-in image rules (first match wins); models matching none use ``estimator.image_tokens``."""
+
+
+class EstimatorConfig(Strict):
+    """Token-budget estimator parameters (method: arXiv 2604.09613, docs/method.md §3; docs/estimator.md).
+
+    Ratios are bytes of UTF-8 text per token.
+    """
+
+    prior_bytes_per_token: Annotated[float, Field(gt=0.5, le=16.0)] = 4.0
+    """Cold-start ratio when ``family_priors`` is off or a category has no prior."""
+    family_priors: bool = True
+    """Use the per-(tokenizer family, category) conservative priors; False = ``prior_bytes_per_token``
+    for everything (the paper's cold start)."""
+    per_category: bool = True
+    """Learn one ratio per (model, content category); False = one ratio per model for all traffic."""
+    count_digits: bool = True
+    """Budget ASCII digits at the model's ``digit_tokens_per_digit`` instead of the text ratio."""
+    count_punctuation: bool = True
+    """Budget ASCII punctuation and newlines at the model's ``punct_tokens_per_char`` /
+    ``newline_tokens_per_char`` instead of the text ratio."""
+    code_structure_scale: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
+    """Factor on the punctuation/newline tokens of ``code`` text (operators and indentation merge
+    into multi-character tokens; measured in docs/estimator.md §Structure)."""
+    model_profiles: tuple[ModelProfile, ...] = DEFAULT_MODEL_PROFILES
+    """Per-model framing and tokenizer family, first match wins; unmatched models use the
+    ``*_framing_tokens`` fields below and the global priors."""
+    default_output_reserve_tokens: Annotated[int, Field(ge=0)] = 1024
+    """Output reserve when the request has neither ``max_completion_tokens`` nor ``max_tokens``."""
+    message_framing_tokens: Annotated[int, Field(ge=0, le=64)] = 5
+    """Chat-template tokens added per message (role header, end-of-turn), unmatched models."""
+    request_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 5
+    """Chat-template tokens added once per request (begin-of-text, generation prompt), unmatched models."""
+    tool_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 128
+    """Template boilerplate added once when ``tools`` are present, unmatched models."""
+    digit_tokens_per_digit: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Tokens per ASCII digit for unmatched models (1.0: the conservative single-digit split)."""
+    punct_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Tokens per ASCII punctuation character for unmatched models (1.0: conservative)."""
+    newline_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Tokens per newline for unmatched models (1.0: conservative)."""
+    image_tokens: Annotated[int, Field(ge=0)] = 4096
+    """Budget per image part for models that match no ``image_rules`` entry."""
+    image_rules: tuple[ImageRule, ...] = DEFAULT_IMAGE_RULES
+    """Per-model-family image cost from pixel size (first match wins); see :class:`ImageRule`."""
+    audio_tokens: Annotated[int, Field(ge=0)] = 4096
+    """Budget per audio part (input_audio)."""
+    min_bytes_per_token: Annotated[float, Field(gt=0.1)] = 1.0
+    """Floor for any routing ratio; no tokenizer in use produces fewer bytes per token on text."""
+    max_models: Annotated[int, Field(ge=1, le=1024)] = 32
+    """Distinct model names tracked; further models share the ``_other`` key (bounded cardinality)."""
+    sample_bytes: Annotated[int, Field(ge=256, le=1_048_576)] = 16384
+    """Bytes of text examined by the content classifier (``bytes`` cost model)."""
+    cost_model: Literal["runs", "bytes"] = "runs"
+    """``runs``: modelled tokens from the run counts of all template text (docs/estimator.md), the
+    learned value of a key is modelled/true tokens; ``bytes``: the paper's bytes/token ratio per
+    category (kept for the baselines of the evaluation)."""
+    min_model_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
+    """Plausibility floor of a ``runs`` key (modelled/true tokens): no learning step and no misroute
+    recovery budgets text above 1/this times its modelled tokens."""
+    max_step: Annotated[float, Field(gt=0.0, le=1.0)] = 0.25
+    """Largest relative move of a key's value a single observation can cause before the EMA: the
+    observation is clipped to within ×/÷ (1 + this) of the current value (``runs`` model)."""
+    first_observation_weight: Annotated[float, Field(gt=0.0, le=1.0)] = 0.25
+    """A key's first observation is blended at this weight (geometric mean) with the neutral value
+    1.0 the key's mean starts from, so it never replaces it (``runs`` model)."""
+    reject_factor: Annotated[float, Field(gt=1.0)] = 3.0
+    """Observations whose modelled/true differs from the key's value by more than this factor are
+    not learned (counted as unexplained): one odd request cannot move a key (``runs`` model)."""
+    prior_ramp_samples: Annotated[int, Field(ge=1)] = 50
+    """``runs`` model: after warm-up the routing value moves from the cold prior to the learned one
+    geometrically over this many observations (a key's first observations cannot undo its prior)."""
+    recovery_observations: Annotated[int, Field(ge=1)] = 200
+    """After a confirmed misroute, the lowered value of the key holds for this many observations of
+    the key (then ordinary learning owns it again)."""
+    max_media_tokens: Annotated[int, Field(ge=1)] = 65536
+    """Largest per-item media budget learned from observations or misroute recovery."""
+
+
+class CalibrationConfig(Strict):
+    """Online calibration (EMA of observed bytes/token), arXiv 2604.09613, docs/method.md §3.3; defaults chosen by
+    the sweep of ``tbr eval-estimator`` (docs/estimator.md)."""
+
+    learner: Literal["quantile", "ema_dev"] = "quantile"
+    """Routing ratio: ``quantile`` = tracked weighted lower quantile ``ĉ·exp(q)``;
+    ``ema_dev`` = the paper's ``ĉ − γσ̂``."""
+    ema_beta: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.99
+    """β in ĉ ← βĉ + (1−β)c_obs."""
+    gamma: Annotated[float, Field(ge=0.0, le=10.0)] = 2.0
+    """γ in c* = ĉ − γσ̂ (σ̂ = EMA of |c_obs − ĉ|), ``ema_dev`` learner only."""
+    quantile: Annotated[float, Field(gt=0.0, le=0.5)] = 0.05
+    """α: the lower quantile of c_obs/ĉ tracked by the ``quantile`` learner."""
+    quantile_step: Annotated[float, Field(gt=0.0, le=1.0)] = 0.02
+    """η: SGD step of the log-residual quantile per unit weight."""
+    initial_margin: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.15
+    """1 − c_low/ĉ after a key's first observation."""
+    weight_ref_tokens: Annotated[int, Field(ge=0)] = 1024
+    """Observation weight = min(1, ratio tokens / this); 0 = every observation weighs 1."""
+    warmup_samples: Annotated[int, Field(ge=0)] = 10
+    """Observations needed before the learned ratio replaces the category prior."""
+    snapshot_path: str | None = None
+    """File the learned ratios are written to (atomically) every ``snapshot_interval_s`` and at
+    shutdown, and restored from at start (when Redis is off); None = learned ratios live in memory
+    only. A corrupt or foreign file is reported (``tbr_ratio_snapshots_total{operation="load",
+    outcome="invalid"}``), moved aside to ``<path>.invalid`` and ignored."""
+    snapshot_interval_s: Annotated[float, Field(gt=0.0, le=86_400.0)] = 30.0
+    """Seconds between periodic snapshots: the most learning a crash (SIGKILL) can lose."""
+    redis_url: str | None = None
+    """Shared ratio store across replicas (e.g. ``redis://127.0.0.1:6379/0``); None = in-memory.
+    See docs/operations.md for the consistency model."""
+    redis_key_prefix: Annotated[str, Field(min_length=1, max_length=64)] = "tbr:"
+    """Prefix of the Redis keys (``{prefix}ratios`` hash, ``{prefix}ratios-version``, batch markers);
+    replicas sharing ratios use the same prefix, separate deployments different ones."""
+    redis_sync_interval_s: Annotated[float, Field(gt=0.0, le=3600.0)] = 1.0
+    """How often queued observations are pushed and all shared ratios pulled into the local cache."""
+    redis_timeout_s: Annotated[float, Field(gt=0.0, le=60.0)] = 1.0
+    """Connect and per-command timeout of Redis operations (they never run on the request path)."""
+    redis_queue_max: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
+    """Observations buffered while Redis is unreachable; beyond this the oldest are dropped (counted)."""
+    sample_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
+    """Fraction of requests whose responses are read for calibration (drawn at request_headers)."""
+    skip_unsampled_responses: bool = False
+    """Turn the response phases off (``mode_override``) for requests not sampled: 2 ext_proc
+    messages per request instead of 3. Those requests then give up misroute detection
+    (``x-envoy-attempt-count``, docs/design/003-misroute-recovery.md) and the response status in
+    the decision log. Needs ``allow_mode_override: true`` on the filter (docs/performance.md)."""
