@@ -25,26 +25,24 @@ are never altered except for the documented ``content-length`` removal on SSE.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import logging
 import random
 import time
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
+from extproc.adapter import response_phases
 from extproc.adapter import responses as R
+from extproc.adapter.exchange import Exchange
 from extproc.adapter.headers import plain_headers, request_attributes
 from extproc.adapter.runtime import Runtime
 from extproc.core.api_bodies import parse_body
-from extproc.core.api_usage import API_OF_ENDPOINT
-from extproc.core.batch import batch_budget
 from extproc.core.decision import DecisionRecord
-from extproc.core.encoding import DecodeError, StreamDecoder, make_decoder
+from extproc.core.encoding import StreamDecoder
 from extproc.core.estimator import TokenBudget
 from extproc.core.policy import PoolDecision
-from extproc.core.recovery import parse_attempt_count
 from extproc.core.request_body import UnreadableRequest, endpoint_for_path
-from extproc.core.sse import JSONUsageReader, SSEUsageReader, StreamError, is_context_length_error
+from extproc.core.sse import JSONUsageReader, SSEUsageReader
 
 __all__ = ["Exchange", "StreamProcessor"]
 
@@ -53,23 +51,6 @@ log = logging.getLogger(__name__)
 _REQUEST_HEADERS = frozenset((":path", ":method", "x-request-id", "traceparent"))
 _REQUEST_ATTRIBUTES = ("request.path", "request.method", "request.id")
 """What the one-message design's ext_proc filter lists in ``request_attributes``."""
-
-
-class Exchange(enum.Enum):
-    """Where one stream's HTTP exchange stands: the message the router expects next from Envoy.
-
-    Each phase handler sets the next state explicitly from what it decided (routed at the
-    headers, response phases turned off, response body requested, …). ``DONE`` means the answer
-    just given was the exchange's last message: Envoy then resets the ext_proc stream (gRPC
-    CANCELLED) rather than half-closing it, so only this state tells a finished exchange from a
-    client abort.
-    """
-
-    REQUEST_HEADERS = "request_headers"
-    REQUEST_BODY = "request_body"
-    RESPONSE_HEADERS = "response_headers"
-    RESPONSE_BODY = "response_body"
-    DONE = "done"
 
 
 class StreamProcessor:
@@ -340,159 +321,19 @@ class StreamProcessor:
             return False
         return (self.rng or random).random() < rate
 
-    def _wants_calibration(self) -> bool:
-        if self.budget is None or self.calibrated:
-            return False
-        if self.retried_to is not None or self.endpoint == "responses":
-            return True  # a misroute is always read (docs/design/003-misroute-recovery.md)
-        if self.sampled is None:  # no request_headers seen (not Envoy's order): draw now
-            self.sampled = self._draw_sample()
-        return self.sampled
-
     def on_response_headers(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
-        """On 2xx, ask Envoy for the body in the mode that suits its content type."""
-        # Answered with a pass-through unless the body is requested below.
-        self.exchange = Exchange.DONE
-        attempt_header = self.router.config.recovery.attempt_count_header
-        h = plain_headers(msg.headers, (":status", "content-type", "content-encoding", attempt_header))
-        try:
-            self.status = int(h.get(":status", ""))
-        except ValueError:
-            self.status = 0
-        content_type = h.get("content-type", "").lower()
-        # Several content-encoding fields form one list, in order (RFC 9110 §5.3).
-        encoding = h.get("content-encoding", "")
-        attempts = h.get(attempt_header, "")
-        if attempts and self.counted_pool is not None and self.retried_to is None:
-            retry = self.router.recovery.on_retried(
-                self.counted_pool, parse_attempt_count(attempts), self.status
-            )
-            if retry is not None:
-                self.retried_to = retry.to_pool
-                self.misroute = retry.outcome
-                self.router.observer.misroute(retry.from_pool, retry.to_pool, retry.outcome)
-        obs = self.router.observer
-        if not 200 <= self.status < 300:
-            if self.budget is not None:
-                obs.calibration("non_2xx")
-            return R.CONTINUE_RESPONSE_HEADERS
-        if msg.end_of_stream or not self._wants_calibration():
-            if self.budget is not None and msg.end_of_stream:
-                obs.calibration("no_body")
-            return R.CONTINUE_RESPONSE_HEADERS
-        decoder = make_decoder(encoding)
-        if decoder is None:
-            obs.calibration("unsupported_encoding")
-            return R.CONTINUE_RESPONSE_HEADERS
-        self._decoder = decoder
-        if content_type.startswith("text/event-stream"):
-            self._sse = SSEUsageReader(api=API_OF_ENDPOINT.get(self.endpoint or "", "openai"))
-            self.exchange = Exchange.RESPONSE_BODY
-            return R.READ_SSE_RESPONSE
-        if "json" in content_type:
-            self._json = JSONUsageReader(api=API_OF_ENDPOINT.get(self.endpoint or "", "openai"))
-            self.exchange = Exchange.RESPONSE_BODY
-            return R.READ_JSON_RESPONSE
-        obs.calibration("unsupported_content_type")
-        return R.CONTINUE_RESPONSE_HEADERS
+        """On 2xx, ask Envoy for the body in the mode that suits its content type
+        (:func:`extproc.adapter.response_phases.on_response_headers`)."""
+        return response_phases.on_response_headers(self, msg)
 
     def on_response_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
-        """Read usage from the body copy; calibrate at end of stream. The body passes unchanged."""
-        if msg.end_of_stream:
-            self.exchange = Exchange.DONE
-        if self._decoder is not None and not self.calibrated:
-            try:
-                data = self._decoder.decode(msg.body)
-            except DecodeError:
-                self.router.observer.calibration("decode_error")
-                self._decoder = None
-                self._sse = None
-                self._json = None
-                data = b""
-            if self._sse is not None:
-                self._sse.feed(data)
-            elif self._json is not None:
-                self._json.feed(data)
-        if msg.end_of_stream:
-            self.finish_response()
-        return R.CONTINUE_RESPONSE_BODY
+        """Read usage from the body copy; calibrate at end of stream. The body passes unchanged
+        (:func:`extproc.adapter.response_phases.on_response_body`)."""
+        return response_phases.on_response_body(self, msg)
 
     def finish_response(self) -> None:
         """Read the final usage and calibrate; idempotent (exactly once per request)."""
-        if self.calibrated or self.budget is None:
-            return
-        if self._sse is not None:
-            self._sse.close()
-            if self._sse.error is not None:
-                self._stream_error(self._sse.error)
-                return
-            self.prompt_tokens = self._sse.prompt_tokens
-            self.completion_tokens = self._sse.completion_tokens
-            self.response_id = self._sse.response_id
-        elif self._json is not None:
-            self._json.close()
-            self.prompt_tokens = self._json.prompt_tokens
-            self.completion_tokens = self._json.completion_tokens
-            self.response_id = self._json.response_id
-        else:
-            return
-        self._sse = None
-        self._json = None
-        self._decoder = None
-        self.calibrated = True
-        r = self.router
-        if self.response_id is not None:
-            r.response_pools.put(self.response_id, self.retried_to or self.pool)
-        if self.prompt_tokens is None:
-            r.observer.calibration("no_usage")
-            return
-        learned = self._learned_budget()
-        if learned is None:
-            return
-        before = r.store.get(learned.key) if self.retried_to is not None else None
-        obs = r.estimator.observe(learned, self.prompt_tokens)
-        if obs is None:
-            r.observer.calibration("not_text_dominated")
-        else:
-            r.observer.calibration("applied")
-            r.observer.estimate_error(obs.key[1], obs.rel_error)
-        # recovery runs even when the observation taught the text key nothing (media, unexplained)
-        if self.retried_to is not None and self.counted_pool is not None and self.batch_budgets is None:
-            dev_before = before.dev_bpt if before is not None else 0.0
-            for outcome in r.recovery.on_usage(
-                self.budget, self.counted_pool, self.retried_to, self.prompt_tokens, dev_before
-            ):
-                r.observer.misroute_calibration(self.counted_pool, outcome)
-        if obs is not None:
-            r.publish_ratio(*obs.key)
-
-    def _learned_budget(self) -> TokenBudget | None:
-        """The budget the served usage is learned against, or None (outcome counted): a
-        ``previous_response_id`` continuation's usage counts stored turns; a chat batch's usage is
-        the sum over its conversations, learned against the summed estimate (extproc.core.batch)."""
-        if not self.learn:
-            self.router.observer.calibration("previous_response")
-            return None
-        if self.batch_budgets is None:
-            return self.budget
-        learned = batch_budget(self.batch_budgets)
-        if learned is None:
-            self.router.observer.calibration("batch_mixed_keys")
-        return learned
-
-    def _stream_error(self, err: StreamError) -> None:
-        """A 2xx SSE stream carried an error event: never learned from (its usage, if any, is not
-        the served request's); a context-length error is a misroute of the pool that served it,
-        counted like the 400 Envoy retries (``tbr_misroutes_total``, decision-log ``misroute``)."""
-        self._sse = None
-        self._decoder = None
-        self.calibrated = True
-        obs = self.router.observer
-        obs.calibration("error_in_stream")
-        if self.counted_pool is not None and is_context_length_error(err):
-            served = self.retried_to or self.counted_pool
-            self.misroute = "error_in_stream"
-            obs.misroute(served, served, "error_in_stream")
+        response_phases.finish_response(self)
 
     def finish(self, end: str) -> None:
         """The stream ended (``end``: ``complete``, ``cancelled`` or ``error``); record the decision.

@@ -1,0 +1,191 @@
+"""The response half of an ext_proc stream: ``response_headers`` and ``response_body``.
+
+On a 2xx answer the processor asks Envoy for the body (STREAMED, never BUFFERED: Envoy fails a
+buffered body above its buffer limit with 500, which would change what the client gets), reads
+``usage`` from a decoded copy in bounded memory (:mod:`extproc.core.sse`,
+:mod:`extproc.core.encoding`), and at the end of the stream calibrates once: the estimator
+learns from the served ``usage.prompt_tokens`` and misroute recovery ratchets a confirmed
+underestimate (docs/design/003-misroute-recovery.md). The body always passes unchanged.
+
+These functions act on one :class:`~extproc.adapter.processor.StreamProcessor`, whose
+``on_response_*`` methods call them; the request half stays in :mod:`extproc.adapter.processor`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+from extproc.adapter import responses as R
+from extproc.adapter.exchange import Exchange
+from extproc.adapter.headers import plain_headers
+from extproc.core.api_usage import API_OF_ENDPOINT
+from extproc.core.batch import batch_budget
+from extproc.core.encoding import DecodeError, make_decoder
+from extproc.core.estimator import TokenBudget
+from extproc.core.recovery import parse_attempt_count
+from extproc.core.sse import JSONUsageReader, SSEUsageReader, StreamError, is_context_length_error
+
+if TYPE_CHECKING:
+    from extproc.adapter.processor import StreamProcessor
+
+__all__ = ["finish_response", "on_response_body", "on_response_headers"]
+
+
+def wants_calibration(proc: StreamProcessor) -> bool:
+    if proc.budget is None or proc.calibrated:
+        return False
+    if proc.retried_to is not None or proc.endpoint == "responses":
+        return True  # a misroute is always read (docs/design/003-misroute-recovery.md)
+    if proc.sampled is None:  # no request_headers seen (not Envoy's order): draw now
+        proc.sampled = proc._draw_sample()
+    return proc.sampled
+
+
+def on_response_headers(proc: StreamProcessor, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
+    """On 2xx, ask Envoy for the body in the mode that suits its content type."""
+    # Answered with a pass-through unless the body is requested below.
+    proc.exchange = Exchange.DONE
+    attempt_header = proc.router.config.recovery.attempt_count_header
+    h = plain_headers(msg.headers, (":status", "content-type", "content-encoding", attempt_header))
+    try:
+        proc.status = int(h.get(":status", ""))
+    except ValueError:
+        proc.status = 0
+    content_type = h.get("content-type", "").lower()
+    # Several content-encoding fields form one list, in order (RFC 9110 §5.3).
+    encoding = h.get("content-encoding", "")
+    attempts = h.get(attempt_header, "")
+    if attempts and proc.counted_pool is not None and proc.retried_to is None:
+        retry = proc.router.recovery.on_retried(proc.counted_pool, parse_attempt_count(attempts), proc.status)
+        if retry is not None:
+            proc.retried_to = retry.to_pool
+            proc.misroute = retry.outcome
+            proc.router.observer.misroute(retry.from_pool, retry.to_pool, retry.outcome)
+    obs = proc.router.observer
+    if not 200 <= proc.status < 300:
+        if proc.budget is not None:
+            obs.calibration("non_2xx")
+        return R.CONTINUE_RESPONSE_HEADERS
+    if msg.end_of_stream or not wants_calibration(proc):
+        if proc.budget is not None and msg.end_of_stream:
+            obs.calibration("no_body")
+        return R.CONTINUE_RESPONSE_HEADERS
+    decoder = make_decoder(encoding)
+    if decoder is None:
+        obs.calibration("unsupported_encoding")
+        return R.CONTINUE_RESPONSE_HEADERS
+    proc._decoder = decoder
+    if content_type.startswith("text/event-stream"):
+        proc._sse = SSEUsageReader(api=API_OF_ENDPOINT.get(proc.endpoint or "", "openai"))
+        proc.exchange = Exchange.RESPONSE_BODY
+        return R.READ_SSE_RESPONSE
+    if "json" in content_type:
+        proc._json = JSONUsageReader(api=API_OF_ENDPOINT.get(proc.endpoint or "", "openai"))
+        proc.exchange = Exchange.RESPONSE_BODY
+        return R.READ_JSON_RESPONSE
+    obs.calibration("unsupported_content_type")
+    return R.CONTINUE_RESPONSE_HEADERS
+
+
+def on_response_body(proc: StreamProcessor, msg: pb.HttpBody) -> pb.ProcessingResponse:
+    """Read usage from the body copy; calibrate at end of stream. The body passes unchanged."""
+    if msg.end_of_stream:
+        proc.exchange = Exchange.DONE
+    if proc._decoder is not None and not proc.calibrated:
+        try:
+            data = proc._decoder.decode(msg.body)
+        except DecodeError:
+            proc.router.observer.calibration("decode_error")
+            proc._decoder = None
+            proc._sse = None
+            proc._json = None
+            data = b""
+        if proc._sse is not None:
+            proc._sse.feed(data)
+        elif proc._json is not None:
+            proc._json.feed(data)
+    if msg.end_of_stream:
+        finish_response(proc)
+    return R.CONTINUE_RESPONSE_BODY
+
+
+def finish_response(proc: StreamProcessor) -> None:
+    """Read the final usage and calibrate; idempotent (exactly once per request)."""
+    if proc.calibrated or proc.budget is None:
+        return
+    if proc._sse is not None:
+        proc._sse.close()
+        if proc._sse.error is not None:
+            stream_error(proc, proc._sse.error)
+            return
+        proc.prompt_tokens = proc._sse.prompt_tokens
+        proc.completion_tokens = proc._sse.completion_tokens
+        proc.response_id = proc._sse.response_id
+    elif proc._json is not None:
+        proc._json.close()
+        proc.prompt_tokens = proc._json.prompt_tokens
+        proc.completion_tokens = proc._json.completion_tokens
+        proc.response_id = proc._json.response_id
+    else:
+        return
+    proc._sse = None
+    proc._json = None
+    proc._decoder = None
+    proc.calibrated = True
+    r = proc.router
+    if proc.response_id is not None:
+        r.response_pools.put(proc.response_id, proc.retried_to or proc.pool)
+    if proc.prompt_tokens is None:
+        r.observer.calibration("no_usage")
+        return
+    learned = learned_budget(proc)
+    if learned is None:
+        return
+    before = r.store.get(learned.key) if proc.retried_to is not None else None
+    obs = r.estimator.observe(learned, proc.prompt_tokens)
+    if obs is None:
+        r.observer.calibration("not_text_dominated")
+    else:
+        r.observer.calibration("applied")
+        r.observer.estimate_error(obs.key[1], obs.rel_error)
+    # recovery runs even when the observation taught the text key nothing (media, unexplained)
+    if proc.retried_to is not None and proc.counted_pool is not None and proc.batch_budgets is None:
+        dev_before = before.dev_bpt if before is not None else 0.0
+        for outcome in r.recovery.on_usage(
+            proc.budget, proc.counted_pool, proc.retried_to, proc.prompt_tokens, dev_before
+        ):
+            r.observer.misroute_calibration(proc.counted_pool, outcome)
+    if obs is not None:
+        r.publish_ratio(*obs.key)
+
+
+def learned_budget(proc: StreamProcessor) -> TokenBudget | None:
+    """The budget the served usage is learned against, or None (outcome counted): a
+    ``previous_response_id`` continuation's usage counts stored turns; a chat batch's usage is
+    the sum over its conversations, learned against the summed estimate (extproc.core.batch)."""
+    if not proc.learn:
+        proc.router.observer.calibration("previous_response")
+        return None
+    if proc.batch_budgets is None:
+        return proc.budget
+    learned = batch_budget(proc.batch_budgets)
+    if learned is None:
+        proc.router.observer.calibration("batch_mixed_keys")
+    return learned
+
+
+def stream_error(proc: StreamProcessor, err: StreamError) -> None:
+    """A 2xx SSE stream carried an error event: never learned from (its usage, if any, is not
+    the served request's); a context-length error is a misroute of the pool that served it,
+    counted like the 400 Envoy retries (``tbr_misroutes_total``, decision-log ``misroute``)."""
+    proc._sse = None
+    proc._decoder = None
+    proc.calibrated = True
+    obs = proc.router.observer
+    obs.calibration("error_in_stream")
+    if proc.counted_pool is not None and is_context_length_error(err):
+        served = proc.retried_to or proc.counted_pool
+        proc.misroute = "error_in_stream"
+        obs.misroute(served, served, "error_in_stream")
