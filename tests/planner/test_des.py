@@ -13,25 +13,11 @@ from planner.des import PoolSpec, simulate
 from planner.profiles import PoolProfile
 from planner.routers import PolicyRouter, make_router
 from planner.trace import build_trace
+from tests.planner.toy import toy_profile
 
 
 def _profile(**kw: float) -> PoolProfile:
-    base = dict(
-        name="toy",
-        model="toy",
-        gpu="toy",
-        tp=1,
-        price_usd_per_gpu_h=1.0,
-        kv_capacity_tokens=10_000_000,
-        block_size_tokens=16,
-        max_num_seqs_cap=8,
-        w_s=0.01,
-        h_s_per_kv_token=0.0,
-        p_s_per_prefill_token=0.0,
-        chunk_tokens=1_000_000,
-    )
-    base.update(kw)
-    return PoolProfile(**base)  # type: ignore[arg-type]
+    return toy_profile(**kw)
 
 
 def _poisson_trace(n: int, rate: float, mean_out: float, seed: int, in_tokens: int = 10):

@@ -20,28 +20,14 @@ from planner.srsim import cdf_from_trace
 from planner.steady import pool_load, verdict
 from planner.trace import build_trace, merge_traces
 from planner.trace_loaders import load_trace
+from tests.planner.toy import toy_profile
 
 AZURE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "azure_llm_2023"
 needs_azure = pytest.mark.skipif(not AZURE.is_dir(), reason=f"Azure 2023 traces not found at {AZURE}")
 
 
 def _profile(**kw: float) -> PoolProfile:
-    base = dict(
-        name="toy",
-        model="toy",
-        gpu="toy",
-        tp=1,
-        price_usd_per_gpu_h=1.0,
-        kv_capacity_tokens=10_000_000,
-        block_size_tokens=16,
-        max_num_seqs_cap=4,
-        w_s=0.01,
-        h_s_per_kv_token=0.0,
-        p_s_per_prefill_token=0.0,
-        chunk_tokens=1_000_000,
-    )
-    base.update(kw)
-    return PoolProfile(**base)  # type: ignore[arg-type]
+    return toy_profile(**{"max_num_seqs_cap": 4, **kw})
 
 
 def _poisson(n: int, rate: float, out_tokens: int, seed: int = 0, in_tokens: int = 10):
