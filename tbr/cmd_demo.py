@@ -70,6 +70,16 @@ def _read_decisions(path: Path | None, expected: int, timeout_s: float = 30.0) -
         time.sleep(0.1)
 
 
+def checkout_files_missing(router_config: Path, envoy_config: Path | None) -> list[str]:
+    """The repository files the demo needs that are not there (a non-editable install has no
+    ``config/`` or ``envoy/`` beside its packages): ``router_config`` always, Envoy's default
+    ``envoy/envoy.yaml`` unless ``envoy_config`` is given."""
+    from devstack.envoy_runner import DEFAULT_ENVOY_CONFIG
+
+    wanted = [router_config] + ([] if envoy_config is not None else [DEFAULT_ENVOY_CONFIG])
+    return [str(p) for p in wanted if not p.is_file()]
+
+
 def check_envoy_config(path: Path) -> str | None:
     """Why ``path`` cannot be the demo's Envoy config (None when it can): it must exist, be YAML
     and have what the demo rewrites (admin, one listener, clusters ext_proc/short_pool/long_pool
@@ -108,6 +118,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if not 0 < args.short_max_model_len < args.long_max_model_len:
         print("need 0 < --short-max-model-len < --long-max-model-len", file=sys.stderr)
+        return 2
+    missing = checkout_files_missing(DEFAULT_ROUTER_CONFIG, args.envoy_config)
+    if missing:
+        print(
+            f"tbr demo: {', '.join(missing)} not found: the demo runs the repository's own router and "
+            "Envoy configurations, so run it from a clone (`make demo`, an editable install), or pass "
+            "--envoy-config for Envoy",
+            file=sys.stderr,
+        )
         return 2
     if args.envoy_config is not None:
         problem = check_envoy_config(args.envoy_config)

@@ -66,3 +66,18 @@ def test_demo_envoy_config_errors_are_clear(tmp_path: Path, content: str | None,
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert f"--envoy-config {path}" in proc.stderr and message in proc.stderr, proc.stderr
+
+
+def test_demo_outside_a_checkout_says_what_it_needs(tmp_path: Path) -> None:
+    """A non-editable install has no config/ or envoy/ beside its packages: the demo names the
+    missing files and how to run it, instead of a traceback."""
+    from tbr.cmd_demo import checkout_files_missing
+
+    router = tmp_path / "config" / "router.yaml"
+    envoy = tmp_path / "envoy.yaml"
+    assert checkout_files_missing(router, None) == [str(router)]  # envoy/envoy.yaml is in this checkout
+    assert checkout_files_missing(router, envoy) == [str(router)]
+    router.parent.mkdir()
+    router.write_text("pools: []\n")
+    assert checkout_files_missing(router, envoy) == []
+    assert checkout_files_missing(REPO / "config" / "router.yaml", None) == []
