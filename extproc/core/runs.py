@@ -105,7 +105,6 @@ _PERSIAN_K = _K["persian"]
 _PUNCT_K = _K["punct"]
 _MIN_WS_CODE = _K["space"]
 _SPACE_K = _K["space"]
-_CODE_BYTES = [bytes([i]) for i in range(N_KINDS)]
 
 
 class RunCounts:
@@ -236,19 +235,18 @@ def count_runs(text: str) -> RunCounts:
     """
     if not text:
         return RunCounts.zero()
+    # Few, whole-array numpy calls: on a 1 KB chat body each call's fixed cost (~0.5–1 µs) is
+    # most of the time (docs/performance.md, "Where the router's time goes").
     cls = _classes(text)
     n = cls.size
-    starts = np.flatnonzero(cls[1:] != cls[:-1])
+    (starts,) = np.nonzero(cls[1:] != cls[:-1])
     bounds = np.empty(starts.size + 2, dtype=np.int64)
     bounds[0] = 0
     bounds[1:-1] = starts + 1
     bounds[-1] = n
     run_cls = cls[bounds[:-1]]
     runs = np.bincount(run_cls, minlength=N_KINDS).astype(np.float64)
-    raw = cls.tobytes()
-    chars = np.zeros(N_KINDS)
-    for k in np.flatnonzero(runs).tolist():
-        chars[k] = raw.count(_CODE_BYTES[k])
+    chars = np.bincount(cls, minlength=N_KINDS).astype(np.float64)
     if n >= _BLOB_MIN_CHARS and chars[_DIGIT_K] >= _BLOB_MIN_DIGITS:
         _blobs(bounds, run_cls, runs, chars)
     if chars[_ARABIC_K]:
@@ -262,7 +260,9 @@ def count_runs(text: str) -> RunCounts:
     # Whitespace that costs its own token: a space run of ≥ 2 characters (pre-tokenisers split
     # "\s+(?!\S)" off the last space), or a single space before digits (digits take no leading space).
     sp = run_cls == _SPACE_K
-    rl = np.diff(bounds)
+    if not sp.any():
+        return RunCounts(runs, chars, 0.0)
+    rl = bounds[1:] - bounds[:-1]
     multi = np.count_nonzero(sp & (rl >= 2))
     digit_next = np.count_nonzero(sp[:-1] & (rl[:-1] == 1) & (run_cls[1:] == _DIGIT_K))
     gaps = float(multi + digit_next)
