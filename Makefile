@@ -55,7 +55,7 @@ demo: $(BASE)
 	$(BIN)/tbr demo --data $(DATA)
 
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 # 60-minute soak at 80 % of measured capacity (not in CI): RSS flat within 5 % over the last
 # 40 minutes, 0 errors, in-flight 0 at the end; prints the BENCHMARKS.md section (issue 12).

@@ -38,6 +38,7 @@ from benchmarks.procs import rss_bytes
 from benchmarks.profile_spy import profile_during, summarize
 from benchmarks.report import render
 from benchmarks.stack import Stack, Variant
+from benchmarks.wakeups import measure_wakeups
 
 SIZES = {"1KB": 1024, "32KB": 32 * 1024, "512KB": 512 * 1024}
 ALL = tuple(SIZES)
@@ -108,6 +109,9 @@ def _variants() -> list[Variant]:
             skip_unsampled=False,
         ),
         Variant("uvloop", "router as `route`, event loop uvloop", flags=["--uvloop"]),
+        Variant(
+            "floor_uvloop", "do-nothing floor as `floor`, event loop uvloop", kind="floor", flags=["--uvloop"]
+        ),
     ]
 
 
@@ -172,9 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="BENCHMARKS.md")
     ap.add_argument("--json", default=None, help="also write the raw measurements here")
     ap.add_argument("--skip-external", action="store_true", help="do not run other branches' modules")
+    ap.add_argument("--reps", type=int, default=None, help="throughput repetitions (default 3; --quick 1)")
+    ap.add_argument(
+        "--latency-reps", type=int, default=None, help="unloaded-latency repetitions (default 2; --quick 1)"
+    )
     args = ap.parse_args(argv)
     quick = args.quick
-    reps, wrk_s, hey_s, latency_reps = (1, 2.0, 2.0, 1) if quick else (5, 3.0, 3.0, 3)
+    reps, wrk_s, hey_s, latency_reps = (1, 2.0, 2.0, 1) if quick else (3, 3.0, 3.0, 2)
+    reps = args.reps or reps
+    latency_reps = args.latency_reps or latency_reps
     t_start = time.monotonic()
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     machine = _machine()
@@ -215,7 +225,15 @@ def main(argv: list[str] | None = None) -> int:
                     prof[name] = {"error": str(exc)}
                 log(f"profile {name}: {prof[name].get('samples', prof[name].get('error'))}")
             results["profile"] = prof
+            log("wakeups and system calls per request")
+            results["wakeups"] = measure_wakeups(
+                stack, ["floor", "route", "floor_1msg", "route_1msg"], work, duration_s=2.0 if quick else 3.0
+            )
             results["growth"] = _growth(stack, log, rounds=3 if quick else 5, dur=2.0 if quick else 3.0)
+        results["phase_time"] = {
+            f.name.removeprefix("router_").removesuffix("_0.phases.json"): json.loads(f.read_text())
+            for f in sorted(work.glob("router_*_0.phases.json"))
+        }
         log("micro-benchmarks")
         results["micro"] = run_micro(bodies, quick)
         log("convergence replay")

@@ -150,8 +150,11 @@ def _english_like(text: str, runs: np.ndarray, chars: np.ndarray) -> bool:
     """
     window = text[:_WINDOW_CHARS].lower()
     words = window.count(" ") + 1
-    if sum(window.count(w) for w in _FUNCTION_WORDS) * 50 >= words:
-        return True
+    found = 0
+    for w in _FUNCTION_WORDS:  # stop at the threshold: " the " alone usually meets it
+        found += window.count(w)
+        if found * 50 >= words:
+            return True
     return bool(runs[_PUNCT_K] >= 0.6 * runs[_LETTER_K] and chars[_LATIN_EXT_K] * 100 < chars[_LETTER_K])
 
 
