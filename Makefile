@@ -54,6 +54,9 @@ test-compose: $(STAMP)
 demo: $(BASE)
 	$(BIN)/tbr demo --data $(DATA)
 
+# ≈ 15 min on the 2-core box: 3 throughput / 2 unloaded-latency repetitions, other branches'
+# modules (estimator, planner DES, soak) in their quick mode. BENCH_ARGS= for their full mode.
+BENCH_ARGS ?= --external-quick
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 

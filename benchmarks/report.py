@@ -167,11 +167,6 @@ def _levers(res: dict[str, Any]) -> list[str]:
     e2e = res["e2e"]
     base = summarize(e2e, "route", "1KB")
     rows = [
-        (
-            "fewer messages: response phases off for unsampled requests (`skip_unsampled_responses`)",
-            "route_3msg",
-            True,
-        ),
         ("one message per request (metadata routing, buffer filter)", "route_1msg", False),
         ("calibration of every response (4 msgs)", "calib_all", False),
         ("calibration sampled at 10 % (decided at request_headers)", "calib_10", False),
@@ -303,7 +298,7 @@ def _wakeups(res: dict[str, Any]) -> list[str]:
             total, top = "–", f"strace failed: {sc['error'][:80]}"
         else:
             total = f"{sum(sc.values()):.1f}"
-            top = ", ".join(f"{k} {v:.2f}" for k, v in list(sc.items())[:8])
+            top = ", ".join(f"{k} {v:.2f}" for k, v in list(sc.items())[:10])
         out.append(
             f"| `{name}` | {m['requests']:,} | {m['cpu_ms']:.3f} | {m['vol']:.2f} / {m['invol']:.2f} | {total} | {top} |"
         )
@@ -322,7 +317,7 @@ def _phase_time(res: dict[str, Any]) -> list[str]:
         " decide, metrics; no awaits inside) over the whole run of each 1 KB router process, read when it"
         " stopped. Compare with its CPU per request above: the rest is gRPC, asyncio and the kernel.",
         "",
-        "| router process | messages | request_headers µs | request_body µs | response_headers µs | response_body µs | sum per 2-msg request µs |",
+        "| router process | messages | request_headers µs | request_body µs | response_headers µs | response_body µs | request_headers + request_body µs |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, phases in pt.items():
