@@ -7,7 +7,8 @@ One bounded run (``make bench`` ≈ 15 min, ``--quick`` ≈ 6 min on the 2-core 
 2. starts a fixed upstream Envoy, the router processes of every variant and one front Envoy
    with one listener per variant (:mod:`benchmarks.stack`), then measures all variants side by
    side (:mod:`benchmarks.e2e`), profiles the router and the do-nothing floor with py-spy,
-   and follows RSS over repeated load;
+   counts their context switches and system calls per request (:mod:`benchmarks.wakeups`),
+   follows RSS over repeated load, and reads each router's own time per message when it stops;
 3. in-process micro-benchmarks, the calibration-convergence replay, the 1,000-stream memory
    benchmark, and other branches' benchmark modules when present;
 4. writes BENCHMARKS.md (and optionally the raw measurements as JSON).
