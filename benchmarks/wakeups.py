@@ -19,7 +19,6 @@ the floor, and where (docs/performance.md, "Wakeups and system calls").
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import subprocess
 import tempfile
@@ -29,38 +28,10 @@ from typing import Any
 
 from benchmarks.bodies import build_bodies
 from benchmarks.loadgen import hey, write_wrk_script, wrk
-from benchmarks.procs import cpu_seconds
+from benchmarks.procs import context_switches, cpu_seconds, strace_counts
 from benchmarks.stack import Stack
 
-__all__ = ["context_switches", "main", "measure_wakeups", "strace_counts"]
-
-
-def context_switches(pid: int) -> dict[str, tuple[int, int]]:
-    """``{thread name/tid: (voluntary, involuntary)}`` context switches of every thread of ``pid``."""
-    out: dict[str, tuple[int, int]] = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            text = (task / "status").read_text()
-        except OSError:
-            continue
-        name = re.search(r"^Name:\s+(.*)$", text, re.M)
-        vol = re.search(r"^voluntary_ctxt_switches:\s+(\d+)", text, re.M)
-        inv = re.search(r"^nonvoluntary_ctxt_switches:\s+(\d+)", text, re.M)
-        if vol and inv:
-            key = f"{name.group(1) if name else '?'}/{task.name}"
-            out[key] = (int(vol.group(1)), int(inv.group(1)))
-    return out
-
-
-def strace_counts(text: str) -> dict[str, int]:
-    """``{syscall: calls}`` from the summary table ``strace -c`` prints."""
-    counts: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        # % time, seconds, usecs/call, calls, [errors], syscall
-        if len(parts) >= 5 and parts[-1] != "total" and parts[3].isdigit():
-            counts[parts[-1]] = int(parts[3])
-    return counts
+__all__ = ["main", "measure_wakeups"]
 
 
 def _measure(stack: Stack, name: str, body: Path, rate: float, duration_s: float) -> dict[str, Any]:

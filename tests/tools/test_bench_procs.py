@@ -1,4 +1,4 @@
-"""benchmarks/wakeups.py reads real strace summaries and real /proc context switch counts."""
+"""benchmarks/procs.py (used by benchmarks/wakeups.py) reads real strace summaries and real /proc context switch counts."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.wakeups import context_switches, strace_counts
+from benchmarks.procs import context_switches, strace_counts
 
 
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
@@ -29,7 +29,12 @@ def test_context_switches_count_a_sleeping_thread() -> None:
     import time
 
     done = threading.Event()
-    t = threading.Thread(target=lambda: (time.sleep(0.01), done.wait(5)))
+
+    def sleeper() -> None:
+        time.sleep(0.01)
+        done.wait(5)
+
+    t = threading.Thread(target=sleeper)
     t.start()
     time.sleep(0.05)  # the thread has slept once and waits: voluntary switches
     during = context_switches(os.getpid())
