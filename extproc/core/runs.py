@@ -290,7 +290,7 @@ def count_runs(text: str) -> RunCounts:
         present = np.flatnonzero(runs).tolist()
     rest = n
     for k in present[:-1]:
-        chars[k] = c = np.count_nonzero(cls == k)
+        chars[k] = c = int(np.count_nonzero(cls == k))
         rest -= c
     chars[present[-1]] = rest
     rl = np.diff(bounds)
