@@ -27,6 +27,7 @@ numpy passes (run starts, two ``bincount``); about 0.3–0.6 ms per 100 KB (BENC
 from __future__ import annotations
 
 import itertools
+import sys
 
 import numpy as np
 
@@ -178,20 +179,31 @@ _OTHER_K = _K["other"]
 _ASCII_KINDS = [_K[k] for k in ("letter", "digit", "punct", "space", "newline")]
 
 
+_TABLE_BMP = _TABLE[:0x10000].copy()
+
+
 def _classes(text: str) -> np.ndarray:
-    """The run kind of every character: uint8 array of shape ``(len(text),)``."""
+    """The run kind of every character: uint8 array of shape ``(len(text),)``.
+
+    ASCII text: one ``bytes.translate``. Other text: its UTF-16 code units through a 64 K-entry
+    table (one ``take``), unless it has characters beyond U+FFFF (emoji, rare Han; CPython then
+    stores 4 bytes per character, which ``sys.getsizeof`` shows): then its UTF-32 code points.
+    """
     if text.isascii():
         return np.frombuffer(text.encode("ascii").translate(_ASCII_BYTES), dtype=np.uint8)
+    if sys.getsizeof(text) < 4 * len(text):  # CPython stores it with 1 or 2 bytes per character
+        units = np.frombuffer(text.encode("utf-16-le", "surrogatepass"), dtype=np.uint16)
+        if units.size == len(text):  # no character beyond U+FFFF (a lone surrogate is one unit: other)
+            cls: np.ndarray = _TABLE_BMP.take(units)
+            return cls
     cp = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    cls: np.ndarray = _TABLE.take(cp, mode="clip")  # code points ≥ 0x10000 read _TABLE[0x10000] = other
-    if np.count_nonzero(cls == _OTHER_K):
-        astral = np.flatnonzero(cp >= 0x10000)
-        if astral.size:
-            a = cp[astral]
-            kinds = np.full(a.size, _OTHER_K, dtype=np.uint8)
-            kinds[(a >= _EMOJI_LO) & (a < _EMOJI_HI)] = _K["emoji"]
-            kinds[(a >= _HAN_EXT_LO) & (a <= _HAN_EXT_HI)] = _K["han"]
-            cls[astral] = kinds
+    cls = _TABLE.take(cp, mode="clip")  # code points ≥ 0x10000 read _TABLE[0x10000] = other
+    astral = np.flatnonzero(cp >= 0x10000)
+    a = cp[astral]
+    kinds = np.full(a.size, _OTHER_K, dtype=np.uint8)
+    kinds[(a >= _EMOJI_LO) & (a < _EMOJI_HI)] = _K["emoji"]
+    kinds[(a >= _HAN_EXT_LO) & (a <= _HAN_EXT_HI)] = _K["han"]
+    cls[astral] = kinds
     return cls
 
 
