@@ -240,17 +240,29 @@ def _blobs(
     pairs[:, 0] = first[longi]
     pairs[:, 1] = last[longi]
     total = length[longi]
-    weights = np.zeros(rl.size + 1, dtype=np.int64)  # a trailing 0: a chunk may end at the last run
-    np.multiply(_CHAR_PACK.take(run_cls), rl, out=weights[:-1])
-    packed = np.add.reduceat(weights, pairs.ravel())[0::2]
+    n_runs = pairs[:, 1] - pairs[:, 0]
+    # Per-chunk sums by one reduceat: over the runs of the long chunks gathered back to back when
+    # they are a small part of the text, else over all runs (every other sum is then a gap's).
+    in_chunks = int(n_runs.sum())
+    gathered = 4 * in_chunks < run_cls.size
+    if gathered:
+        offsets = np.cumsum(n_runs) - n_runs
+        at = np.repeat(pairs[:, 0] - offsets, n_runs) + np.arange(in_chunks)
+        sub_cls, sub_rl, starts = run_cls[at], rl[at], offsets
+        weights = np.empty(in_chunks, dtype=np.int64)
+    else:
+        sub_cls, sub_rl, starts = run_cls, rl, pairs.ravel()
+        weights = np.zeros(rl.size + 1, dtype=np.int64)  # a trailing 0: a chunk may end at the last run
+    step = 1 if gathered else 2
+    np.multiply(_CHAR_PACK.take(sub_cls), sub_rl, out=weights[: sub_cls.size])
+    packed = np.add.reduceat(weights, starts)[::step]
     digits, alnum = packed >> 32, packed & 0xFFFFFFFF
     ok = (digits >= _BLOB_MIN_DIGITS) & (alnum >= _BLOB_ALNUM_SHARE * total)
     if not ok.any():
         return
-    pairs, total, digits, alnum = pairs[ok], total[ok], digits[ok], alnum[ok]
-    n_runs = pairs[:, 1] - pairs[:, 0]
-    weights[:-1] = _RUN_PACK.take(run_cls)
-    packed = np.add.reduceat(weights, pairs.ravel())[0::2]
+    weights[: sub_cls.size] = _RUN_PACK.take(sub_cls)
+    packed = np.add.reduceat(weights, starts)[::step][ok]
+    pairs, total, digits, alnum, n_runs = pairs[ok], total[ok], digits[ok], alnum[ok], n_runs[ok]
     letter_runs, digit_runs, punct_runs = packed & _FIELD_21, (packed >> 21) & _FIELD_21, packed >> 42
     if int(n_runs.max()) > _FIELD_21 or np.any(letter_runs + digit_runs + punct_runs != n_runs):
         # a non-ASCII character inside a blob chunk (rare) or a chunk of millions of runs
