@@ -315,7 +315,9 @@ def _phase_time(res: dict[str, Any]) -> list[str]:
         "",
         "Mean of `tbr_phase_processing_seconds` (wall time of `StreamProcessor.handle`: parse, estimate,"
         " decide, metrics; no awaits inside) over the whole run of each 1 KB router process, read when it"
-        " stopped. Compare with its CPU per request above: the rest is gRPC, asyncio and the kernel.",
+        " stopped. Wall time: under wrk the 2 cores are oversubscribed (Envoy ×2, wrk, the router), so it"
+        " includes time the thread waited for a CPU; the in-process micro-benchmarks below are the hot-cache"
+        " floor of the same work.",
         "",
         "| router process | messages | request_headers µs | request_body µs | response_headers µs | response_body µs | request_headers + request_body µs |",
         "|---|---|---|---|---|---|---|",
