@@ -16,6 +16,7 @@ inside the range). Draws use numpy's PCG64 generator: same seed, same requests.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,16 +70,40 @@ class CdfSource:
         inp = np.maximum(1, (total * self.input_fraction).astype(np.int64))
         return inp, np.maximum(1, total - inp)
 
-    def sample(self, duration_s: float, seed: int, lo_tokens: int = 0, hi_tokens: int = 2**62) -> Trace:
+    def sample(
+        self,
+        duration_s: float,
+        seed: int,
+        lo_tokens: int = 0,
+        hi_tokens: int = 2**62,
+        instances: int = 1,
+        kept: int = 1,
+    ) -> Trace:
         """The requests with ``lo < total <= hi`` arriving in ``[0, duration_s)``: a Poisson stream at
-        ``rate · share`` (module docstring), arrivals re-based to the first. Raises ``ValueError``
-        when no mass lies in the range."""
+        ``rate · share`` (module docstring), re-based to the first. With ``instances``/``kept``, only
+        round robin's share of the first ``kept`` of ``instances`` (:mod:`planner.pool_stream`): the
+        stream's positions ``j mod instances < kept``, drawn directly (the gap from the last kept
+        request of a rotation to the first of the next is a sum of ``instances − kept + 1``
+        exponential gaps, a gamma variate), so memory follows the kept requests. Raises
+        ``ValueError`` when no mass lies in the range."""
         a, b, w = self._bins(lo_tokens, hi_tokens)
         p = float(w.sum())
         if p <= 0.0:
             raise ValueError(f"the CDF has no mass in ({lo_tokens}, {hi_tokens}] tokens")
         rng = np.random.Generator(np.random.PCG64(seed))
         lam = self.rate_req_per_s * p
-        n = max(2, int(rng.poisson(lam * duration_s)))
-        arrival = np.sort(rng.uniform(0.0, duration_s, n))  # Poisson process given its count
-        return build_trace(arrival, *self._lengths(rng, a, b, w, n))
+        kept = max(1, min(kept, instances))
+        times = np.empty(0)
+        start = 0.0
+        while start < duration_s:
+            blocks = max(16, math.ceil((duration_s - start) * lam / instances * 1.1) + 16)
+            gaps = rng.exponential(1.0 / lam, (blocks, kept))
+            gaps[:, 0] = rng.gamma(instances - kept + 1, 1.0 / lam, blocks)
+            if times.size == 0:
+                gaps[0, 0] = rng.exponential(1.0 / lam)
+            t = start + np.cumsum(gaps.ravel())
+            times = np.concatenate((times, t[t < duration_s]))
+            start = float(t[-1])  # short draw (rare): the next rotation starts after this one's end
+        if times.size < 2:
+            times = np.array([0.0, duration_s / 2])
+        return build_trace(times, *self._lengths(rng, a, b, w, times.size))

@@ -4,7 +4,9 @@ Before simulating, each pool's arrival rate ``λ`` is taken from token-budget ro
 (the request goes to the smallest pool whose ``max_model_len`` holds its routed budget, and to the
 next that holds its true length when it is misrouted) and compared with ``N·μ``
 (:mod:`planner.steady`). After simulating, a pool meets the SLO only when it is stable, the run was
-at least its derived run length, and the P99 TTFT halves agree (:func:`planner.steady.verdict`).
+at least its derived run length (at its size: it grows with the load), and the batch-means verdict
+holds (:func:`planner.steady.verdict`: no upward drift of the batch P99s, P99 plus its bound within
+the SLO).
 """
 
 from __future__ import annotations

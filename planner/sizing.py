@@ -26,7 +26,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,10 +34,11 @@ import numpy as np
 from planner.cdf_source import CdfSource
 from planner.costmodel import ttft_floor_s
 from planner.des import PoolSpec, simulate
+from planner.pool_stream import tiled_stream
 from planner.profiles import PoolProfile
 from planner.routers import make_router
 from planner.steady import RunLength, p99_upper_s, pool_load, run_length, verdict
-from planner.trace import Trace, tile_periods
+from planner.trace import Trace
 
 __all__ = ["PoolJob", "Slo", "meets_slo", "size_pool", "size_pool_des"]
 
@@ -103,40 +104,50 @@ def _log(job: PoolJob, msg: str) -> None:
 
 PHASE_STEP = 0.6180339887498949
 """Replication ``r`` of a tiled trace starts at phase ``frac(r·φ⁻¹)`` of its period (well spread)."""
+TARGET_SIMULATED_REQUESTS = 150_000
+"""Round robin: simulate enough of the pool's instances for about this many requests per run."""
 
 
-def pool_trace(job: PoolJob, length: RunLength, replication: int = 0) -> Trace:
+def simulated_instances(job: PoolJob, n: int, length: RunLength) -> int:
+    """How many of ``n`` instances a run simulates: all, except under round robin, where the first
+    ``k`` suffice (:mod:`planner.pool_stream`: exact for them) for about
+    :data:`TARGET_SIMULATED_REQUESTS` requests over the whole steady-state duration."""
+    if job.lb != "round_robin":
+        return n
+    full = job.lam_req_per_s * length.duration_s
+    return min(n, max(1, math.ceil(n * TARGET_SIMULATED_REQUESTS / max(full, 1.0))))
+
+
+def pool_trace(job: PoolJob, length: RunLength, replication: int = 0, n: int = 1, kept: int = 1) -> Trace:
     """The requests one run of ``length`` simulates: fresh draws from the job's CDF source, or its
-    sub-trace tiled period by period (replication ``r`` starting at another phase), cut to
-    ``length.duration_s`` seconds of arrivals."""
+    sub-trace tiled period by period (replication ``r`` starting at another phase), over
+    ``length.duration_s`` seconds of arrivals; only round robin's share of the first ``kept`` of ``n``
+    instances (all by default)."""
     if job.source is not None:
         lo, hi = job.range_tokens
-        return job.source.sample(length.duration_s, job.seed * 7919 + replication, lo, hi)
+        return job.source.sample(length.duration_s, job.seed * 7919 + replication, lo, hi, n, kept)
     if job.period_s <= 0 or len(job.trace) < 2:
         return job.trace
     offset = (replication * PHASE_STEP % 1.0) * job.period_s
-    copies = max(1, math.ceil((length.duration_s + offset) / job.period_s))
-    trace = tile_periods(job.trace, job.period_s, copies + 1) if copies > 0 else job.trace
-    t0 = float(job.trace.arrival_s[0]) + offset
-    keep = (trace.arrival_s >= t0) & (trace.arrival_s < t0 + length.duration_s)
-    if int(keep.sum()) < 2:
-        return trace
-    cut = trace.subset(keep)
-    return replace(cut, arrival_s=cut.arrival_s - cut.arrival_s[0])
+    return tiled_stream(job.trace, job.period_s, offset, length.duration_s, n, kept)
 
 
 def run_pool(job: PoolJob, n: int, length: RunLength, replication: int = 0) -> dict[str, Any]:
-    """Simulate ``n`` instances of the job's pool for ``length``; the summary block plus its verdict
-    and ``p99_ttft_upper_s`` (:func:`planner.steady.p99_upper_s`)."""
-    trace = pool_trace(job, length, replication)
+    """Simulate ``n`` instances of the job's pool for ``length`` (under round robin only the first
+    :func:`simulated_instances`); the summary block plus its verdict, ``p99_ttft_upper_s``
+    (:func:`planner.steady.p99_upper_s`) and ``simulated_instances``."""
+    kept = simulated_instances(job, n, length)
+    trace = pool_trace(job, length, replication, n, kept)
     res = simulate(
         trace,
-        [PoolSpec("pool", job.profile, job.max_model_len, n, lb=job.lb)],
+        [PoolSpec("pool", job.profile, job.max_model_len, kept, lb=job.lb)],
         make_router("homogeneous"),
         seed=job.seed + replication,
         warmup_fraction=length.warmup_fraction,
     )
     block: dict[str, Any] = res.summary()["pools"]["pool"]
+    block["instances"] = n
+    block["simulated_instances"] = kept
     block["verdict"] = verdict(
         block,
         job.slo.ttft_p99_s,
@@ -152,7 +163,7 @@ def run_pool(job: PoolJob, n: int, length: RunLength, replication: int = 0) -> d
 
 def _not_run(n: int, length: RunLength, load: Any) -> dict[str, Any]:
     """A size whose steady-state run is longer than the request cap: failing, not simulated."""
-    need = math.inf if not math.isfinite(length.steady_duration_s) else length.steady_duration_s
+    need = length.steady_duration_s
     return {
         "requests": 0,
         "verdict": "not converged",
@@ -164,8 +175,9 @@ def _not_run(n: int, length: RunLength, load: Any) -> dict[str, Any]:
         "simulated_s": 0.0,
         "rejection_rate": 0.0,
         "not_simulated": (
-            f"steady state at load {load.utilization(n):.3f} needs {need * load.lam_req_per_s:,.0f} requests "
-            f"(relaxation time {length.relaxation_s:,.0f} s), above the cap of {length.requests:,}"
+            f"steady state at load {load.utilization(n):.3f} needs "
+            + (f"{need:,.0f} s of arrivals" if math.isfinite(need) else "an unbounded run")
+            + f" (relaxation time {length.relaxation_s:,.0f} s), beyond the request cap"
         ),
     }
 
@@ -216,7 +228,9 @@ def size_pool(job: PoolJob) -> dict[str, Any]:  # noqa: C901 (search, verificati
     def ok(n: int, replication: int = 0) -> bool:
         if (n, replication) not in cache:
             s0 = time.perf_counter()
-            length = run_length(load, job.slo.ttft_p99_s, n, max_requests=job.max_requests)
+            # round robin simulates as few as one instance: the cap bounds that instance's requests
+            cap_n = job.max_requests * (n if job.lb == "round_robin" else 1)
+            length = run_length(load, job.slo.ttft_p99_s, n, max_requests=cap_n)
             block = _not_run(n, length, load) if length.capped else run_pool(job, n, length, replication)
             block["run"] = _run_dict(length)
             cache[(n, replication)] = block
@@ -230,6 +244,7 @@ def size_pool(job: PoolJob) -> dict[str, Any]:  # noqa: C901 (search, verificati
                 "p99_ttft_first_half_s": block["p99_ttft_first_half_s"],
                 "p99_ttft_second_half_s": block["p99_ttft_second_half_s"],
                 "simulated_requests": block["simulated_requests"],
+                "simulated_instances": block.get("simulated_instances", 0),
                 "wall_s": time.perf_counter() - s0,
             }
             out["steps"].append(step)
@@ -238,7 +253,8 @@ def size_pool(job: PoolJob) -> dict[str, Any]:  # noqa: C901 (search, verificati
                 f"{n} instances (load {step['utilization']:.2f}{', replication' if replication else ''}) -> "
                 f"{block['verdict']}, P99 TTFT {_s(block['p99_ttft_s'])} s (upper {_s(block['p99_ttft_upper_s'])}, "
                 f"halves {_s(block['p99_ttft_first_half_s'])} / {_s(block['p99_ttft_second_half_s'])}), "
-                f"{block['simulated_requests']:,} requests, {step['wall_s']:.1f} s"
+                f"{block['simulated_requests']:,} requests on {block.get('simulated_instances', n)} of {n} "
+                f"instances, {step['wall_s']:.1f} s"
                 + (f" [{block['not_simulated']}]" if "not_simulated" in block else ""),
             )
         return bool(cache[(n, replication)]["verdict"] == "meets")

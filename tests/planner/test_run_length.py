@@ -118,3 +118,31 @@ def test_search_verifies_the_answer_with_a_replication_and_its_predecessor_fails
     assert again["instances"] == n and [s["verdict"] for s in again["steps"]] == [
         s["verdict"] for s in res["steps"]
     ]
+
+
+def test_round_robin_share_of_k_instances_is_exact() -> None:
+    """Under round robin the first k of N instances see requests j mod N < k: simulating just them
+    gives the same TTFTs they have in the full pool (tiled trace and CDF draws alike)."""
+    from planner.des import PoolSpec, simulate
+    from planner.pool_stream import rr_indices, tiled_stream
+    from planner.routers import make_router
+
+    prof = toy_profile(max_num_seqs_cap=2)
+    rng = np.random.default_rng(1)
+    base = build_trace(np.cumsum(rng.exponential(1 / 20.0, 600)), np.full(600, 10), rng.integers(5, 60, 600))
+    period = base.duration_s + 0.05
+    for n, k in ((6, 2), (5, 5), (7, 1)):
+        full = tiled_stream(base, period, 3.3, 80.0)
+        sub = tiled_stream(base, period, 3.3, 80.0, n, k)
+        assert np.array_equal(sub.input_tokens, full.input_tokens[rr_indices(len(full), n, k)])
+        r_full = simulate(full, [PoolSpec("p", prof, 1000, n)], make_router("homogeneous"))
+        r_sub = simulate(sub, [PoolSpec("p", prof, 1000, k)], make_router("homogeneous"))
+        assert np.allclose(r_sub.ttft_s, r_full.ttft_s[rr_indices(len(full), n, k)])
+    src = CdfSource(POINTS, 50.0)
+    drawn = src.sample(2000.0, seed=4, instances=10, kept=3)
+    gaps = np.diff(drawn.arrival_s)
+    assert len(drawn) / drawn.duration_s == pytest.approx(50.0 * 3 / 10, rel=0.05)
+    # within a rotation: exponential gaps (mean 1/λ); across: gamma with 10 − 3 + 1 = 8 gaps
+    assert np.mean(gaps[0::3][:-1]) + np.mean(gaps[1::3]) + np.mean(gaps[2::3]) == pytest.approx(
+        10 / 50.0, rel=0.05
+    )
