@@ -26,6 +26,7 @@ counting what the server renders through the chat template (shapes as published)
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
@@ -263,8 +264,9 @@ def _batch(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
         text = _Text(sample_bytes)
         counts = [0, 0, 0, 0]
         images: list[ImageSize | None] = []
-        n = _messages(conversation, text, counts, [], images)
-        each.append(_features(parsed, "chat_batch", text, counts, images, n, max_output))
+        reasoning: list[str] = []
+        n = _messages(conversation, text, counts, reasoning, images)
+        each.append(_features(parsed, "chat_batch", text, counts, images, n, max_output, reasoning))
     longest = max(each, key=lambda f: (f.text_bytes + 4096 * f.n_images, f.n_messages))
     return _features_with_conversations(longest, tuple(each))
 
@@ -272,21 +274,6 @@ def _batch(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
 def _features_with_conversations(
     longest: RequestFeatures, conversations: tuple[RequestFeatures, ...]
 ) -> RequestFeatures:
-    return RequestFeatures(
-        endpoint=longest.endpoint,
-        model=longest.model,
-        text_bytes=longest.text_bytes,
-        sample=longest.sample,
-        n_messages=longest.n_messages,
-        exact_prompt_tokens=0,
-        tool_schema_bytes=longest.tool_schema_bytes,
-        n_tools=longest.n_tools,
-        n_images=longest.n_images,
-        n_audio=longest.n_audio,
-        max_output_tokens=longest.max_output_tokens,
-        n_sequences=1,
-        stream=longest.stream,
-        include_usage=longest.include_usage,
-        image_sizes=longest.image_sizes,
-        conversations=conversations,
-    )
+    """The features of the longest conversation (every field: run counts, tool and reasoning runs,
+    tool calls, unknown fields), as one sequence with no token-id prompt, carrying all ``conversations``."""
+    return dataclasses.replace(longest, exact_prompt_tokens=0, n_sequences=1, conversations=conversations)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import orjson
 
 from extproc.core.images import ImageSize, size_from_base64, size_from_url
@@ -75,10 +74,8 @@ class _Text:
     """Accumulates text byte counts and a bounded sample.
 
     ASCII strings (``str.isascii`` is O(1) in CPython) count their length; non-ASCII strings are
-    collected and measured once at the end from their UTF-16 code units (a memcpy-speed encode for
-    most text, then three numpy counts): UTF-8 bytes = units + units ≥ U+0080 + units ≥ U+0800 −
-    surrogate units, exact for valid text (a lone surrogate from a ``\\ud800`` escape counts 2).
-    Re-encoding every string to UTF-8 cost ~3× more on Cyrillic bodies (docs/estimator.md §Cost).
+    collected and encoded to UTF-8 once at the end (one C-level encode of their concatenation;
+    a lone surrogate from a ``\\ud800`` escape counts its 3 bytes).
     """
 
     __slots__ = ("all", "ascii_total", "limit", "non_ascii", "parts", "sampled")
@@ -119,10 +116,7 @@ class _Text:
         """UTF-8 bytes of all text added."""
         if not self.non_ascii:
             return self.ascii_total
-        units = np.frombuffer("".join(self.non_ascii).encode("utf-16-le", "surrogatepass"), dtype=np.uint16)
-        extra = np.count_nonzero(units >= 0x80) + np.count_nonzero(units >= 0x800)
-        surrogates = np.count_nonzero((units >= 0xD800) & (units < 0xE000))
-        return self.ascii_total + len(units) + int(extra) - int(surrogates)
+        return self.ascii_total + len("".join(self.non_ascii).encode("utf-8", "surrogatepass"))
 
     def sample(self) -> bytes:
         # joined with a space, not a newline: the estimator counts newlines as structure tokens

@@ -27,6 +27,7 @@ numpy passes (run starts, two ``bincount``); about 0.3–0.6 ms per 100 KB (BENC
 from __future__ import annotations
 
 import itertools
+import sys
 
 import numpy as np
 
@@ -174,26 +175,55 @@ def _arabic_script_language(text: str) -> int:
     return _ARABIC_K
 
 
+_OTHER_K = _K["other"]
+_ASCII_KINDS = [_K[k] for k in ("letter", "digit", "punct", "space", "newline")]
+
+
+_TABLE_BMP = _TABLE[:0x10000].copy()
+
+
 def _classes(text: str) -> np.ndarray:
+    """The run kind of every character: uint8 array of shape ``(len(text),)``.
+
+    ASCII text: one ``bytes.translate``. Other text: its UTF-16 code units through a 64 K-entry
+    table (one ``take``), unless it has characters beyond U+FFFF (emoji, rare Han; CPython then
+    stores 4 bytes per character, which ``sys.getsizeof`` shows): then its UTF-32 code points.
+    """
     if text.isascii():
         return np.frombuffer(text.encode("ascii").translate(_ASCII_BYTES), dtype=np.uint8)
+    if sys.getsizeof(text) < 4 * len(text):  # CPython stores it with 1 or 2 bytes per character
+        units = np.frombuffer(text.encode("utf-16-le", "surrogatepass"), dtype=np.uint16)
+        if units.size == len(text):  # no character beyond U+FFFF (a lone surrogate is one unit: other)
+            cls: np.ndarray = _TABLE_BMP.take(units)
+            return cls
     cp = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    cls = _TABLE[np.minimum(cp, 0x10000)]
-    if cp.max() >= 0x10000:
-        astral = np.flatnonzero(cp >= 0x10000)
-        a = cp[astral]
-        kinds = np.full(a.size, _K["other"], dtype=np.uint8)
-        kinds[(a >= _EMOJI_LO) & (a < _EMOJI_HI)] = _K["emoji"]
-        kinds[(a >= _HAN_EXT_LO) & (a <= _HAN_EXT_HI)] = _K["han"]
-        cls[astral] = kinds
+    cls = _TABLE.take(cp, mode="clip")  # code points ≥ 0x10000 read _TABLE[0x10000] = other
+    astral = np.flatnonzero(cp >= 0x10000)
+    a = cp[astral]
+    kinds = np.full(a.size, _OTHER_K, dtype=np.uint8)
+    kinds[(a >= _EMOJI_LO) & (a < _EMOJI_HI)] = _K["emoji"]
+    kinds[(a >= _HAN_EXT_LO) & (a <= _HAN_EXT_HI)] = _K["han"]
+    cls[astral] = kinds
     return cls
 
 
-def _blobs(bounds: np.ndarray, run_cls: np.ndarray, runs: np.ndarray, chars: np.ndarray) -> None:
+# Per-run weights summed over chunks by one ``np.add.reduceat`` each: characters as
+# ``digits << 32 | letters+digits`` and runs as ``punct << 42 | digit << 21 | letter``.
+_CHAR_PACK = np.zeros(N_KINDS, dtype=np.int64)
+_CHAR_PACK[[_LETTER_K, _DIGIT_K]] = (1, (1 << 32) + 1)
+_RUN_PACK = np.zeros(N_KINDS, dtype=np.int64)
+_RUN_PACK[[_LETTER_K, _DIGIT_K, _PUNCT_K]] = (1, 1 << 21, 1 << 42)
+_FIELD_21 = (1 << 21) - 1
+
+
+def _blobs(
+    bounds: np.ndarray, rl: np.ndarray, run_cls: np.ndarray, runs: np.ndarray, chars: np.ndarray
+) -> None:
     """Move the characters and runs of blob chunks to the ``blob`` kind (in place).
 
     A chunk is the stretch of runs between two whitespace runs; its length in characters comes from
-    the run bounds, so only chunks of at least ``_BLOB_MIN_CHARS`` characters are looked at run by run.
+    the run bounds. Letters, digits and punctuation of the chunks of at least ``_BLOB_MIN_CHARS``
+    characters are summed by ``np.add.reduceat`` over packed per-run weights (no per-run Python).
     """
     ws = np.flatnonzero(run_cls >= _MIN_WS_CODE)  # space and newline have the highest class codes
     first = np.empty(ws.size + 1, dtype=np.int64)  # first run of each chunk
@@ -206,30 +236,59 @@ def _blobs(bounds: np.ndarray, run_cls: np.ndarray, runs: np.ndarray, chars: np.
     longi = np.flatnonzero(length >= _BLOB_MIN_CHARS)
     if not longi.size:
         return
-    rl = np.diff(bounds)
-    cum_alnum = np.zeros(rl.size + 1, dtype=np.int64)
-    np.cumsum(np.where(run_cls <= _DIGIT_K, rl, 0), out=cum_alnum[1:])
-    cum_digit = np.zeros(rl.size + 1, dtype=np.int64)
-    np.cumsum(np.where(run_cls == _DIGIT_K, rl, 0), out=cum_digit[1:])
-    f, la, total = first[longi], last[longi], length[longi]
-    ok = (cum_alnum[la] - cum_alnum[f] >= _BLOB_ALNUM_SHARE * total) & (
-        cum_digit[la] - cum_digit[f] >= _BLOB_MIN_DIGITS
-    )
+    pairs = np.empty((longi.size, 2), dtype=np.int64)  # [first run, one past last run] of each chunk
+    pairs[:, 0] = first[longi]
+    pairs[:, 1] = last[longi]
+    total = length[longi]
+    n_runs = pairs[:, 1] - pairs[:, 0]
+    # Per-chunk sums by one reduceat: over the runs of the long chunks gathered back to back when
+    # they are a small part of the text, else over all runs (every other sum is then a gap's).
+    in_chunks = int(n_runs.sum())
+    gathered = 4 * in_chunks < run_cls.size
+    if gathered:
+        offsets = np.cumsum(n_runs) - n_runs
+        at = np.repeat(pairs[:, 0] - offsets, n_runs) + np.arange(in_chunks)
+        sub_cls, sub_rl, starts = run_cls[at], rl[at], offsets
+        weights = np.empty(in_chunks, dtype=np.int64)
+    else:
+        sub_cls, sub_rl, starts = run_cls, rl, pairs.ravel()
+        weights = np.zeros(rl.size + 1, dtype=np.int64)  # a trailing 0: a chunk may end at the last run
+    step = 1 if gathered else 2
+    np.multiply(_CHAR_PACK.take(sub_cls), sub_rl, out=weights[: sub_cls.size])
+    packed = np.add.reduceat(weights, starts)[::step]
+    digits, alnum = packed >> 32, packed & 0xFFFFFFFF
+    ok = (digits >= _BLOB_MIN_DIGITS) & (alnum >= _BLOB_ALNUM_SHARE * total)
     if not ok.any():
         return
-    mark = np.zeros(rl.size + 1, dtype=np.int8)
-    mark[f[ok]] = 1
-    mark[la[ok]] -= 1
-    inb = np.cumsum(mark[:-1], dtype=np.int32) > 0
-    rc = run_cls[inb]
-    runs -= np.bincount(rc, minlength=N_KINDS)
-    chars -= np.bincount(rc, weights=rl[inb], minlength=N_KINDS)
-    runs[_BLOB] += int(ok.sum())
-    chars[_BLOB] += float(total[ok].sum())
+    weights[: sub_cls.size] = _RUN_PACK.take(sub_cls)
+    packed = np.add.reduceat(weights, starts)[::step][ok]
+    pairs, total, digits, alnum, n_runs = pairs[ok], total[ok], digits[ok], alnum[ok], n_runs[ok]
+    letter_runs, digit_runs, punct_runs = packed & _FIELD_21, (packed >> 21) & _FIELD_21, packed >> 42
+    if int(n_runs.max()) > _FIELD_21 or np.any(letter_runs + digit_runs + punct_runs != n_runs):
+        # a non-ASCII character inside a blob chunk (rare) or a chunk of millions of runs
+        mark = np.zeros(rl.size + 1, dtype=np.int8)
+        mark[pairs[:, 0]] = 1
+        mark[pairs[:, 1]] -= 1
+        inb = np.cumsum(mark[:-1], dtype=np.int8).view(np.bool_)  # chunks never nest
+        rc = run_cls[inb]
+        runs -= np.bincount(rc, minlength=N_KINDS)
+        chars -= np.bincount(rc, weights=rl[inb], minlength=N_KINDS)
+    else:
+        runs[[_LETTER_K, _DIGIT_K, _PUNCT_K]] -= (letter_runs.sum(), digit_runs.sum(), punct_runs.sum())
+        chars[[_LETTER_K, _DIGIT_K, _PUNCT_K]] -= (
+            (alnum - digits).sum(),
+            digits.sum(),
+            (total - alnum).sum(),
+        )
+    runs[_BLOB] += pairs.shape[0]
+    chars[_BLOB] += float(total.sum())
 
 
 def count_runs(text: str) -> RunCounts:
     """Runs and characters of each kind in ``text`` (kinds: module docstring).
+
+    Every pass is a C-level one over the whole text (no per-character Python): one encode and
+    table look-up, one comparison of neighbours, then counts per kind present.
 
     Args:
         text: any Python string (lone surrogates are tolerated and counted as ``other``).
@@ -244,13 +303,23 @@ def count_runs(text: str) -> RunCounts:
     bounds[1:-1] = starts + 1
     bounds[-1] = n
     run_cls = cls[bounds[:-1]]
-    runs = np.bincount(run_cls, minlength=N_KINDS).astype(np.float64)
-    raw = cls.tobytes()
+    runs = np.zeros(N_KINDS)
     chars = np.zeros(N_KINDS)
-    for k in np.flatnonzero(runs).tolist():
-        chars[k] = raw.count(_CODE_BYTES[k])
+    if text.isascii():
+        for k in _ASCII_KINDS:
+            runs[k] = np.count_nonzero(run_cls == k)
+        present = [k for k in _ASCII_KINDS if runs[k]]
+    else:
+        runs[:] = np.bincount(run_cls, minlength=N_KINDS)
+        present = np.flatnonzero(runs).tolist()
+    rest = n
+    for k in present[:-1]:
+        chars[k] = c = int(np.count_nonzero(cls == k))
+        rest -= c
+    chars[present[-1]] = rest
+    rl = np.diff(bounds)
     if n >= _BLOB_MIN_CHARS and chars[_DIGIT_K] >= _BLOB_MIN_DIGITS:
-        _blobs(bounds, run_cls, runs, chars)
+        _blobs(bounds, rl, run_cls, runs, chars)
     if chars[_ARABIC_K]:
         lang = _arabic_script_language(text)
         if lang != _ARABIC_K:
@@ -261,11 +330,12 @@ def count_runs(text: str) -> RunCounts:
         chars[_LETTER_OTHER_K], chars[_LETTER_K] = chars[_LETTER_K], 0.0
     # Whitespace that costs its own token: a space run of ≥ 2 characters (pre-tokenisers split
     # "\s+(?!\S)" off the last space), or a single space before digits (digits take no leading space).
-    sp = run_cls == _SPACE_K
-    rl = np.diff(bounds)
-    multi = np.count_nonzero(sp & (rl >= 2))
-    digit_next = np.count_nonzero(sp[:-1] & (rl[:-1] == 1) & (run_cls[1:] == _DIGIT_K))
-    gaps = float(multi + digit_next)
+    gaps = 0.0
+    if runs[_SPACE_K]:
+        sp = run_cls == _SPACE_K
+        multi = np.count_nonzero(sp & (rl >= 2))
+        digit_next = np.count_nonzero(sp[:-1] & (rl[:-1] == 1) & (run_cls[1:] == _DIGIT_K))
+        gaps = float(multi + digit_next)
     return RunCounts(runs, chars, gaps)
 
 

@@ -143,3 +143,68 @@ def test_batch_keeps_each_conversation_and_describes_the_longest() -> None:
     )
     assert [c.text_bytes for c in f.conversations] == [1, 50]
     assert f.text_bytes == 50 and f.max_output_tokens == 5
+
+
+def test_batch_longest_conversation_is_estimated_like_the_same_chat_request() -> None:
+    """A chat batch body is budgeted with the run model, like each of its conversations sent as chat
+    (the batch features once dropped runs, tool and reasoning runs, tool calls and unknown fields)."""
+    from dataclasses import fields
+
+    from extproc.config import CalibrationConfig, EstimatorConfig
+    from extproc.core.calibration import InMemoryRatioStore
+    from extproc.core.estimator import Estimator
+    from extproc.core.request_body import parse_request_body
+
+    agent = [
+        {"role": "system", "content": "You are a terse assistant. Use the tools when needed."},
+        {"role": "user", "content": "Wie spät ist es in Tōkyō? Antworte auf Deutsch."},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning": "The user asks for the time in Tokyo; call the clock tool with the IANA zone. " * 20,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "clock", "arguments": '{"tz": "Asia/Tokyo"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"time": "2026-12-01T12:00:00+09:00"}'},
+        {"role": "user", "content": "Und in Zürich?", "x_client_tag": "beta"},
+    ]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "clock",
+                "description": "Current time in a time zone",
+                "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}},
+            },
+        }
+    ]
+    short = [{"role": "user", "content": "Hi"}]
+    model = "Qwen/Qwen3-8B"
+    batch = parse_body(
+        body({"model": model, "max_tokens": 64, "tools": tools, "messages": [short, agent]}), "chat_batch"
+    )
+    chat = parse_request_body(
+        body({"model": model, "max_tokens": 64, "tools": tools, "messages": agent}), "chat"
+    )
+    assert batch.runs is not None and batch.reasoning_runs is not None and batch.tools_runs is not None
+    assert (batch.n_tool_calls, batch.unknown_fields) == (chat.n_tool_calls, chat.unknown_fields) != (0, 0)
+    assert batch.conversations[1].reasoning_runs is not None
+    counted = ("runs", "reasoning_runs", "tools_runs")
+    same = [f.name for f in fields(chat) if f.name not in ("endpoint", "conversations", *counted)]
+    assert [getattr(batch, n) for n in same] == [getattr(chat, n) for n in same]
+    assert chat.runs is not None and chat.reasoning_runs is not None and chat.tools_runs is not None
+    assert batch.runs.as_dict() == chat.runs.as_dict()
+    assert batch.reasoning_runs.as_dict() == chat.reasoning_runs.as_dict()
+    assert [r.as_dict() for r in batch.tools_runs] == [r.as_dict() for r in chat.tools_runs]
+
+    cal = CalibrationConfig()
+    est = Estimator(estimator=EstimatorConfig(), calibration=cal, store=InMemoryRatioStore.from_config(cal))
+    whole, alone = est.estimate(batch), est.estimate(chat)
+    assert whole.model_tokens > 0.0  # the run model, not the bytes/token fallback
+    assert (whole.prompt_tokens, whole.key) == (alone.prompt_tokens, alone.key)
+    assert est.estimate(batch.conversations[1]).prompt_tokens == alone.prompt_tokens
