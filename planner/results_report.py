@@ -150,11 +150,10 @@ def _gain_table(rows: list[dict[str, Any]]) -> list[str]:
         sc, p = r["scenario"], r["plan"]
         cf, h, d = p["closed_form"], p["des_homogeneous"], p["des_two_pool"]
         key, a, lam = sc["key"], cf["alpha"], float(sc["rate_req_per_s"])
-        unit = sc.get("paper_unit_gpus", 1)
         tp = PROFILES[sc["profile"]].tp
         fig = next((f for _, k, f in PAPER_FIGURES if k == key), None)
         if fig is not None and sc["paper_homogeneous"]:
-            paper_h = lam / (sc["paper_homogeneous"] / unit) * tp
+            paper_h = lam / (sc["paper_homogeneous"] / tp)  # the paper counts GPUs
             out.append(_gain_row(key, "paper, reading A (per instance of this profile)", a, paper_h,
                                  paper_h / (1 - fig / a), fig))  # fmt: skip
         out.append(_gain_row(key, "closed form, full batch", a, cf["mu_homogeneous"], cf["mu_short"],
@@ -234,7 +233,9 @@ def _why(rows: list[dict[str, Any]]) -> list[str]:
                     "to stay under the SLO."
                 )
         lines.append(
-            f"The paper's {sc['paper_homogeneous']} {per}s at {lam:,.0f} req/s mean {paper_mu:.2f} req/s per {per}. "
+            f"The paper's {sc['paper_homogeneous']} GPUs"
+            + ("" if unit == 1 else f" ({sc['paper_homogeneous'] // unit} {per}s)")
+            + f" at {lam:,.0f} req/s mean {paper_mu:.2f} req/s per {per}. "
             f"One homogeneous instance of this profile serves up to {cf['mu_homogeneous']:.2f} req/s at full batch. "
             f"So our fleets are {'smaller' if h['instances'] * prof.tp < sc['paper_homogeneous'] else 'larger'} "
             "than the paper's."
