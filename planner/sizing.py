@@ -37,7 +37,7 @@ from planner.des import PoolSpec, simulate
 from planner.pool_stream import tiled_stream
 from planner.profiles import PoolProfile
 from planner.routers import make_router
-from planner.steady import RunLength, p99_upper_s, pool_load, run_length, verdict
+from planner.steady import PoolLoad, RunLength, p99_upper_s, pool_load, run_length, verdict
 from planner.trace import Trace
 
 __all__ = ["PoolJob", "Slo", "meets_slo", "size_pool", "size_pool_des"]
@@ -108,11 +108,23 @@ TARGET_SIMULATED_REQUESTS = 150_000
 """Round robin: simulate enough of the pool's instances for about this many requests per run."""
 
 
-def simulated_instances(job: PoolJob, n: int, length: RunLength) -> int:
-    """How many of ``n`` instances a run simulates: all, except under round robin, where the first
-    ``k`` suffice (:mod:`planner.pool_stream`: exact for them) for about
+HEAVY_TAIL_RATIO = 4.0
+"""Longest service time above this many P99 service times: a heavy tail, the whole pool is simulated."""
+
+
+def subsampled(job: PoolJob, load: PoolLoad) -> bool:
+    """True when a run may simulate only some of the pool's instances: round robin, and no heavy
+    service-time tail. With a heavy tail (longest service time > :data:`HEAVY_TAIL_RATIO` × P99; the
+    LMSYS-like CDF's homogeneous pool: 158 s against 13 s) the P99 TTFT is set by rare pile-ups of
+    the longest requests on one instance; a few instances see too few of them, so every instance runs."""
+    return job.lb == "round_robin" and load.service_max_s <= HEAVY_TAIL_RATIO * load.service_p99_s
+
+
+def simulated_instances(job: PoolJob, n: int, length: RunLength, whole: bool = False) -> int:
+    """How many of ``n`` instances a run simulates: all (``whole``, or not round robin), else the
+    first ``k`` (:mod:`planner.pool_stream`: exact for them) for about
     :data:`TARGET_SIMULATED_REQUESTS` requests over the whole steady-state duration."""
-    if job.lb != "round_robin":
+    if whole or job.lb != "round_robin":
         return n
     full = job.lam_req_per_s * length.duration_s
     return min(n, max(1, math.ceil(n * TARGET_SIMULATED_REQUESTS / max(full, 1.0))))
@@ -132,11 +144,13 @@ def pool_trace(job: PoolJob, length: RunLength, replication: int = 0, n: int = 1
     return tiled_stream(job.trace, job.period_s, offset, length.duration_s, n, kept)
 
 
-def run_pool(job: PoolJob, n: int, length: RunLength, replication: int = 0) -> dict[str, Any]:
-    """Simulate ``n`` instances of the job's pool for ``length`` (under round robin only the first
-    :func:`simulated_instances`); the summary block plus its verdict, ``p99_ttft_upper_s``
-    (:func:`planner.steady.p99_upper_s`) and ``simulated_instances``."""
-    kept = simulated_instances(job, n, length)
+def run_pool(
+    job: PoolJob, n: int, length: RunLength, replication: int = 0, whole: bool = False
+) -> dict[str, Any]:
+    """Simulate ``n`` instances of the job's pool for ``length`` (under round robin, unless ``whole``,
+    only the first :func:`simulated_instances`); the summary block plus its verdict,
+    ``p99_ttft_upper_s`` (:func:`planner.steady.p99_upper_s`) and ``simulated_instances``."""
+    kept = simulated_instances(job, n, length, whole)
     trace = pool_trace(job, length, replication, n, kept)
     res = simulate(
         trace,
@@ -229,9 +243,12 @@ def size_pool(job: PoolJob) -> dict[str, Any]:  # noqa: C901 (search, verificati
         if (n, replication) not in cache:
             s0 = time.perf_counter()
             # round robin simulates as few as one instance: the cap bounds that instance's requests
-            cap_n = job.max_requests * (n if job.lb == "round_robin" else 1)
+            sub = subsampled(job, load)
+            cap_n = job.max_requests * (n if sub else 1)
             length = run_length(load, job.slo.ttft_p99_s, n, max_requests=cap_n)
-            block = _not_run(n, length, load) if length.capped else run_pool(job, n, length, replication)
+            block = (
+                _not_run(n, length, load) if length.capped else run_pool(job, n, length, replication, not sub)
+            )
             block["run"] = _run_dict(length)
             cache[(n, replication)] = block
             step = {
