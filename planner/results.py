@@ -190,10 +190,19 @@ def generate(
 
     A scenario whose 2 s SLO is unattainable in some pool is re-run at the smallest attainable SLO
     (the largest per-pool P99 TTFT floor x 1.25, rounded up to 0.5 s) under ``relaxed``. With
-    ``json_out`` the JSON so far is written after each scenario.
+    ``json_out`` the JSON so far is written after each scenario; when that file already holds
+    scenarios of the same seed they are kept and not re-run (resume). ``only`` restricts the run to
+    these scenario keys.
     """
     out: dict[str, Any] = {"seed": seed, "scenarios": []}
+    if json_out and Path(json_out).is_file():
+        old = json.loads(Path(json_out).read_text(encoding="utf-8"))
+        if old.get("seed") == seed:
+            out["scenarios"] = old["scenarios"]
+    done = {r["scenario"]["key"] for r in out["scenarios"]}
     for sc in SCENARIOS:
+        if sc.key in done or (only and sc.key not in only):
+            continue
         t0 = time.perf_counter()
         trace, rep = _load(sc.trace, sc.rate_req_per_s, sc.min_requests, seed)
         prof = PROFILES[sc.profile]
