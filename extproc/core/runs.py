@@ -46,6 +46,8 @@ N_KINDS = len(RUN_KINDS)
 _BLOB_MIN_CHARS = 20
 _BLOB_ALNUM_SHARE = 0.75
 _BLOB_MIN_DIGITS = 2
+_BLOB_MIN_DIGIT_SHARE = 0.3
+_BLOB_MIN_CASE_SHARE = 0.25
 
 # (first code point, kind) in increasing order; each range runs to the next start.
 _RANGES: tuple[tuple[int, str], ...] = (
@@ -216,8 +218,27 @@ _RUN_PACK[[_LETTER_K, _DIGIT_K, _PUNCT_K]] = (1, 1 << 21, 1 << 42)
 _FIELD_21 = (1 << 21) - 1
 
 
+def _mixed_case(text: str, starts: np.ndarray, ends: np.ndarray, letters: np.ndarray) -> np.ndarray:
+    """True for each character range ``[starts[i], ends[i])`` of ``text`` whose ASCII letters are at
+    least :data:`_BLOB_MIN_CASE_SHARE` upper case and as much lower case (``letters``: ASCII letters in
+    each range). One encode and one ``np.add.reduceat`` over the text."""
+    if text.isascii():
+        codes: np.ndarray = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    else:
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    upper = np.zeros(codes.size + 1, dtype=np.int32)  # a trailing 0: a range may end at the text's end
+    np.logical_and(codes >= 65, codes <= 90, out=upper[:-1], casting="unsafe")
+    idx = np.empty(2 * starts.size, dtype=np.int64)
+    idx[0::2] = starts
+    idx[1::2] = ends
+    n_upper = np.add.reduceat(upper, idx)[0::2]
+    floor = _BLOB_MIN_CASE_SHARE * letters
+    result: np.ndarray = (n_upper >= floor) & (letters - n_upper >= floor)
+    return result
+
+
 def _blobs(
-    bounds: np.ndarray, rl: np.ndarray, run_cls: np.ndarray, runs: np.ndarray, chars: np.ndarray
+    text: str, bounds: np.ndarray, rl: np.ndarray, run_cls: np.ndarray, runs: np.ndarray, chars: np.ndarray
 ) -> None:
     """Move the characters and runs of blob chunks to the ``blob`` kind (in place).
 
@@ -258,6 +279,13 @@ def _blobs(
     packed = np.add.reduceat(weights, starts)[::step]
     digits, alnum = packed >> 32, packed & 0xFFFFFFFF
     ok = (digits >= _BLOB_MIN_DIGITS) & (alnum >= _BLOB_ALNUM_SHARE * total)
+    # Random rather than word-like: hex-like (digits ≥ 30 % of the letters and digits: hex, UUIDs,
+    # hashes) or base64-like (letters of both cases, each ≥ 25 %). A path, host name, version or
+    # timestamp ("registry.example.com/app:19.0") is made of words and numbers: not a blob.
+    word_like = ok & (digits < _BLOB_MIN_DIGIT_SHARE * alnum)
+    if word_like.any():
+        w = np.flatnonzero(word_like)
+        ok[w] = _mixed_case(text, bounds[pairs[w, 0]], bounds[pairs[w, 1]], alnum[w] - digits[w])
     if not ok.any():
         return
     weights[: sub_cls.size] = _RUN_PACK.take(sub_cls)
@@ -319,7 +347,7 @@ def count_runs(text: str) -> RunCounts:
     chars[present[-1]] = rest
     rl = np.diff(bounds)
     if n >= _BLOB_MIN_CHARS and chars[_DIGIT_K] >= _BLOB_MIN_DIGITS:
-        _blobs(bounds, rl, run_cls, runs, chars)
+        _blobs(text, bounds, rl, run_cls, runs, chars)
     if chars[_ARABIC_K]:
         lang = _arabic_script_language(text)
         if lang != _ARABIC_K:
