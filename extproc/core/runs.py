@@ -162,8 +162,11 @@ def _english_like(text: str, cls: np.ndarray, runs: np.ndarray, chars: np.ndarra
     """
     window = text[:_WINDOW_CHARS].lower()
     words = window.count(" ") + 1
-    if sum(window.count(w) for w in _FUNCTION_WORDS) * 50 >= words:
-        return True
+    found = 0
+    for w in _FUNCTION_WORDS:  # stop at the threshold: " the " alone usually meets it
+        found += window.count(w)
+        if found * 50 >= words:
+            return True
     if runs[_PUNCT_K] < 0.6 * runs[_LETTER_K] or chars[_LATIN_EXT_K] * 100 >= chars[_LETTER_K]:
         return False
     w = cls[:_WINDOW_CHARS]
@@ -364,6 +367,12 @@ def count_runs(text: str) -> RunCounts:
     bounds[1:-1] = starts + 1
     bounds[-1] = n
     run_cls = cls[bounds[:-1]]
+    if n <= _SHORT_TEXT_CHARS:
+        # A short text (a 1 KB chat prompt): two bincounts beat a pass per kind, whose fixed cost
+        # per numpy call dominates here (issue 15: ~2x faster on a 1 KB prompt; same counts).
+        runs = np.bincount(run_cls, minlength=N_KINDS).astype(np.float64)
+        chars = np.bincount(cls, minlength=N_KINDS).astype(np.float64)
+        return _finish(text, cls, bounds, run_cls, runs, chars)
     runs = np.zeros(N_KINDS)
     chars = np.zeros(N_KINDS)
     if text.isascii():
@@ -378,8 +387,20 @@ def count_runs(text: str) -> RunCounts:
         chars[k] = c = int(np.count_nonzero(cls == k))
         rest -= c
     chars[present[-1]] = rest
+    return _finish(text, cls, bounds, run_cls, runs, chars)
+
+
+_SHORT_TEXT_CHARS = 2048
+"""Up to this many characters :func:`count_runs` counts runs and characters with two bincounts."""
+
+
+def _finish(
+    text: str, cls: np.ndarray, bounds: np.ndarray, run_cls: np.ndarray, runs: np.ndarray, chars: np.ndarray
+) -> RunCounts:
+    """The rest of :func:`count_runs` once runs and characters per kind are counted: blobs, the
+    Arabic-script and Latin-script language splits, and the whitespace gaps."""
     rl = np.diff(bounds)
-    if n >= _BLOB_MIN_CHARS and chars[_DIGIT_K] >= _BLOB_MIN_DIGITS:
+    if cls.size >= _BLOB_MIN_CHARS and chars[_DIGIT_K] >= _BLOB_MIN_DIGITS:
         _blobs(text, bounds, rl, run_cls, runs, chars)
     if chars[_ARABIC_K]:
         lang = _arabic_script_language(text)

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 
 from devstack.inprocess import InProcessStack, inprocess_stack
+from extproc.core.categories import classify_text
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO.parent / "shared" / "data"
@@ -20,6 +22,16 @@ ENVOY_3POOLS = REPO / "envoy" / "envoy-3pools.yaml"
 POOL_LIMITS = {"short": 4096, "medium": 16384, "long": 65536}
 
 Stack = InProcessStack
+
+
+def stale_ratio_snapshot(work_dir: Path, text: str, *, mean_bpt: float = 40.0, model: str = "m") -> Path:
+    """Write ``work_dir/ratios.json``: a ratio snapshot claiming ``mean_bpt`` bytes/token (warm, 50
+    samples, no deviation) for ``text``'s category under ``model``, so a restored router budgets that
+    text far too low. The tests use it to force an underestimate; returns the file's path."""
+    entry = {"model": model, "category": classify_text(text.encode()), "mean_bpt": mean_bpt, "dev_bpt": 0.0}
+    path = work_dir / "ratios.json"
+    path.write_bytes(orjson.dumps({"version": 1, "ratios": [{**entry, "samples": 50}]}))
+    return path
 
 
 def data_dir() -> Path | None:

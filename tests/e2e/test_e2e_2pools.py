@@ -4,14 +4,12 @@ and the client sees a 200 from the long pool."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from openai import AsyncOpenAI
 
-from extproc.core.categories import classify_text
-from tests.e2e.harness import REPO, three_pool_stack
+from tests.e2e.harness import REPO, stale_ratio_snapshot, three_pool_stack
 
 pytestmark = pytest.mark.envoy
 
@@ -20,19 +18,7 @@ PROSE = "The quick brown fox jumps over the lazy dog while the farmer counts his
 
 
 async def test_two_pool_forced_underestimate_is_served_by_long(tmp_path: Path) -> None:
-    category = classify_text(PROSE.encode())
-    snapshot = tmp_path / "ratios.json"
-    snapshot.write_text(
-        json.dumps(
-            {
-                "version": 1,
-                "ratios": [
-                    {"model": "m", "category": category, "mean_bpt": 40.0, "dev_bpt": 0.0, "samples": 50}
-                ],
-            }
-        ),
-        encoding="utf-8",
-    )
+    snapshot = stale_ratio_snapshot(tmp_path, PROSE)
     router = {"server": {"grace_period_s": 0.5}, "calibration": {"snapshot_path": str(snapshot)}}
     async with three_pool_stack(
         tmp_path,

@@ -5,7 +5,6 @@ stops after release; a forced underestimate is recovered on the next larger pool
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from extproc.core.categories import classify_text
-from tests.e2e.harness import Stack, three_pool_stack
+from tests.e2e.harness import Stack, stale_ratio_snapshot, three_pool_stack
 
 pytestmark = pytest.mark.envoy
 
@@ -115,18 +114,7 @@ async def test_forced_underestimate_is_recovered_on_the_next_larger_pool(tmp_pat
     retries once on medium, the client gets medium's 200; the router ratchets the ratio so that the
     same request then goes straight to medium (the stale value is far above any plausible one)."""
     key_category = classify_text(PROSE.encode())
-    snapshot = tmp_path / "ratios.json"
-    snapshot.write_text(
-        json.dumps(
-            {
-                "version": 1,
-                "ratios": [
-                    {"model": "m", "category": key_category, "mean_bpt": 40.0, "dev_bpt": 0.0, "samples": 50}
-                ],
-            }
-        ),
-        encoding="utf-8",
-    )
+    snapshot = stale_ratio_snapshot(tmp_path, PROSE)
     router = {**ROUTER_BASE, "calibration": {"snapshot_path": str(snapshot)}}
     async with three_pool_stack(tmp_path, router_overrides=router) as stack:
         c = client(stack)

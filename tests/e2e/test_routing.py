@@ -91,6 +91,10 @@ def test_envoy_did_not_fail_open(gateway: Gateway, router: RouterEndpoints) -> N
     assert stats["http.llm_ingress.ext_proc.tbr.streams_started"] >= 1
     assert stats["http.llm_ingress.ext_proc.tbr.failure_mode_allowed"] == 0
     assert stats["http.llm_ingress.ext_proc.tbr.message_timeouts"] == 0
+    # The router ends its streams itself (status OK, extproc/adapter/server.py): Envoy counts
+    # them closed, never failed.
+    assert stats.get("http.llm_ingress.ext_proc.tbr.streams_failed", 0) == 0
+    assert stats["http.llm_ingress.ext_proc.tbr.server_half_closed"] >= 1
 
 
 def test_body_over_one_mebibyte_is_budgeted_not_rejected_by_envoy(

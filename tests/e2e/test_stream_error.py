@@ -10,15 +10,13 @@ and decision-log field as the 400 case and learns nothing from the stream.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
 
-from extproc.core.categories import classify_text
-from tests.e2e.harness import REPO, three_pool_stack
+from tests.e2e.harness import REPO, stale_ratio_snapshot, three_pool_stack
 
 pytestmark = pytest.mark.envoy
 
@@ -26,19 +24,7 @@ PROSE = "The quick brown fox jumps over the lazy dog while the farmer counts his
 
 
 async def test_context_length_error_inside_a_200_stream_is_a_misroute(tmp_path: Path) -> None:
-    category = classify_text(PROSE.encode())
-    snapshot = tmp_path / "ratios.json"
-    snapshot.write_text(
-        json.dumps(
-            {
-                "version": 1,
-                "ratios": [
-                    {"model": "m", "category": category, "mean_bpt": 40.0, "dev_bpt": 0.0, "samples": 50}
-                ],
-            }
-        ),
-        encoding="utf-8",
-    )
+    snapshot = stale_ratio_snapshot(tmp_path, PROSE)
     log_path = tmp_path / "decisions.jsonl"
     router = {
         "server": {"grace_period_s": 0.5},
