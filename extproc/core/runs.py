@@ -169,10 +169,10 @@ def _english_like(text: str, cls: np.ndarray, runs: np.ndarray, chars: np.ndarra
             return True
     if runs[_PUNCT_K] < 0.6 * runs[_LETTER_K] or chars[_LATIN_EXT_K] * 100 >= chars[_LETTER_K]:
         return False
-    w = cls[:_WINDOW_CHARS]
-    is_letter = w == _LETTER_K
+    kinds = cls[:_WINDOW_CHARS]
+    is_letter = kinds == _LETTER_K
     letter_runs = np.count_nonzero(is_letter[1:] & ~is_letter[:-1]) + int(is_letter[0])
-    prose = np.count_nonzero((w[1:-1] == _SPACE_K) & is_letter[:-2] & is_letter[2:])
+    prose = np.count_nonzero((kinds[1:-1] == _SPACE_K) & is_letter[:-2] & is_letter[2:])
     return bool(prose < _MAX_CODE_PROSE * letter_runs)
 
 
