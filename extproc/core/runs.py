@@ -10,8 +10,12 @@ family (:mod:`extproc.core.run_costs`), instead of one bytes/token ratio per req
 Kinds (:data:`RUN_KINDS`, one vocabulary used by the estimator, the evaluation and the demo):
 
 * ASCII: ``letter``, ``digit``, ``punct``, ``space`` (spaces, tabs, other ASCII controls), ``newline``.
-* ``blob``: a whitespace-free stretch of ≥ 20 ASCII characters that is ≥ 85 % letters/digits and holds ≥ 2
-  digits (base64, hex strings, UUIDs, hashes, data URLs): its characters are taken out of the ASCII kinds.
+* ``blob``: a whitespace-free stretch of ≥ 20 ASCII characters that is ≥ 75 % letters/digits, holds ≥ 2
+  digits and looks random: hex-like (digits ≥ 30 % of its letters and digits: hex, UUIDs, hashes) or
+  base64-like (letters of both cases, each ≥ 25 %); its characters are taken out of the ASCII kinds.
+  Host names, paths, versions ("registry.example.com/app:19.0") are words and numbers, not blobs.
+* ``letter_other`` / ``letter_euro``: the ASCII letters of a text that is not English-like
+  (:mod:`extproc.core.run_languages`), ``letter_euro`` when Western European function words show.
 * scripts, by Unicode block: ``latin_ext`` (accented Latin, Vietnamese, IPA, combining marks), ``greek``,
   ``cyrillic``, ``hebrew``, ``arabic`` (Arabic), ``persian``, ``urdu`` (chosen per text by their own letters), ``devanagari`` (Hindi, Marathi, Nepali),
   ``bengali``, ``gurmukhi``, ``gujarati``, ``oriya``, ``tamil``, ``telugu``, ``kannada``, ``malayalam``,
@@ -20,8 +24,9 @@ Kinds (:data:`RUN_KINDS`, one vocabulary used by the estimator, the evaluation a
 * ``symbol`` (non-ASCII punctuation, CJK punctuation, full-width forms, arrows, math, box drawing),
   ``emoji`` (pictographs, variation selectors, ZWJ), ``other`` (private use, unassigned, surrogates).
 
-Cost: one ``str.encode`` (ASCII) or UTF-32 encode (other text), a table look-up per character, and a few
-numpy passes (run starts, two ``bincount``); about 0.3–0.6 ms per 100 KB (BENCHMARKS.md).
+Cost: one encode (ASCII, UTF-16 or UTF-32) and a table look-up per character, then C-level numpy passes
+(run starts, counts per kind, one ``reduceat`` per blob test); about 0.3–0.9 ms per 100 KB on the shared
+2-CPU box (BENCHMARKS.md §Estimator cost).
 """
 
 from __future__ import annotations
@@ -31,17 +36,17 @@ import sys
 
 import numpy as np
 
+from extproc.core.run_kinds import N_KINDS, RUN_KINDS, kind_index
+from extproc.core.run_languages import (
+    MIN_WORDS_FOR_LANGUAGE,
+    arabic_script_language,
+    english_like,
+    western_european,
+)
+
 __all__ = ["CONTENT_KINDS", "RUN_KINDS", "RunCounts", "content_kind", "count_runs"]
 
-RUN_KINDS: tuple[str, ...] = (
-    "letter", "digit", "punct", "blob", "letter_other", "letter_euro", "latin_ext", "greek", "cyrillic", "hebrew", "arabic", "persian", "urdu", "devanagari", "bengali", "gurmukhi",
-    "gujarati", "oriya", "tamil", "telugu", "kannada", "malayalam", "sinhala", "thai", "lao",
-    "myanmar", "other_script", "hangul", "kana", "han", "symbol", "emoji", "other", "space", "newline",
-)  # fmt: skip
-"""Every run kind (bounded set: safe as a metric label)."""
-
-_K = {k: i for i, k in enumerate(RUN_KINDS)}
-N_KINDS = len(RUN_KINDS)
+_K = kind_index
 
 _BLOB_MIN_CHARS = 20
 _BLOB_ALNUM_SHARE = 0.75
@@ -138,79 +143,6 @@ class RunCounts:
     def as_dict(self) -> dict[str, tuple[int, int]]:
         """``{kind: (runs, chars)}`` for kinds that occur (reports, tests)."""
         return {k: (int(self.runs[i]), int(self.chars[i])) for i, k in enumerate(RUN_KINDS) if self.chars[i]}
-
-
-_FUNCTION_WORDS = (" the ", " and ", " of ", " you ", " that ", " with ", " is ")
-_MIN_WORDS_FOR_LANGUAGE = 8
-_WINDOW_CHARS = 4096
-_MAX_CODE_PROSE = 0.4
-"""Share of letter runs followed by a single space and another letter run above which punctuation-
-dense text is prose (measured on the broad corpus: YAML, logs, SQL, CSV 0.00–0.16 at the 90th
-percentile, code 0.51; non-English prose 0.34 at the 10th, median 0.49)."""
-
-
-def _english_like(text: str, cls: np.ndarray, runs: np.ndarray, chars: np.ndarray) -> bool:
-    """True unless the text reads as prose of another Latin-script language.
-
-    English: its function words make ≥ 2 % of the words of a 4,096-character window (start of the
-    text). Code, markup and data (≥ 0.6 punctuation runs per letter run, and fewer than
-    :data:`_MAX_CODE_PROSE` of the window's letter runs followed by one space and another letter run:
-    identifiers, keys and log fields rather than sentences) count as English too unless accented
-    letters make ≥ 1 % of the letters: the word cost of English and of identifiers is the same, other
-    languages cost 1.5–3× more per word. Markdown in Uzbek, Indonesian or Dutch is punctuation-dense
-    but made of sentences: not English. ``cls``: the text's character kinds (:func:`_classes`).
-    """
-    window = text[:_WINDOW_CHARS].lower()
-    words = window.count(" ") + 1
-    found = 0
-    for w in _FUNCTION_WORDS:  # stop at the threshold: " the " alone usually meets it
-        found += window.count(w)
-        if found * 50 >= words:
-            return True
-    if runs[_PUNCT_K] < 0.6 * runs[_LETTER_K] or chars[_LATIN_EXT_K] * 100 >= chars[_LETTER_K]:
-        return False
-    kinds = cls[:_WINDOW_CHARS]
-    is_letter = kinds == _LETTER_K
-    letter_runs = np.count_nonzero(is_letter[1:] & ~is_letter[:-1]) + int(is_letter[0])
-    prose = np.count_nonzero((kinds[1:-1] == _SPACE_K) & is_letter[:-2] & is_letter[2:])
-    return bool(prose < _MAX_CODE_PROSE * letter_runs)
-
-
-_EURO_WORDS = (
-    " de ", " le ", " les ", " el ", " los ", " las ", " que ", " et ", " des ", " est ",
-    " und ", " der ", " die ", " das ", " het ", " een ", " van ", " och ", " att ", " det ", " og ",
-    " il ", " che ", " del ", " della ", " è ", " non ", " sono ", " și ", " în ", " pentru ", " para ", " pour ", " mit ", " som ", " för ", " não ", " é ", " à ", " är ",
-)  # fmt: skip
-"""Function words of Spanish, French, Portuguese, Italian, Catalan, Romanian, German, Dutch and the
-Scandinavian languages (not of Indonesian, Polish, Czech, Turkish, Swahili... whose words cost more tokens; not
-" la ", which Swahili uses as much as the Romance languages)."""
-
-
-def _western_european(text: str) -> bool:
-    """True when the function words of :data:`_EURO_WORDS` make ≥ 4 % of the words of the text's first
-    4,096 characters: Western European languages (with Romanian), whose words cost 10–30 % fewer tokens than those
-    of other Latin-script languages on every measured tokenizer (docs/estimator.md)."""
-    window = text[:_WINDOW_CHARS].lower()
-    words = window.count(" ") + 1
-    return sum(window.count(w) for w in _EURO_WORDS) * 25 >= words
-
-
-_PERSIAN_LETTERS = ("\u067e", "\u0686", "\u0698", "\u06af", "\u06a9", "\u06cc")
-_URDU_LETTERS = ("\u0679", "\u0688", "\u0691", "\u06ba", "\u06be", "\u06d2")
-
-
-def _arabic_script_language(text: str) -> int:
-    """Run kind of Arabic-script text: ``urdu`` when Urdu's own letters (ٹ ڈ ڑ ں ھ ے) make ≥ 1 % of a
-    4,096-character window, ``persian`` when Persian/Urdu letters (پ چ ژ گ ک ی) make ≥ 2 %, else
-    ``arabic``. Tokenizers learned the three very differently (Llama-3: Persian costs 0.8×, Urdu 1.4×
-    the tokens of Arabic per character)."""
-    window = text[:_WINDOW_CHARS]
-    n = max(1, len(window))
-    if sum(window.count(c) for c in _URDU_LETTERS) * 100 >= n:
-        return _K["urdu"]
-    if sum(window.count(c) for c in _PERSIAN_LETTERS) * 50 >= n:
-        return _PERSIAN_K
-    return _ARABIC_K
 
 
 _OTHER_K = _K["other"]
@@ -403,12 +335,12 @@ def _finish(
     if cls.size >= _BLOB_MIN_CHARS and chars[_DIGIT_K] >= _BLOB_MIN_DIGITS:
         _blobs(text, bounds, rl, run_cls, runs, chars)
     if chars[_ARABIC_K]:
-        lang = _arabic_script_language(text)
+        lang = arabic_script_language(text)
         if lang != _ARABIC_K:
             runs[lang], runs[_ARABIC_K] = runs[_ARABIC_K], 0.0
             chars[lang], chars[_ARABIC_K] = chars[_ARABIC_K], 0.0
-    if runs[_LETTER_K] >= _MIN_WORDS_FOR_LANGUAGE and not _english_like(text, cls, runs, chars):
-        other = _LETTER_EURO_K if _western_european(text) else _LETTER_OTHER_K
+    if runs[_LETTER_K] >= MIN_WORDS_FOR_LANGUAGE and not english_like(text, cls, runs, chars):
+        other = _LETTER_EURO_K if western_european(text) else _LETTER_OTHER_K
         runs[other], runs[_LETTER_K] = runs[_LETTER_K], 0.0
         chars[other], chars[_LETTER_K] = chars[_LETTER_K], 0.0
     # Whitespace that costs its own token: a space run of ≥ 2 characters (pre-tokenisers split
