@@ -24,8 +24,9 @@ Method:
    tokens, at its 2nd percentile (the learned key starts from there: at most 2 % of such segments are
    under-budgeted before anything is learned), clipped to [0.6, 1.0]; kinds with fewer than 20 such
    segments or fewer than 3 sources (a single source, e.g. a CLDR name list, says little about prose)
-   take the family's value over all segments. A script kind no fitted segment carries (the fit leaves
-   both its costs at zero) costs :data:`UNMEASURED_TOKENS_PER_CHAR` per character. Cold corrections use every segment (fitted and held out):
+   take the family's value over all segments. A non-ASCII kind a family's fit leaves at zero cost (no
+   text of it, or its tokens absorbed by neighbouring kinds) takes the largest costs another family
+   measured for it, else :data:`UNMEASURED_TOKENS_PER_CHAR` per character: no kind is ever free. Cold corrections use every segment (fitted and held out):
    they are the guard against under-budgeting, and more segments make the percentile firmer.
    Families without a tokenizer here (``unknown``) take the element-wise maximum of the coefficients and
    the minimum cold correction.
@@ -60,10 +61,10 @@ COLD_MIN_SEGMENTS = 20
 COLD_MIN_SOURCES = 3
 COLD_CLIP = (0.6, 1.0)
 UNMEASURED_TOKENS_PER_CHAR = 3.0
-"""Cost of a script character no segment measured: one token per UTF-8 byte (3 for the BMP
-blocks), the most a byte-level BPE spends."""
-_SCRIPT_KINDS = [
-    RUN_KINDS.index(r) for r in RUN_KINDS[RUN_KINDS.index("latin_ext") : RUN_KINDS.index("han") + 1]
+"""Cost of a non-ASCII character no family measured: one token per UTF-8 byte of a BMP character, the
+most a byte-level BPE spends on it."""
+_NON_ASCII_KINDS = [
+    RUN_KINDS.index(r) for r in RUN_KINDS[RUN_KINDS.index("latin_ext") : RUN_KINDS.index("other") + 1]
 ]
 
 
@@ -152,14 +153,28 @@ def fit(
             use |= carrying
     sources_of = np.asarray(sources if sources is not None else [""] * len(texts))
     families: dict[str, Any] = {}
+    coefs: dict[str, np.ndarray] = {}
     for name, counts in truth.items():
         y = np.asarray(counts, dtype=float)
         m = (y >= 20) & use
         w = 1.0 / np.sqrt(y[m])
-        coef, _ = nnls(x[m] * w[:, None], y[m] * w)
-        for j in _SCRIPT_KINDS:  # no text of this kind: the byte-level ceiling, never zero
+        coefs[name], _ = nnls(x[m] * w[:, None], y[m] * w)
+    # A non-ASCII kind a family's fit leaves at zero cost (no text of it, or its tokens absorbed by
+    # neighbouring kinds, as Qwen's emoji by spaces) is never free: it takes the largest costs another
+    # family measured for it, else the byte-level ceiling.
+    for j in _NON_ASCII_KINDS:
+        measured = [c for c in coefs.values() if c[j] > 0.0 or c[k + j] > 0.0]
+        for coef in coefs.values():
             if coef[j] == 0.0 and coef[k + j] == 0.0:
-                coef[k + j] = UNMEASURED_TOKENS_PER_CHAR
+                if measured:
+                    coef[j] = max(c[j] for c in measured)
+                    coef[k + j] = max(c[k + j] for c in measured)
+                else:
+                    coef[k + j] = UNMEASURED_TOKENS_PER_CHAR
+    for name, counts in truth.items():
+        y = np.asarray(counts, dtype=float)
+        m = (y >= 20) & use
+        coef = coefs[name]
         pred = x @ coef
         kinds = []
         for row in x:
@@ -236,6 +251,36 @@ def holdout_report(
     return "\n".join(lines) + "\n"
 
 
+_TABLE_RUN_KINDS = (
+    "letter", "letter_euro", "letter_other", "latin_ext", "digit", "punct", "blob", "space", "newline",
+    "cyrillic", "arabic", "devanagari", "gurmukhi", "oriya", "myanmar", "han", "kana", "hangul", "emoji",
+)  # fmt: skip
+
+
+def tables(table: dict[str, Any]) -> str:
+    """The markdown tables of docs/estimator.md (cold corrections per content kind and family, selected
+    coefficients) from a ``run_costs.json`` object."""
+    fams = list(table["families"])
+    rows = ["|content kind|" + "|".join(fams) + "|", "|---|" + "---:|" * len(fams)]
+    for kind in CONTENT_KINDS:
+        rows.append(
+            f"|{kind}|" + "|".join(f"{table['families'][f]['cold_ratio'][kind]:.3f}" for f in fams) + "|"
+        )
+    rows += [
+        "",
+        "|run kind|" + "|".join(f"{f} per run / per char" for f in fams) + "|",
+        "|---|" + "---:|" * len(fams),
+    ]
+    for kind in _TABLE_RUN_KINDS:
+        cells = [
+            f"{table['families'][f]['per_run'][kind]:.3f} / {table['families'][f]['per_char'][kind]:.3f}"
+            for f in fams
+        ]
+        rows.append(f"|{kind}|" + "|".join(cells) + "|")
+    rows.append("|gaps (per gap)|" + "|".join(f"{table['families'][f]['per_gap']:.3f}" for f in fams) + "|")
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line (module docstring)."""
     p = argparse.ArgumentParser(description=__doc__)
@@ -246,7 +291,11 @@ def main(argv: list[str] | None = None) -> int:
         "--truth-cache", default=None, help="JSON of true counts by family and text SHA-1 (reused)"
     )
     p.add_argument("--report", default=None, help="write the fitted vs held-out table (markdown) here")
+    p.add_argument("--tables", default=None, help="only print the docs tables of this run_costs.json")
     a = p.parse_args(argv)
+    if a.tables:
+        print(tables(json.loads(Path(a.tables).read_text(encoding="utf-8"))), end="")
+        return 0
     from evaluation.groundtruth import load_counter
 
     pairs = segments(Path(a.corpus) if a.corpus else None, Path(a.data) if a.data else None)
