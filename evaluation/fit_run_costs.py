@@ -6,7 +6,8 @@ Method:
    (:mod:`evaluation.broad_corpus`), of a seeded sample of 3,000 requests of the shared data, and, for
    the scripts neither has (Gurmukhi, Odia, Myanmar), the names of languages, territories and scripts
    in the ``pa``, ``or`` and ``my`` locales of the Unicode CLDR (Unicode License v3) as shipped in the
-   ``babel`` wheel (BSD-3-Clause), 40 names per segment (skipped when babel is not installed).
+   ``babel`` wheel (BSD-3-Clause), 40 names per segment (skipped when babel is not installed), and 40
+   seeded sequences of emoji (:func:`emoji_segments`).
 2. For each segment, :func:`extproc.core.runs.count_runs` gives runs and characters per run kind, and the
    tokenizer of each family (``llama3``, ``qwen3`` → family ``qwen``, ``cl100k``, ``o200k``, ``mistral``:
    :mod:`evaluation.groundtruth`) gives its true token count (bare text, no template: framing is
@@ -70,8 +71,8 @@ _NON_ASCII_KINDS = [
 
 def held_out(source: str) -> bool:
     """True for the sources kept out of the coefficient fit (module docstring, step 3). CLDR locales
-    are never held out: each is the only text of its script."""
-    return not source.startswith("cldr_") and hashlib.sha1(source.encode()).digest()[0] < 51
+    and the emoji sequences are never held out: each is the only text of its kind."""
+    return not source.startswith(("cldr_", "unicode_")) and hashlib.sha1(source.encode()).digest()[0] < 51
 
 
 def segments(corpus: Path | None, data: Path | None, shared_sample: int = 3000) -> list[tuple[str, str]]:
@@ -97,7 +98,27 @@ def segments(corpus: Path | None, data: Path | None, shared_sample: int = 3000) 
         for r in reqs[:shared_sample]:
             out.extend((r.source, m["content"]) for m in r.messages if m["content"])
     out.extend(cldr_segments())
+    out.extend(emoji_segments())
     return out
+
+
+EMOJI_BLOCKS = ((0x1F300, 0x1F5FF), (0x1F600, 0x1F64F), (0x1F680, 0x1F6FF), (0x1F900, 0x1F9FF))
+"""Unicode blocks of pictographs, emoticons, transport and supplemental symbols."""
+
+
+def emoji_segments(n: int = 40) -> list[tuple[str, str]]:
+    """``("unicode_emoji", text)``: seeded sequences of emoji from :data:`EMOJI_BLOCKS`, 1–4 together,
+    separated by spaces (chat text mixes words with the common emoji only, which would leave emoji-dense
+    text under-measured)."""
+    rng = random.Random(0)
+    pool = [chr(c) for lo, hi in EMOJI_BLOCKS for c in range(lo, hi + 1)]
+    return [
+        (
+            "unicode_emoji",
+            " ".join("".join(rng.choice(pool) for _ in range(rng.randint(1, 4))) for _ in range(80)),
+        )
+        for _ in range(n)
+    ]
 
 
 def cldr_segments() -> list[tuple[str, str]]:

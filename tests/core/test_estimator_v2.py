@@ -461,3 +461,15 @@ def test_6_gpt_4o_is_budgeted_with_o200k_costs(kind: str) -> None:
         true = 3 + sum(3 + count(m["role"]) + count(m["content"]) for m in body["messages"])
         budget = _estimate(est, body)
         assert true <= budget.prompt_tokens <= 1.6 * true + 16
+
+
+@pytest.mark.parametrize("model", [LLAMA, QWEN])
+def test_6_emoji_only_prompt_is_never_free(model: str) -> None:
+    """No run kind costs zero: a prompt of emoji alone (Qwen's fit once absorbed emoji into spaces)."""
+    counter = load_counter("llama3" if model == LLAMA else "qwen3")
+    rng = random.Random(6)
+    emoji = [chr(c) for c in range(0x1F600, 0x1F650)]
+    body = _body(
+        " ".join("".join(rng.choice(emoji) for _ in range(rng.randint(1, 4))) for _ in range(300)), model
+    )
+    assert _estimate(_estimator(), body).prompt_tokens >= _truth(body, counter)
