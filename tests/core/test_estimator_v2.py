@@ -410,6 +410,11 @@ def test_7_hebrew_chat_with_english_system_prompt_is_hebrew() -> None:
 
 
 def test_7_turkish_with_code_sample_is_not_code_and_is_not_under_budgeted(llama: TokenCounter) -> None:
+    """Mixed traffic (other languages' pages, code) teaches the keys; a Turkish document with a Python
+    sample then keeps a Latin-script key (not ``code_data``, whose learned correction once under-budgeted
+    Turkish) and is never budgeted short. Upper bound: 1.6× like the cold priors of other scripts (test 6),
+    not 1.35×: the ``latin_other`` correction is set by Swahili, which costs 1.3× more tokens per word than
+    Turkish, and the key learns Turkish only from Turkish traffic (docs/estimator.md §Failure modes)."""
     rows = _broad("latin_other", "tldr_tr")
     assert rows
     est = _estimator()
@@ -420,8 +425,9 @@ def test_7_turkish_with_code_sample_is_not_code_and_is_not_under_budgeted(llama:
         text = r["messages"][-1]["content"] + "\n```python\nfor i in range(10):\n    print(i)\n```\n"
         body = _body(text)
         budget = _estimate(est, body)
-        assert budget.key[1] != "code_data"
-        _assert_routes(budget, _truth(body, llama))
+        true = _truth(body, llama)
+        assert budget.key[1] in ("latin_other", "latin_euro")
+        assert true <= budget.prompt_tokens <= 1.6 * true + 16
 
 
 def _cldr_names(locale: str) -> str:
