@@ -20,7 +20,8 @@ Exactly docs/data.md §2.2 (so counts equal ``derived/request_token_counts.csv``
 * ``mistral`` (bare text only: :attr:`PromptCounter.count_text`): the Tekken tokenizer
   ``tekken_240911.json`` shipped in Mistral AI's ``mistral-common`` wheel (Apache-2.0), as
   ``Tekkenizer.encode(text, bos=False, eos=False)``; chat requests through
-  ``MistralTokenizer.encode_chat_completion`` (user/assistant/system text messages).
+  ``MistralTokenizer.encode_chat_completion`` (user/assistant/system text messages; assistant turns
+  with empty content, which Mistral's validator rejects, are left out).
 
 Tokenizer files are read from ``<data>/tokenizers`` in place.
 """
@@ -230,7 +231,12 @@ def _mistral() -> PromptCounter:
     def many(reqs: list[ReplayRequest]) -> list[int]:
         out = []
         for r in reqs:
-            msgs = [kinds[m["role"]](content=m["content"]) for m in r.messages]
+            # An assistant turn with empty content is invalid for Mistral's validator: left out.
+            msgs = [
+                kinds[m["role"]](content=m["content"])
+                for m in r.messages
+                if m["content"] or m["role"] != "assistant"
+            ]
             out.append(len(mt.encode_chat_completion(ChatCompletionRequest(messages=msgs)).tokens))
         return out
 
