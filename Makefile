@@ -54,14 +54,18 @@ test-compose: $(STAMP)
 demo: $(BASE)
 	$(BIN)/tbr demo --data $(DATA)
 
+# ≈ 15 min on the 2-core box: 3 throughput / 2 unloaded-latency repetitions, other branches'
+# modules (estimator, planner DES, soak) in their quick mode. BENCH_ARGS= for their full mode.
+BENCH_ARGS ?= --external-quick
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 # 60-minute soak at 80 % of measured capacity (not in CI): RSS flat within 5 % over the last
-# 40 minutes, 0 errors, in-flight 0 at the end; prints the BENCHMARKS.md section (issue 12).
+# 40 minutes, 0 errors, in-flight 0 at the end; writes benchmarks/results/soak_60min.md and
+# replaces BENCHMARKS.md's "Soak: 60 min" section with it (issue 12).
 soak: $(STAMP)
 	nice $(BIN)/python -m benchmarks.soak --duration-s 3600 --window-s 2400 --work-dir soak-run \
-		--out benchmarks/results/soak_60min.md
+		--out benchmarks/results/soak_60min.md --benchmarks-md BENCHMARKS.md
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

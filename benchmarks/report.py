@@ -167,11 +167,6 @@ def _levers(res: dict[str, Any]) -> list[str]:
     e2e = res["e2e"]
     base = summarize(e2e, "route", "1KB")
     rows = [
-        (
-            "fewer messages: response phases off for unsampled requests (`skip_unsampled_responses`)",
-            "route_3msg",
-            True,
-        ),
         ("one message per request (metadata routing, buffer filter)", "route_1msg", False),
         ("calibration of every response (4 msgs)", "calib_all", False),
         ("calibration sampled at 10 % (decided at request_headers)", "calib_10", False),
@@ -244,10 +239,99 @@ def render(res: dict[str, Any]) -> str:
             " spreads per request even though Envoy multiplexes the streams on one HTTP/2 connection per endpoint.",
             "",
         ]
-    lines += _profile(res) + _micro(res) + _convergence(res) + _memory(res)
+    lines += (
+        _event_loop(res)
+        + _wakeups(res)
+        + _phase_time(res)
+        + _profile(res)
+        + _micro(res)
+        + _convergence(res)
+        + _memory(res)
+    )
     for _, text in res.get("external", []):
         lines += [text.rstrip(), ""]
     return "\n".join(lines) + "\n"
+
+
+def _event_loop(res: dict[str, Any]) -> list[str]:
+    """Router ÷ floor with each event loop (1 KB, 2 msgs), and uvloop ÷ asyncio for each."""
+    e2e = res["e2e"]
+    if not _rows(e2e, "throughput", "floor_uvloop", "1KB"):
+        return []
+    out = [
+        "## Event loop: asyncio against uvloop (1 KB body, 2 msgs; paired per repetition)",
+        "",
+        "| compared | req/s ratio | router CPU per request ratio (saturation) | CPU ratio at 200 req/s |",
+        "|---|---|---|---|",
+    ]
+    for title, a, b in (
+        ("router ÷ floor, both asyncio (`route` ÷ `floor`)", "route", "floor"),
+        ("router ÷ floor, both uvloop (`uvloop` ÷ `floor_uvloop`)", "uvloop", "floor_uvloop"),
+        ("router: uvloop ÷ asyncio (`uvloop` ÷ `route`)", "uvloop", "route"),
+        ("floor: uvloop ÷ asyncio (`floor_uvloop` ÷ `floor`)", "floor_uvloop", "floor"),
+    ):
+        out.append(
+            f"| {title} | {_f(paired(e2e, a, b, '1KB', 'rps'))} | "
+            f"{_f(paired(e2e, a, b, '1KB', 'router_cpu_ms_per_req'))} | "
+            f"{_f(paired(e2e, a, b, '1KB', 'router_cpu_ms_per_req', phase='unloaded'))} |"
+        )
+    return [*out, ""]
+
+
+def _wakeups(res: dict[str, Any]) -> list[str]:
+    """Per-request context switches and system calls (benchmarks/wakeups.py)."""
+    w = res.get("wakeups")
+    if not w:
+        return []
+    out = [
+        f"## Wakeups and system calls per request (1 KB body, `hey` at {w['rate']:g} req/s, {w['duration_s']:g} s each)",
+        "",
+        "Context switches summed over the ext_proc process's threads (`/proc/<pid>/task/*/status`);"
+        " system calls from a second run under `strace -c -f -p` (which slows the process: only its counts are read).",
+        "",
+        "| variant | requests | CPU ms/req | voluntary / involuntary ctx switches per req | system calls per req | top system calls per req |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, m in w["variants"].items():
+        sc = m.get("syscalls", {})
+        if "error" in sc:
+            total, top = "–", f"strace failed: {sc['error'][:80]}"
+        else:
+            total = f"{sum(sc.values()):.1f}"
+            top = ", ".join(f"{k} {v:.2f}" for k, v in list(sc.items())[:10])
+        out.append(
+            f"| `{name}` | {m['requests']:,} | {m['cpu_ms']:.3f} | {m['vol']:.2f} / {m['invol']:.2f} | {total} | {top} |"
+        )
+    return [*out, ""]
+
+
+def _phase_time(res: dict[str, Any]) -> list[str]:
+    """Mean time of ``StreamProcessor.handle`` per message, in the router processes under load."""
+    pt = res.get("phase_time")
+    if not pt:
+        return []
+    out = [
+        "## The router's own work per message, measured inside the running routers",
+        "",
+        "Mean of `tbr_phase_processing_seconds` (wall time of `StreamProcessor.handle`: parse, estimate,"
+        " decide, metrics; no awaits inside) over the whole run of each 1 KB router process, read when it"
+        " stopped. Compare with its CPU per request above: the rest is gRPC, asyncio and the kernel.",
+        "",
+        "| router process | messages | request_headers µs | request_body µs | response_headers µs | response_body µs | request_headers + request_body µs |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, phases in pt.items():
+        if any(name.endswith(f"_{size}") for size in ("32KB", "512KB")):
+            continue
+        mean = {k: (v[0] / v[1] * 1e6 if v[1] else float("nan")) for k, v in phases.items()}
+        n = int(sum(v[1] for v in phases.values()))
+        two = mean.get("request_headers", 0.0) + mean.get("request_body", float("nan"))
+        cells = " | ".join(
+            _f(mean.get(k, float("nan")), 1)
+            for k in ("request_headers", "request_body", "response_headers", "response_body")
+        )
+        out.append(f"| `{name}` | {n:,} | {cells} | {_f(two, 1)} |")
+    return [*out, ""]
 
 
 def _profile(res: dict[str, Any]) -> list[str]:

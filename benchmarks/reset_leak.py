@@ -1,21 +1,31 @@
-"""Router RSS per ext_proc stream that the client resets after the last answer, as Envoy does.
+"""Router RSS per ext_proc stream that ends the way Envoy ends it.
 
 ``python -m benchmarks.reset_leak --streams 48000``: starts ``tbr serve`` (config/router.yaml on
-free loopback ports, via devstack), then runs full 4-message exchanges (request headers and body,
-2xx JSON response headers and body with ``usage``) 16 at a time; each client cancels its call as
-soon as it has read the last answer (Envoy resets the ext_proc stream the same way). With
-``--half-close`` the client half-closes and waits for the status instead. Prints the router's RSS
+free loopback ports, via devstack), then runs exchanges 16 at a time and prints the router's RSS
 every 8,000 streams and the growth per 1,000 streams after the first 16,000 (warm-up).
 
-This is how issue 12's native leak was found and measured (grpc/grpc#43360: a batch run on a
-reset call leaks its op array): 137 KiB per 1k streams before the fix in
-extproc/adapter/server.py, ~25 after; ~1–20 with ``--half-close`` (run-to-run noise of RSS).
+* ``--messages 4`` (default): a calibrated exchange (request headers and body, 2xx JSON response
+  headers and body with ``usage``). The client resets (cancels) its call as soon as it has the
+  last answer, as Envoy 1.40 does after the last response-body answer; if the router ends the
+  call instead of answering (extproc/adapter/server.py), the client reads the status.
+* ``--messages 2``: an unsampled exchange (``calibration.skip_unsampled_responses``); the last
+  answer is the request body's. ``--reset-after-ms`` then resets that long after it unless the
+  router ended the call first (Envoy resets such a stream only when the HTTP request ends).
+* ``--half-close``: the client half-closes and waits for the status instead (no reset at all).
+
+This is how issue 12's native leak was found and measured (grpc/grpc#43360: a batch a reset
+catches in flight leaks its op array): 137 KiB per 1k streams when the handler sat in a read,
+22–29 with the 20 ms wait for the reset, ~4 when the router ends the call (BENCHMARKS.md).
+What it cannot show: Envoy also resets the HTTP/2 stream after the router's status (the
+``cluster.ext_proc.upstream_rq_tx_reset`` stat); that is measured through the real Envoy by
+``make soak``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import tempfile
 import time
@@ -64,27 +74,42 @@ def rss_kib(pid: int) -> int:
 
 
 async def _one(
-    stub: pb_grpc.ExternalProcessorStub, msgs: list[pb.ProcessingRequest], half_close: bool
+    stub: pb_grpc.ExternalProcessorStub,
+    msgs: list[pb.ProcessingRequest],
+    half_close: bool,
+    reset_after_s: float,
 ) -> None:
     call = stub.Process()
     for m in msgs:
         await call.write(m)
-        await call.read()
+        if await call.read() is grpc.aio.EOF:  # type: ignore[attr-defined]
+            break  # the router ended the call instead of answering (it needs nothing more)
     if half_close:
         await call.done_writing()
         await call.code()
-    else:
-        call.cancel()
+        return
+    if reset_after_s > 0:
+        # Envoy keeps the stream until the HTTP request ends (after a BUFFERED request body's
+        # answer): reset then, unless the router ended the call first.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(call.code()), reset_after_s)
+    call.cancel()
 
 
-async def _drive(port: int, pid: int, streams: int, half_close: bool) -> list[tuple[int, int]]:
-    msgs = exchange()
+async def _drive(
+    port: int,
+    pid: int,
+    streams: int,
+    msgs: list[pb.ProcessingRequest],
+    half_close: bool,
+    reset_after_s: float,
+) -> list[tuple[int, int]]:
     marks: list[tuple[int, int]] = []
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
         stub = pb_grpc.ExternalProcessorStub(ch)
         done = 0
         while done < streams:
-            await asyncio.gather(*(_one(stub, msgs, half_close) for _ in range(16)))
+            await asyncio.gather(*(_one(stub, msgs, half_close, reset_after_s) for _ in range(16)))
             done += 16
             if done % 8000 == 0:
                 marks.append((done, rss_kib(pid)))
@@ -96,12 +121,28 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--streams", type=int, default=48_000)
     p.add_argument("--half-close", action="store_true", help="half-close and wait for the status instead")
+    p.add_argument(
+        "--messages",
+        type=int,
+        choices=(2, 4),
+        default=4,
+        help="4: a calibrated exchange (the last answer is the response body's); 2: an unsampled "
+        "one (calibration.skip_unsampled_responses, the last answer is the request body's)",
+    )
+    p.add_argument(
+        "--reset-after-ms",
+        type=float,
+        default=0.0,
+        help="reset this long after the last answer unless the router ended the call (0: at once)",
+    )
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="tbr-reset-leak-"))
     grpc_port, admin_port = free_port(), free_port()
     cfg = render_router_config(
         grpc_port=grpc_port, admin_port=admin_port, short_max_model_len=8192, long_max_model_len=65536
     )
+    if args.messages == 2:
+        cfg.setdefault("calibration", {}).update(sample_rate=0.0, skip_unsampled_responses=True)
     cfg_path = work / "router.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
     router = router_process(cfg_path, grpc_port, admin_port, log_dir=work)
@@ -109,7 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     with router:
         assert router.pid is not None
         t0 = time.monotonic()
-        marks = asyncio.run(_drive(grpc_port, router.pid, args.streams, args.half_close))
+        marks = asyncio.run(
+            _drive(
+                grpc_port,
+                router.pid,
+                args.streams,
+                exchange()[: args.messages],
+                args.half_close,
+                args.reset_after_ms / 1000,
+            )
+        )
         trim = httpx.get(
             f"http://127.0.0.1:{admin_port}/debug/memory", params={"trim": "1"}, timeout=30
         ).json()

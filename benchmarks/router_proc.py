@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -91,15 +93,30 @@ async def _serve_floor(args: argparse.Namespace, options: list[tuple[str, Any]])
     await server.stop(0.5)
 
 
-async def _serve(args: argparse.Namespace) -> None:
+async def _serve(args: argparse.Namespace) -> dict[str, list[float]] | None:
     options = [_option(o) for o in args.grpc_option]
     if args.floor:
         await _serve_floor(args, options)
-        return
+        return None
     cfg = load_config(args.config)
     app = RouterApp(cfg, grpc_port=args.port, grpc_options=options, gc_freeze=not args.no_gc_freeze)
     async with app:
         await _until_signal(app.grpc_port)
+    return phase_seconds(app)
+
+
+def phase_seconds(app: RouterApp) -> dict[str, list[float]]:
+    """``{phase: [seconds, messages]}`` from the router's ``tbr_phase_processing_seconds``
+    histogram: the time ``StreamProcessor.handle`` took, in the process, over the whole run."""
+    out: dict[str, list[float]] = {}
+    for metric in app.metrics.phase_seconds.collect():
+        for sample in metric.samples:
+            phase = sample.labels.get("phase", "")
+            if sample.name.endswith("_sum"):
+                out.setdefault(phase, [0.0, 0.0])[0] = sample.value
+            elif sample.name.endswith("_count"):
+                out.setdefault(phase, [0.0, 0.0])[1] = sample.value
+    return out
 
 
 def main() -> None:
@@ -112,13 +129,16 @@ def main() -> None:
     ap.add_argument("--one-message", action="store_true", help="floor: answer the body with dynamic metadata")
     ap.add_argument("--no-gc-freeze", action="store_true", help="skip gc.freeze() after start (lever off)")
     ap.add_argument("--grpc-option", action="append", default=[])
+    ap.add_argument("--stats-out", default=None, help="router: write the per-phase handle time here on exit")
     args = ap.parse_args()
     if args.uvloop:
         import uvloop
 
-        uvloop.run(_serve(args))
+        phases = uvloop.run(_serve(args))
     else:
-        asyncio.run(_serve(args))
+        phases = asyncio.run(_serve(args))
+    if args.stats_out and phases is not None:
+        Path(args.stats_out).write_text(json.dumps(phases))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
-"""``make bench`` → ``python -m benchmarks.run [--quick] [--out BENCHMARKS.md] [--json PATH]``.
+"""``make bench`` → ``python -m benchmarks.run --external-quick [--quick] [--reps N] [--latency-reps N]
+[--out BENCHMARKS.md] [--json PATH]``.
 
-One bounded run (full ≈ 12 min, ``--quick`` ≈ 4 min on the 2-core box), loopback only:
+One bounded run (``make bench`` ≈ 15 min, ``--quick`` ≈ 6 min on the 2-core box), loopback only:
 
 1. builds 1 KB / 32 KB / 512 KB chat bodies from real prompts;
 2. starts a fixed upstream Envoy, the router processes of every variant and one front Envoy
    with one listener per variant (:mod:`benchmarks.stack`), then measures all variants side by
    side (:mod:`benchmarks.e2e`), profiles the router and the do-nothing floor with py-spy,
-   and follows RSS over repeated load;
+   counts their context switches and system calls per request (:mod:`benchmarks.wakeups`),
+   follows RSS over repeated load, and reads each router's own time per message when it stops;
 3. in-process micro-benchmarks, the calibration-convergence replay, the 1,000-stream memory
    benchmark, and other branches' benchmark modules when present;
 4. writes BENCHMARKS.md (and optionally the raw measurements as JSON).
@@ -38,6 +40,7 @@ from benchmarks.procs import rss_bytes
 from benchmarks.profile_spy import profile_during, summarize
 from benchmarks.report import render
 from benchmarks.stack import Stack, Variant
+from benchmarks.wakeups import measure_wakeups
 
 SIZES = {"1KB": 1024, "32KB": 32 * 1024, "512KB": 512 * 1024}
 ALL = tuple(SIZES)
@@ -102,12 +105,10 @@ def _variants() -> list[Variant]:
             sizes=ALL,
         ),
         Variant("calib_all", "router, routing + calibration of every response (4 msgs/req)", sample_rate=1.0),
-        Variant(
-            "route_3msg",
-            "router `sample_rate: 0`, `skip_unsampled_responses: false` (the default: response headers kept, 3 msgs)",
-            skip_unsampled=False,
-        ),
         Variant("uvloop", "router as `route`, event loop uvloop", flags=["--uvloop"]),
+        Variant(
+            "floor_uvloop", "do-nothing floor as `floor`, event loop uvloop", kind="floor", flags=["--uvloop"]
+        ),
     ]
 
 
@@ -172,9 +173,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="BENCHMARKS.md")
     ap.add_argument("--json", default=None, help="also write the raw measurements here")
     ap.add_argument("--skip-external", action="store_true", help="do not run other branches' modules")
+    ap.add_argument(
+        "--external-quick", action="store_true", help="run other branches' modules in their --quick mode"
+    )
+    ap.add_argument("--reps", type=int, default=None, help="throughput repetitions (default 3; --quick 1)")
+    ap.add_argument(
+        "--latency-reps", type=int, default=None, help="unloaded-latency repetitions (default 2; --quick 1)"
+    )
     args = ap.parse_args(argv)
     quick = args.quick
-    reps, wrk_s, hey_s, latency_reps = (1, 2.0, 2.0, 1) if quick else (5, 3.0, 3.0, 3)
+    reps, wrk_s, hey_s, latency_reps = (1, 2.0, 2.0, 1) if quick else (3, 3.0, 3.0, 2)
+    reps = args.reps or reps
+    latency_reps = args.latency_reps or latency_reps
     t_start = time.monotonic()
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     machine = _machine()
@@ -215,7 +225,15 @@ def main(argv: list[str] | None = None) -> int:
                     prof[name] = {"error": str(exc)}
                 log(f"profile {name}: {prof[name].get('samples', prof[name].get('error'))}")
             results["profile"] = prof
+            log("wakeups and system calls per request")
+            results["wakeups"] = measure_wakeups(
+                stack, ["floor", "route", "floor_1msg", "route_1msg"], work, duration_s=2.0 if quick else 3.0
+            )
             results["growth"] = _growth(stack, log, rounds=3 if quick else 5, dur=2.0 if quick else 3.0)
+        results["phase_time"] = {
+            f.name.removeprefix("router_").removesuffix("_0.phases.json"): json.loads(f.read_text())
+            for f in sorted(work.glob("router_*_0.phases.json"))
+        }
         log("micro-benchmarks")
         results["micro"] = run_micro(bodies, quick)
         log("convergence replay")
@@ -231,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         results["memory"] = run_memory(
             mem_dir, concurrency=1000, hold_s=5.0 if quick else 8.0, rounds=2, log=log
         )
-    results["external"] = [] if args.skip_external else run_external(quick, log=log)
+    results["external"] = [] if args.skip_external else run_external(quick or args.external_quick, log=log)
     results["elapsed_s"] = time.monotonic() - t_start
     results["machine"]["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
     Path(args.out).write_text(render(results))

@@ -85,6 +85,36 @@ def debug_memory(admin_url: str, *, baseline: bool) -> dict[str, Any]:
         return {}
 
 
+def heap_kib(pid: int) -> int:
+    """Resident KiB of the main malloc heap (``[heap]`` in ``/proc/<pid>/smaps``), 0 if absent:
+    where a native leak of the main thread's allocations shows."""
+    rss, in_heap = 0, False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        if not line[:1].isupper():  # a mapping's header line: "addr-addr perms ... [name]"
+            in_heap = line.endswith("[heap]")
+        elif in_heap and line.startswith("Rss:"):
+            rss += int(line.split()[1])
+    return rss
+
+
+def loadavg() -> str:
+    """The 1/5/15-minute load averages (``/proc/loadavg``)."""
+    return " / ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def replace_section(markdown: str, section: str) -> str:
+    """``markdown`` with the ``## Soak: 60 min`` section (up to the next ``## `` heading) replaced by
+    ``section``, or ``section`` appended when there is none."""
+    lines = markdown.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.startswith("## Soak: 60 min")), None)
+    body = section.strip("\n") + "\n"
+    if start is None:
+        return markdown.rstrip("\n") + "\n\n" + body
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    tail = "".join(lines[end:])
+    return "".join(lines[:start]) + body + ("\n" + tail if tail else "")
+
+
 def rss_slope_mib_per_min(samples: list[tuple[float, int]]) -> float:
     """Least-squares slope of RSS (KiB) against time (s), in MiB per minute; 0 with < 2 samples."""
     if len(samples) < 2:
@@ -181,6 +211,12 @@ def main(argv: list[str] | None = None) -> int:
         "--work-dir", type=Path, default=None, help="logs and rendered configs (default: a temp dir)"
     )
     p.add_argument("--out", type=Path, default=None, help="also write the Markdown section to this file")
+    p.add_argument(
+        "--benchmarks-md",
+        type=Path,
+        default=None,
+        help="also replace the '## Soak: 60 min' section of this file (BENCHMARKS.md) with it",
+    )
     args = p.parse_args(argv)
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="tbr-soak-"))
@@ -225,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     admin_url = f"http://{LOOPBACK}:{router_admin_port}"
     print(f"soak: work dir {work}; envoy {envoy_binary()}", file=sys.stderr)
     ok = True
+    load_start = loadavg()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     try:
         upstream.start()
         router.start()
@@ -259,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
                 # (several MiB) must not count as growth inside the window.
                 if t >= max(0.0, window_start_s - 60.0) and "window_start" not in mem_reports:
                     mem_reports["window_start"] = debug_memory(admin_url, baseline=True)
+                if t >= window_start_s and "heap_start_kib" not in mem_reports:
+                    mem_reports["heap_start_kib"] = heap_kib(router.pid)  # type: ignore[arg-type]
                 stop.wait(args.sample_s)
 
         th = threading.Thread(target=sampler, daemon=True)
@@ -274,14 +314,24 @@ def main(argv: list[str] | None = None) -> int:
         th.join()
         time.sleep(1.0)
         m1 = router_metrics(admin_url)
+        mem_reports["heap_end_kib"] = heap_kib(router.pid)
         mem_reports["end"] = debug_memory(admin_url, baseline=False)
         stats = front.stats("ext_proc.tbr.")
+        ext_proc_resets = front.stats("cluster.ext_proc.upstream_rq_tx_reset").get(
+            "cluster.ext_proc.upstream_rq_tx_reset", 0
+        )
     finally:
         for proc in (front, router, upstream):
             proc.stop()
 
+    load_end = loadavg()
+    ended = time.strftime("%H:%M UTC", time.gmtime())
+
     def delta(name: str) -> float:
         return metric_sum(m1, name) - metric_sum(m0, name)
+
+    def stat(suffix: str) -> int:
+        return sum(v for k, v in stats.items() if k.endswith(suffix))
 
     window = [(t, kib) for t, kib in samples if t >= window_start_s] or samples
     warm = [kib for _, kib in window]
@@ -317,7 +367,9 @@ def main(argv: list[str] | None = None) -> int:
 
 Front Envoy 1.40 (`envoy/envoy.yaml`, `--concurrency 1`) → router (`tbr serve`, one grpc.aio process) →
 upstream Envoy `direct_response` JSON with `usage` (the router reads every response: 4 ext_proc
-messages/request). Load: `hey -c {args.concurrency}` POST of a {body_path.stat().st_size} B chat body. 2 shared cores.
+messages/request, the last one answered by ending the call). Load: `hey -c {args.concurrency}` POST of a
+{body_path.stat().st_size} B chat body. 2 shared cores; {started} – {ended}, load average (1/5/15 min) {load_start} at the
+start, {load_end} at the end.
 
 | measure | value |
 |---|---|
@@ -330,8 +382,10 @@ messages/request). Load: `hey -c {args.concurrency}` POST of a {body_path.stat()
 | router processing errors | {metric_sum(m1, "tbr_processing_errors_total"):.0f} |
 | router in-flight streams at end | {metric_sum(m1, "tbr_inflight_streams"):.0f} |
 | Envoy ext_proc failures (streams_failed, failure_mode_allowed, message_timeouts) | {failed_stats or 0} |
+| Envoy ext_proc streams started / closed / ended by the router (`server_half_closed`) / reset by Envoy (`upstream_rq_tx_reset`) | {stat(".streams_started")} / {stat(".streams_closed")} / {stat(".server_half_closed")} / {ext_proc_resets} |
 | router RSS over the last {args.window_s / 60:.0f} min: first / last / max | {rss_start / 1024:.1f} / {rss_end / 1024:.1f} / {rss_max / 1024:.1f} MiB ({growth:+.1%}) |
 | RSS trend over that window (least squares) | {slope:+.3f} MiB/min |
+| main malloc heap (`[heap]` resident in smaps), window start → end | {mem_reports.get("heap_start_kib", 0) / 1024:.1f} → {mem_reports.get("heap_end_kib", 0) / 1024:.1f} MiB |
 | tracemalloc traced memory, window start → end | {end_report.get("baseline_traced_bytes", 0) / 2**20:.2f} → {end_report.get("traced_bytes", 0) / 2**20:.2f} MiB ({traced_diff / 1024:+.0f} KiB) |
 | RSS samples | {len(samples)} every {args.sample_s:.0f} s |
 
@@ -347,6 +401,9 @@ Checks: {"; ".join(f"{'PASS' if v else 'FAIL'} {k}" for k, v in checks.items())}
     print(section)
     if args.out is not None:
         args.out.write_text(section.lstrip("\n"), encoding="utf-8")
+    if args.benchmarks_md is not None:
+        md = args.benchmarks_md.read_text(encoding="utf-8")
+        args.benchmarks_md.write_text(replace_section(md, section), encoding="utf-8")
     (work / "soak.json").write_text(
         json.dumps(
             {

@@ -83,6 +83,8 @@ def router_proc(
     cfg = workdir / f"{name}.yaml"
     cfg.write_text(yaml.safe_dump(router_config(sample_rate, port, skip_unsampled)))
     argv = [sys.executable, "-m", "benchmarks.router_proc", "--config", str(cfg), "--port", str(port), *flags]
+    if "--floor" not in flags:
+        argv += ["--stats-out", str(workdir / f"{name}.phases.json")]
     proc = ManagedProcess(
         name, argv, log_path=workdir / f"{name}.log", ready=lambda: tcp_open(port), ready_timeout_s=180.0
     )

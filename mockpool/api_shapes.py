@@ -14,15 +14,23 @@ from mockpool import protocol
 from mockpool.validation import RequestError
 
 
-def _sse(event: str, payload: dict[str, Any]) -> bytes:
+def sse_event(event: str, payload: dict[str, Any]) -> bytes:
+    """One named server-sent event (``event: NAME`` + ``data: JSON``), as the Responses and Anthropic
+    streams send them."""
     return f"event: {event}\ndata: ".encode() + orjson.dumps(payload) + b"\n\n"
 
 
-def _anthropic_error(message: str, code: int = 400, err_type: str = "BadRequestError") -> JSONResponse:
+def anthropic_error(message: str, code: int = 400, err_type: str = "BadRequestError") -> JSONResponse:
+    """Anthropic's error body (``{"type": "error", "error": {type, message}}``) with HTTP ``code``."""
     return JSONResponse({"type": "error", "error": {"type": err_type, "message": message}}, status_code=code)
 
 
-def _max_tokens(body: dict[str, Any], key: str) -> int | None:
+def max_tokens_of(body: dict[str, Any], key: str) -> int | None:
+    """``body[key]`` as a positive int, None when absent.
+
+    Raises:
+        RequestError: the value is not a positive integer (answered with HTTP 400).
+    """
     value = body.get(key)
     if value is None:
         return None
@@ -31,7 +39,12 @@ def _max_tokens(body: dict[str, Any], key: str) -> int | None:
     return value
 
 
-def _model(body: dict[str, Any], default: str) -> str:
+def model_of(body: dict[str, Any], default: str) -> str:
+    """The request's ``model`` (``default`` when absent).
+
+    Raises:
+        RequestError: ``model`` is not a string.
+    """
     model = body.get("model", default)
     if not isinstance(model, str):
         raise RequestError("'model' must be a string", param="model")
@@ -84,7 +97,9 @@ def responses_messages(body: dict[str, Any], stored: list[dict[str, Any]]) -> li
     return out
 
 
-def _responses_tools(tools: Any) -> list[Any] | None:
+def responses_tools(tools: Any) -> list[Any] | None:
+    """Responses API ``tools`` (flat function tools) as the chat template's ``tools`` list, None when
+    there are none."""
     if not isinstance(tools, list) or not tools:
         return None
     return [
@@ -163,7 +178,9 @@ def _result_text(block: dict[str, Any]) -> str:
     )
 
 
-def _anthropic_tools(tools: Any) -> list[Any] | None:
+def anthropic_tools(tools: Any) -> list[Any] | None:
+    """Anthropic ``tools`` (name, description, input_schema) as the chat template's function tools,
+    None when there are none."""
     if not isinstance(tools, list) or not tools:
         return None
     return [
@@ -180,7 +197,8 @@ def _anthropic_tools(tools: Any) -> list[Any] | None:
     ]
 
 
-def _output_message(mid: str, text: str) -> dict[str, Any]:
+def output_message(mid: str, text: str) -> dict[str, Any]:
+    """A completed Responses ``output`` message item holding ``text``."""
     return {
         "id": mid,
         "type": "message",
@@ -190,7 +208,8 @@ def _output_message(mid: str, text: str) -> dict[str, Any]:
     }
 
 
-def _responses_usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def responses_usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """The Responses API ``usage`` block for these token counts."""
     return {
         "input_tokens": prompt_tokens,
         "input_tokens_details": {"cached_tokens": 0},
@@ -200,7 +219,7 @@ def _responses_usage(prompt_tokens: int, completion_tokens: int) -> dict[str, An
     }
 
 
-def _response_object(
+def response_object(
     rid: str, model: str, body: dict[str, Any], status: str, output: list[Any], usage: dict[str, Any] | None
 ) -> dict[str, Any]:
     """vLLM ``ResponsesResponse`` fields (``responses/protocol.py``)."""

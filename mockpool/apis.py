@@ -32,17 +32,17 @@ from starlette.routing import Route
 
 from mockpool import protocol, sse
 from mockpool.api_shapes import (
-    _anthropic_error,
-    _anthropic_tools,
-    _max_tokens,
-    _model,
-    _output_message,
-    _response_object,
-    _responses_tools,
-    _responses_usage,
-    _sse,
+    anthropic_error,
     anthropic_messages,
+    anthropic_tools,
+    max_tokens_of,
+    model_of,
+    output_message,
+    response_object,
     responses_messages,
+    responses_tools,
+    responses_usage,
+    sse_event,
 )
 from mockpool.generation import ChoicePlan, Token, generate, plan_choice
 from mockpool.templates import ChatInputError
@@ -122,10 +122,10 @@ class Apis:
         """``POST /v1/responses``."""
         try:
             body = await read_json_object(request)
-            model = _model(body, self.pool.settings.model_names[0])
-            max_tokens = _max_tokens(body, "max_output_tokens")
+            model = model_of(body, self.pool.settings.model_names[0])
+            max_tokens = max_tokens_of(body, "max_output_tokens")
             messages = responses_messages(body, self._stored_turns(body.get("previous_response_id")))
-            prompt_tokens = await self._count(messages, _responses_tools(body.get("tools")))
+            prompt_tokens = await self._count(messages, responses_tools(body.get("tools")))
         except RequestError as exc:
             return exc.response()
         except (ChatInputError, ImageInputError) as exc:
@@ -138,21 +138,21 @@ class Apis:
         rid, mid = protocol.new_id("resp").replace("-", "_"), protocol.new_id("msg").replace("-", "_")
 
         def envelope(status: str, text: str | None, usage: dict[str, Any] | None) -> dict[str, Any]:
-            output = [] if text is None else [_output_message(mid, text)]
-            return _response_object(rid, model, body, status, output, usage)
+            output = [] if text is None else [output_message(mid, text)]
+            return response_object(rid, model, body, status, output, usage)
 
         def finish(text: str) -> dict[str, Any]:
             if body.get("store", True) is not False:
                 self.stored[rid] = [*messages, {"role": "assistant", "content": text}]
                 while len(self.stored) > _STORE_MAX:
                     self.stored.popitem(last=False)
-            return _responses_usage(prompt_tokens, plan.tokens)
+            return responses_usage(prompt_tokens, plan.tokens)
 
         if body.get("stream") is True:
             seq = iter(range(1 << 30))
 
             def ev(kind: str, **fields: Any) -> bytes:
-                return _sse(kind, {"type": kind, "sequence_number": next(seq), **fields})
+                return sse_event(kind, {"type": kind, "sequence_number": next(seq), **fields})
 
             part = {"type": "output_text", "text": "", "annotations": []}
             item = {"id": mid, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
@@ -164,7 +164,7 @@ class Apis:
                 return [
                     ev("response.output_text.done", **ids, text=text, logprobs=[]),
                     ev("response.content_part.done", **ids, part=done_part),
-                    ev("response.output_item.done", output_index=0, item=_output_message(mid, text)),
+                    ev("response.output_item.done", output_index=0, item=output_message(mid, text)),
                     ev("response.completed", response=envelope("completed", text, usage)),
                 ]
 
@@ -195,20 +195,20 @@ class Apis:
         """``POST /v1/messages`` (Anthropic Messages API)."""
         try:
             body = await read_json_object(request)
-            model = _model(body, self.pool.settings.model_names[0])
-            max_tokens = _max_tokens(body, "max_tokens")
+            model = model_of(body, self.pool.settings.model_names[0])
+            max_tokens = max_tokens_of(body, "max_tokens")
             if max_tokens is None:
                 raise RequestError("'max_tokens' is required", param="max_tokens")
             messages = anthropic_messages(body)
-            prompt_tokens = await self._count(messages, _anthropic_tools(body.get("tools")))
+            prompt_tokens = await self._count(messages, anthropic_tools(body.get("tools")))
         except RequestError as exc:
-            return _anthropic_error(exc.message, exc.code, exc.err_type)
+            return anthropic_error(exc.message, exc.code, exc.err_type)
         except (ChatInputError, ImageInputError) as exc:
-            return _anthropic_error(str(exc))
+            return anthropic_error(str(exc))
         too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.pool.settings.max_model_len)
         if too_long is not None:
             err = orjson.loads(bytes(too_long.body))["error"]
-            return _anthropic_error(err["message"], 400, err["type"])
+            return anthropic_error(err["message"], 400, err["type"])
         plan = plan_choice(self.pool.settings, max_tokens)
         mid = protocol.new_id("msg").replace("-", "_")
         stop = "max_tokens" if plan.finish_reason == "length" else "end_turn"
@@ -224,8 +224,8 @@ class Apis:
                 "usage": {"input_tokens": prompt_tokens, "output_tokens": 0},
             }
             head = [
-                _sse("message_start", {"type": "message_start", "message": start}),
-                _sse(
+                sse_event("message_start", {"type": "message_start", "message": start}),
+                sse_event(
                     "content_block_start",
                     {
                         "type": "content_block_start",
@@ -237,17 +237,17 @@ class Apis:
 
             def delta(t: str) -> bytes:
                 d = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}}
-                return _sse("content_block_delta", d)
+                return sse_event("content_block_delta", d)
 
             def tail(text: str) -> list[bytes]:
                 usage = {"input_tokens": prompt_tokens, "output_tokens": plan.tokens}
                 return [
-                    _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                    _sse(
+                    sse_event("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                    sse_event(
                         "message_delta",
                         {"type": "message_delta", "delta": {"stop_reason": stop}, "usage": usage},
                     ),
-                    _sse("message_stop", {"type": "message_stop"}),
+                    sse_event("message_stop", {"type": "message_stop"}),
                 ]
 
             return StreamingResponse(
@@ -276,7 +276,7 @@ class Apis:
         """``POST /v1/chat/completions/batch``: one choice per conversation, summed usage."""
         try:
             body = await read_json_object(request)
-            model = _model(body, self.pool.settings.model_names[0])
+            model = model_of(body, self.pool.settings.model_names[0])
             if body.get("stream") is True:
                 raise RequestError("Streaming is not supported for batch chat completions.", param="stream")
             if body.get("tools"):
@@ -288,7 +288,7 @@ class Apis:
                 or not all(isinstance(c, list) for c in conversations)
             ):
                 raise RequestError("'messages' must be a non-empty array of conversations", param="messages")
-            max_tokens = _max_tokens(body, "max_completion_tokens") or _max_tokens(body, "max_tokens")
+            max_tokens = max_tokens_of(body, "max_completion_tokens") or max_tokens_of(body, "max_tokens")
             counts = [await self._count(c, None) for c in conversations]
         except RequestError as exc:
             return exc.response()

@@ -96,6 +96,20 @@ def json_response_msgs(prompt_tokens: int) -> list[pb.ProcessingRequest]:
     ]
 
 
+def passed_through(out: list[pb.ProcessingResponse], i: int) -> bool:
+    """Message ``i`` of a :func:`run_stream` exchange reaches the client unchanged: its answer is
+    the empty one for its phase (no mutation, no mode override), or the router ended the call
+    before answering it (Envoy's ``onGrpcClose`` continues the pending message, and every later
+    one, as it came)."""
+    if i >= len(out):
+        return True
+    r = out[i]
+    phase = r.WhichOneof("response")
+    if phase is None or phase == "immediate_response":
+        return False
+    return bool(r == pb.ProcessingResponse(**{phase: type(getattr(r, phase))()}))
+
+
 def phase_of(resp: pb.ProcessingResponse) -> str:
     """Which phase a ProcessingResponse answers."""
     return str(resp.WhichOneof("response"))
@@ -128,13 +142,23 @@ async def run_stream(
     port: int, msgs: list[pb.ProcessingRequest], **channel_kw: object
 ) -> list[pb.ProcessingResponse]:
     """Send each message on one real gRPC stream to 127.0.0.1:``port``, read its answer, half-close,
-    and wait for the server to end the call."""
+    and wait for the server to end the call (status OK asserted).
+
+    Returns the answers. Once the router needs nothing more from the exchange it ends the call
+    (extproc/adapter/server.py), instead of answering a message it would pass through unchanged:
+    then there are fewer answers than messages, the rest are not sent, and Envoy continues the
+    unanswered message, and skips processing any later one, unchanged (:func:`passed_through`).
+    """
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", **channel_kw) as ch:  # type: ignore[arg-type]
         call = open_stream(ch)
         out = []
         for m in msgs:
             await call.write(m)
-            out.append(await read_response(call))
+            msg = await call.read()
+            if msg is EOF:
+                break
+            assert isinstance(msg, pb.ProcessingResponse), msg
+            out.append(msg)
         await call.done_writing()
-        await call.code()
+        assert await call.code() == grpc.StatusCode.OK
         return out

@@ -11,10 +11,10 @@ class Exchange(enum.Enum):
     """Where one stream's HTTP exchange stands: the message the router expects next from Envoy.
 
     Each phase handler sets the next state explicitly from what it decided (routed at the
-    headers, response phases turned off, response body requested, …). ``DONE`` means the answer
-    just given was the exchange's last message: Envoy then resets the ext_proc stream (gRPC
-    CANCELLED) rather than half-closing it, so only this state tells a finished exchange from a
-    client abort.
+    headers, response phases turned off, response body requested, …). ``DONE`` means the message
+    just handled was the exchange's last: the server then ends the call itself, or Envoy resets
+    the stream (gRPC CANCELLED) rather than half-closing it, so only this state tells a finished
+    exchange from a client abort.
     """
 
     REQUEST_HEADERS = "request_headers"

@@ -129,6 +129,13 @@ class StreamProcessor:
         """True once the last message of this HTTP exchange was answered (:class:`Exchange`)."""
         return self.exchange is Exchange.DONE
 
+    @property
+    def response_phases_may_follow(self) -> bool:
+        """True while a finished exchange may still get response phases the router cannot turn
+        off: a one-message stream (request headers SKIPped) before its response headers, whose
+        body answer carries no ``mode_override`` (docs/design/004-one-message.md)."""
+        return self._route_answers is self.router.metadata_responses and self.status == 0
+
     def handle(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
         """Answer one message; always returns a response for the phase that was sent."""
         phase = req.WhichOneof("request")

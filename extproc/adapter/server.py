@@ -1,10 +1,35 @@
 """grpc.aio server of ``envoy.service.ext_proc.v3.ExternalProcessor/Process``.
 
 The servicer only does plumbing: it creates a :class:`~extproc.adapter.processor.StreamProcessor` per
-stream, answers each message in order, and ends the processor exactly once. A client
-disconnect or an Envoy reset (CANCELLED) is a normal end. The gRPC message limits are the
-Envoy buffer limit (``server.max_message_bytes``) plus 1 MiB of headroom, since a BUFFERED
-request body arrives in one message with protobuf framing around it.
+stream, answers each message in order, ends the call itself once the exchange needs nothing more
+(below), and ends the processor exactly once. A client disconnect or an Envoy reset (CANCELLED)
+is a normal end. The gRPC message limits are the Envoy buffer limit (``server.max_message_bytes``)
+plus 1 MiB of headroom, since a BUFFERED request body arrives in one message with protobuf
+framing around it.
+
+How a stream ends. Envoy resets (RST_STREAM) every ext_proc stream it closes itself, and
+grpc.aio leaks the native op array of any batch a reset catches in flight (grpc/grpc#43360: a
+read, a write whose completion the cancelled task never consumes, or the final status): that was
+the router's RSS growth in the soak. A server that ends the call instead (the handler returns,
+status OK) makes Envoy run ``onGrpcClose``: ``processing_complete_``, the stream counted in
+``streams_closed`` and ``server_half_closed``, not in ``streams_failed`` or
+``failure_mode_allowed``, and the message it is waiting on, if any, continues unchanged (the
+ext_proc protocol: the server answers each message "or closes the stream"). So once the router
+needs nothing more from the exchange:
+
+* the last answer would change nothing (response headers, body or trailers passed through): the
+  handler returns *instead of* answering, and Envoy continues that message as it came. No write
+  and no reset to race: ~4 KiB of RSS per 1,000 streams against 22–29 when Envoy resets
+  (``python -m benchmarks.reset_leak``, BENCHMARKS.md).
+* the last answer routes the request (``request_body``): it is sent and the handler returns at
+  once. Envoy 1.40 does not close a stream after a BUFFERED body answer (it resets it when the
+  HTTP request ends), so the status normally arrives first.
+* the last answer routes at ``request_headers`` (bodiless or unhandled requests): Envoy 1.40
+  resets the stream as soon as it has that answer (its stream-close optimization), so the
+  handler waits up to :data:`RESET_WAIT_S` for the reset, which cancels it with no batch in
+  flight, then returns.
+* a one-message stream (request headers SKIPped) after its body answer: Envoy may still send the
+  response phases its filter configures, so the handler waits :data:`RESET_WAIT_S` and reads on.
 """
 
 from __future__ import annotations
@@ -23,6 +48,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from grpc_health.v1 import _async as health_aio  # grpc-stubs lack the asyncio servicer
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from extproc.adapter import responses as R
 from extproc.adapter.observer import request_id_var
 from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.runtime import Runtime
@@ -60,11 +86,23 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
         end = "complete"
         try:
             async for req in request_iterator:
-                yield proc.handle(req)
+                resp = proc.handle(req)
                 if proc.request_id and not request_id_var.get():
                     request_id_var.set(proc.request_id)  # for every log line of this stream
-                if proc.exchange_done:
+                if not proc.exchange_done:
+                    yield resp
+                    continue
+                if proc.response_phases_may_follow:
+                    yield resp
                     await _wait_for_reset(context)
+                    continue
+                # The router needs nothing more from this stream: end the call (status OK)
+                # rather than be reset ("How a stream ends", module docstring).
+                if not _is_pass_through(resp):
+                    yield resp
+                    if not req.HasField("request_body"):
+                        await _wait_for_reset(context)
+                break
             # A reset while waiting for the next message also ends the iteration normally, so
             # "complete" means the exchange's last message was answered, whatever closed the stream.
             end = "complete" if proc.exchange_done else "cancelled"
@@ -97,23 +135,33 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                 )
 
 
-async def _wait_for_reset(context: grpc.aio.ServicerContext[Any, Any]) -> None:
-    """After the exchange's last answer: give the peer :data:`RESET_WAIT_S` to reset the stream.
+_PASS_THROUGH = (
+    R.CONTINUE_RESPONSE_BODY,
+    R.CONTINUE_RESPONSE_HEADERS,
+    R.CONTINUE_RESPONSE_TRAILERS,
+    R.CONTINUE_REQUEST_TRAILERS,
+)
 
-    Envoy ends every ext_proc stream with a reset (RST_STREAM) once it has the last answer.
-    grpc.aio then cancels this task (``CancelledError`` here) and sends nothing more. Were the
-    handler still waiting in a read, or returning normally, grpc.aio would run a batch on the
-    reset call (the read, or the final status); the failed batch leaks its native op array
-    (grpc/grpc#43360): ~137 B per stream before this wait, the router's RSS growth in the soak.
-    A client that half-closes instead (a test client waiting for the status) is read as before
-    after the wait and gets status OK.
+
+def _is_pass_through(resp: pb.ProcessingResponse) -> bool:
+    """``resp`` is one of the prebuilt answers that change nothing (identity, not equality)."""
+    return any(resp is p for p in _PASS_THROUGH)
+
+
+async def _wait_for_reset(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    """After an answer Envoy closes the stream on: give it :data:`RESET_WAIT_S` to reset it.
+
+    grpc.aio then cancels this task (``CancelledError`` here) with no batch in flight, so
+    nothing leaks ("How a stream ends", module docstring). A peer that does not reset (a test client, an
+    Envoy without the stream-close optimization) then gets the status, or, on a one-message
+    stream whose response phases may follow, is read on.
     """
     if not context.cancelled():
         await asyncio.sleep(RESET_WAIT_S)
 
 
 RESET_WAIT_S = 0.02
-"""How long a finished stream waits for the peer's reset before reading on (seconds)."""
+"""How long a finished stream waits for the peer's reset (seconds)."""
 
 
 def freeze_startup_objects() -> int:

@@ -141,6 +141,10 @@ def _decision_fields(path: Path) -> list[dict[str, Any]]:
 async def test_golden_stream(app: RouterApp, name: str, tmp_path: Path) -> None:
     out = await run_stream(app.grpc_port, CASES[name])
     got = [r.SerializeToString(deterministic=True).hex() for r in out]
+    if len(out) < len(CASES[name]):
+        # The router ended the call instead of answering the last message (it would have passed
+        # it through unchanged; extproc/adapter/server.py): Envoy continues it as it came.
+        got.append("end of call")
     log_path = tmp_path / "decisions.jsonl"
     for _ in range(300):  # the record is written when the server ends the stream, just after
         if log_path.exists() and log_path.read_bytes().endswith(b"\n"):

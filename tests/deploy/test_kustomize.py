@@ -172,7 +172,11 @@ def test_misroute_recovery_in_gateway_overlays() -> None:
     tested = _tested_short_route()
     plugin = tested["inline_cluster_specifier_plugin"]
 
-    (epp,) = [o for o in render("envoy-gateway") if o["kind"] == "EnvoyPatchPolicy"]
+    (epp,) = [
+        o
+        for o in render("envoy-gateway")
+        if o["kind"] == "EnvoyPatchPolicy" and o["metadata"]["name"] == "tbr-misroute-recovery"
+    ]
     ops = [p["operation"] for p in epp["spec"]["jsonPatches"]]
     by_path = {op["path"]: op for op in ops}
     assert by_path["/include_attempt_count_in_response"]["value"] is True
@@ -187,8 +191,12 @@ def test_misroute_recovery_in_gateway_overlays() -> None:
     (ef,) = [o for o in render("istio") if o["kind"] == "EnvoyFilter"]
     patches = {p["applyTo"]: p for p in ef["spec"]["configPatches"]}
     assert patches["VIRTUAL_HOST"]["patch"]["value"] == {"include_attempt_count_in_response": True}
-    http_route = patches["HTTP_ROUTE"]
-    assert http_route["match"]["routeConfiguration"]["vhost"]["route"]["name"] == "to-short-pool"
+    (http_route,) = [
+        p
+        for p in ef["spec"]["configPatches"]
+        if p["applyTo"] == "HTTP_ROUTE"
+        and p["match"]["routeConfiguration"]["vhost"]["route"]["name"] == "to-short-pool"
+    ]
     value = http_route["patch"]["value"]["route"]
     assert value["retry_policy"] == tested["retry_policy"]
     services = {

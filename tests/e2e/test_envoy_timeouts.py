@@ -29,6 +29,13 @@ SHIPPED = [
 ]
 
 
+def generation_idle_timeout_s(max_model_len: int) -> float:
+    """The idle timeout (s) a route to a pool of ``max_model_len`` tokens needs: its longest
+    legitimate non-streaming generation, ``max_model_len / DECODE_TOKENS_PER_S + QUEUE_S``
+    (envoy/README.md, "Timeouts")."""
+    return max_model_len / DECODE_TOKENS_PER_S + QUEUE_S
+
+
 def _seconds(value: str) -> float:
     assert value.endswith("s"), value
     return float(value[:-1])
@@ -54,7 +61,7 @@ def test_idle_timeouts_fit_the_longest_generation_of_every_reachable_pool(
     for vhost in hcm["route_config"]["virtual_hosts"]:
         for route in vhost["routes"]:
             longest = max(limits[c] for c in _reachable_clusters(route))
-            need_s = longest / DECODE_TOKENS_PER_S + QUEUE_S
+            need_s = generation_idle_timeout_s(longest)
             assert _seconds(route["route"]["idle_timeout"]) >= need_s, (route["name"], need_s)
             assert _seconds(route["route"]["timeout"]) == 0.0  # no overall cap on a generation
             needed.append(need_s)

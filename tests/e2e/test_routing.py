@@ -91,6 +91,32 @@ def test_envoy_did_not_fail_open(gateway: Gateway, router: RouterEndpoints) -> N
     assert stats["http.llm_ingress.ext_proc.tbr.streams_started"] >= 1
     assert stats["http.llm_ingress.ext_proc.tbr.failure_mode_allowed"] == 0
     assert stats["http.llm_ingress.ext_proc.tbr.message_timeouts"] == 0
+    # The router ends its streams itself (status OK, extproc/adapter/server.py): Envoy counts
+    # them closed, never failed.
+    assert stats.get("http.llm_ingress.ext_proc.tbr.streams_failed", 0) == 0
+    assert stats["http.llm_ingress.ext_proc.tbr.server_half_closed"] >= 1
+
+
+def test_router_ends_each_calibrated_stream_itself(gateway: Gateway, router: RouterEndpoints) -> None:
+    """Issue 12 item 6: once a calibrated exchange is over, the router ends the ext_proc call
+    (status OK) instead of answering the last response-body message, so Envoy counts the stream
+    as ended by the server (``server_half_closed``) and never as failed, and the body still
+    reaches the client unchanged (a reset there leaked native memory in grpc.aio)."""
+    text = short_prompt(data_dir())[1]
+    before = gateway.envoy.stats("ext_proc.tbr.")
+    n = 6
+    for i in range(n):
+        served = chat(gateway.base_url, text, stream=i % 2 == 1, include_usage=True, max_tokens=4)
+        assert (served.status, served.completion_tokens) == (200, 4)
+    after = gateway.envoy.stats("ext_proc.tbr.")
+
+    def delta(name: str) -> int:
+        key = f"http.llm_ingress.ext_proc.tbr.{name}"
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert delta("streams_started") == n
+    assert delta("server_half_closed") == n
+    assert delta("streams_failed") == delta("failure_mode_allowed") == delta("message_timeouts") == 0
 
 
 def test_body_over_one_mebibyte_is_budgeted_not_rejected_by_envoy(

@@ -172,9 +172,9 @@ async def test_many_concurrent_streams_all_endings_return_gauge_to_zero(shared_a
 
     async def complete(i: int) -> None:
         ch, call = await _open(shared_app)
-        await _send(call, [*_prefix(), resp_body(USAGE_EVENT), resp_body(b"data: [DONE]\n\n", eos=True)])
-        await call.done_writing()
-        await call.read()
+        await _send(call, [*_prefix(), resp_body(USAGE_EVENT)])
+        await call.write(resp_body(b"data: [DONE]\n\n", eos=True))
+        assert await call.read() == EOF  # the exchange is over: the router ends the call
         await ch.close(None)
 
     async def cancelled(i: int) -> None:
