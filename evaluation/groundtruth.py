@@ -19,9 +19,10 @@ Exactly docs/data.md §2.2 (so counts equal ``derived/request_token_counts.csv``
   tiktoken then checks against its published SHA-256 (``446a9538…``, ``tiktoken_ext/openai_public.py``).
 * ``mistral`` (bare text only: :attr:`PromptCounter.count_text`): the Tekken tokenizer
   ``tekken_240911.json`` shipped in Mistral AI's ``mistral-common`` wheel (Apache-2.0), as
-  ``Tekkenizer.encode(text, bos=False, eos=False)``; chat requests through
-  ``MistralTokenizer.encode_chat_completion`` (user/assistant/system text messages; assistant turns
-  with empty content, which Mistral's validator rejects, are left out).
+  ``Tekkenizer.encode(text, bos=False, eos=False)``; chat requests (user/assistant/system text messages and
+  ``tools``) through mistral-common's request normalizer and instruct tokenizer, as
+  ``MistralTokenizer.encode_chat_completion`` does but without its validator, which rejects BFCL's tool
+  schemas (``"type": "dict"``); assistant turns with empty content (also rejected) are left out.
 
 Tokenizer files are read from ``<data>/tokenizers`` in place.
 """
@@ -221,6 +222,7 @@ def _mistral() -> PromptCounter:
 
     from mistral_common.protocol.instruct.messages import AssistantMessage, SystemMessage, UserMessage
     from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.protocol.instruct.tool_calls import Tool
     from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
     path = files("mistral_common").joinpath("data", "tekken_240911.json")
@@ -237,7 +239,12 @@ def _mistral() -> PromptCounter:
                 for m in r.messages
                 if m["content"] or m["role"] != "assistant"
             ]
-            out.append(len(mt.encode_chat_completion(ChatCompletionRequest(messages=msgs)).tokens))
+            tools = [Tool.model_validate(t) for t in r.tools] if r.tools else None
+            request = ChatCompletionRequest(messages=msgs, tools=tools)
+            # Mistral's own rendering (normalizer + instruct tokenizer) without its request validator,
+            # which rejects BFCL's tool schemas ("type": "dict").
+            instruct = mt._instruct_request_normalizer.from_chat_completion_request(request)
+            out.append(len(mt.instruct_tokenizer.encode_instruct(instruct).tokens))
         return out
 
     return PromptCounter("mistral", many, lambda s: len(tok.encode(s, bos=False, eos=False)))
