@@ -85,7 +85,14 @@ async def _serve(app: RouterApp) -> None:
     loop.add_signal_handler(signal.SIGHUP, lambda: log.info("SIGHUP: reload %s", app.request_reload()))
     async with app:
         print(f"tbr serve: grpc_port={app.grpc_port} admin_port={app.admin_port}", flush=True)
-        log.info("serving", extra={"grpc_port": app.grpc_port, "admin_port": app.admin_port})
+        log.info(
+            "serving",
+            extra={
+                "grpc_port": app.grpc_port,
+                "admin_port": app.admin_port,
+                "event_loop": type(loop).__module__.split(".")[0],  # asyncio or uvloop
+            },
+        )
         await stop.wait()
     log.info("stopped")
 
@@ -148,7 +155,12 @@ def run(args: argparse.Namespace) -> int:
         otel=otel,
     )
     try:
-        asyncio.run(_serve(app))
+        if cfg.server.event_loop == "uvloop":
+            import uvloop
+
+            uvloop.run(_serve(app))
+        else:
+            asyncio.run(_serve(app))
     except (OSError, RuntimeError) as exc:
         log.error("cannot serve: %s", exc)
         return 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -22,6 +22,9 @@ class ServerConfig(Strict):
     shutdown_delay_s: Annotated[float, Field(ge=0.0, le=600.0)] = 0.0
     """After SIGTERM, time spent reporting not-ready (gRPC health, /readyz) while still accepting
     new streams, so load balancers stop sending before the listener closes (like a preStop sleep)."""
+    event_loop: Literal["asyncio", "uvloop"] = "asyncio"
+    """Event loop of ``tbr serve``: the standard library's, or uvloop (docs/performance.md,
+    "Event loop"; grpc.aio runs on both)."""
     tls_cert_path: str | None = None
     tls_key_path: str | None = None
     tls_client_ca_path: str | None = None

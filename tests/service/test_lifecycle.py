@@ -33,12 +33,12 @@ def health(port: int, service: str) -> str:
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status))
 
 
-@pytest.fixture
-def served(tmp_path: Path):
+@pytest.fixture(params=["asyncio", "uvloop"])
+def served(tmp_path: Path, request: pytest.FixtureRequest):
     cfg = {
         "pools": POOLS,
         "calibration": {"snapshot_path": str(tmp_path / "ratios.json")},
-        "server": {"grace_period_s": 10.0, "shutdown_delay_s": 1.0},
+        "server": {"grace_period_s": 10.0, "shutdown_delay_s": 1.0, "event_loop": request.param},
     }
     cfg_path = tmp_path / "router.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
@@ -133,6 +133,11 @@ def test_sigterm_drains_inflight_stream_and_writes_snapshot(served) -> None:
     ended = [r for r in records if r["msg"] == "stream ended" and r.get("request_id") == "drain-me"]
     assert ended and ended[0]["end"] == "complete" and ended[0]["pool"] == "short"
     assert any("SIGTERM" in r["msg"] for r in records)
+    (serving,) = [r for r in records if r["msg"] == "serving"]
+    assert (
+        serving["event_loop"]
+        == yaml.safe_load((tmp_path / "router.yaml").read_text())["server"]["event_loop"]
+    )
 
 
 async def test_snapshot_round_trip_across_restarts(tmp_path: Path) -> None:
