@@ -151,7 +151,7 @@ async def run_stream(
     """
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", **channel_kw) as ch:  # type: ignore[arg-type]
         call = open_stream(ch)
-        out = []
+        out: list[pb.ProcessingResponse] = []
         for m in msgs:
             try:
                 await call.write(m)
