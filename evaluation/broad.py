@@ -5,7 +5,7 @@ Ground truth per body (what the stand-in pool and a vLLM server report as ``usag
 * ``llama3`` / ``qwen3``: :class:`mockpool.tokencount.TokenCounter` — the messages as vLLM hands them to
   the template (:func:`mockpool.templates.normalize_messages`), the chat template with ``tools``,
   ``documents`` and ``chat_template_kwargs``, the real tokenizer; completions encode the prompt.
-* ``cl100k``: OpenAI's cookbook count ``3 + Σ (3 + tokens(role) + tokens(content))`` with, per message,
+* ``cl100k`` / ``o200k``: OpenAI's cookbook count ``3 + Σ (3 + tokens(role) + tokens(content))`` with, per message,
   ``1 + tokens(name)``, the tokens of the JSON of ``tool_calls`` and of ``reasoning``/``reasoning_content``
   and ``tool_call_id``, plus the tokens of the ``tools`` JSON.
 
@@ -51,10 +51,10 @@ def load_bodies(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-def _cl100k_counter(data_dir: Path) -> Callable[[dict[str, Any]], int]:
+def _cookbook_counter(name: str, data_dir: Path) -> Callable[[dict[str, Any]], int]:
     from evaluation.groundtruth import load_counter
 
-    text = load_counter("cl100k", data_dir).count_text
+    text = load_counter(name, data_dir).count_text
 
     def count(body: dict[str, Any]) -> int:
         if "prompt" in body:
@@ -82,9 +82,16 @@ def _cl100k_counter(data_dir: Path) -> Callable[[dict[str, Any]], int]:
 
 
 def body_truth(name: str, bodies: list[dict[str, Any]], data_dir: str | Path) -> list[int]:
-    """True prompt tokens of each body for tokenizer ``name`` (module docstring)."""
-    if name == "cl100k":
-        count = _cl100k_counter(Path(data_dir))
+    """True prompt tokens of each body for tokenizer ``name`` (module docstring).
+
+    Raises:
+        ValueError: ``name`` has no body-level ground truth here (``mistral``: only text messages of
+            the shared data are counted, :mod:`evaluation.groundtruth`).
+    """
+    if name not in ("llama3", "qwen3", "cl100k", "o200k"):
+        raise ValueError(f"no request-body ground truth for {name!r} (llama3, qwen3, cl100k, o200k)")
+    if name in ("cl100k", "o200k"):
+        count = _cookbook_counter(name, Path(data_dir))
         return [count(b) for b in bodies]
     from mockpool.tokencount import load_counter
 

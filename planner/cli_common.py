@@ -40,7 +40,13 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="time-scale arrivals to this mean rate, req/s; None = the trace's own rate",
     )
-    p.add_argument("--min-requests", type=int, default=60_000, help="tile the trace up to this many requests")
+    p.add_argument(
+        "--min-requests",
+        type=int,
+        default=60_000,
+        help="tile the trace (or draw from a CDF) up to this many requests: the base trace; "
+        "`plan` then runs each pool for its own steady-state length",
+    )
     p.add_argument(
         "--max-requests", type=int, default=None, help="truncate to this many requests; None = no truncation"
     )

@@ -130,7 +130,17 @@ def run(args: argparse.Namespace) -> int:
             "(--short-max-tokens must be smaller than --long-max-model-len)"
         )
         return 2
+    source = None
+    if report.fmt == "cdf" and len(args.trace) == 1:
+        from pathlib import Path
+
+        from planner.cdf_source import CdfSource
+        from planner.trace_loaders import read_cdf_points
+
+        pts = tuple(read_cdf_points(Path(args.trace[0])))
+        source = CdfSource(pts, args.rate or 1.0)
     inp = PlanInputs(
+        source=source,
         trace=trace,
         profile=profile_arg(args.profile, args.max_num_batched_tokens),
         short_max_tokens=short,

@@ -12,7 +12,12 @@ def add_parser(subparsers: Any) -> None:
     """Register ``results`` on the ``tbr`` subparsers."""
     p = subparsers.add_parser("results", help="regenerate docs/results.md (paper settings side by side)")
     p.add_argument("--out", default="docs/results.md")
-    p.add_argument("--json-out", default=None)
+    p.add_argument(
+        "--json-out",
+        default=None,
+        help="also write the JSON; scenarios already in this file (same seed) are kept, not re-run",
+    )
+    p.add_argument("--only", nargs="*", default=None, help="run only these scenario keys (e.g. azure-paper)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--from-json", default=None, help="re-render from a previous --json-out (no simulation)")
     p.set_defaults(func=run)

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from extproc.config import RouterConfig
+from planner.cdf_source import CdfSource
 from planner.costmodel import (
     alpha_at_threshold,
     annual_cost_usd,
@@ -45,7 +46,8 @@ class PlanInputs:
     ``mu_long_req_per_s`` given per-instance throughputs (the paper's 11.2 / 2.8) for
     :func:`throughput_sizing` at the operator's ``rate_req_per_s`` (default: the trace's rate);
     ``loaded_max_budget_tokens`` the largest budget of the loaded trace
-    before sampling (decides whether a long pool with no sampled request is needed).
+    before sampling (decides whether a long pool with no sampled request is needed); ``source`` the
+    length CDF the trace was sampled from (pools then draw fresh requests for their whole runs).
     """
 
     trace: Trace
@@ -70,6 +72,7 @@ class PlanInputs:
     mu_long_req_per_s: float | None = None
     rate_req_per_s: float | None = None
     loaded_max_budget_tokens: int | None = None
+    source: CdfSource | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -171,8 +174,15 @@ def _pool_plans(inp: PlanInputs, threshold: int, cf: dict[str, Any]) -> tuple[Po
     short = _split(inp, threshold) & np.asarray(t.total_tokens <= threshold)
     top = max(int(t.budget_tokens.max()), inp.loaded_max_budget_tokens or 0)
     return (
-        PoolPlan("short", threshold, short, cf["analytical_short_instances"], True),
-        PoolPlan("long", inp.long_max_model_len, ~short, cf["analytical_long_instances"], top > threshold),
+        PoolPlan("short", threshold, short, cf["analytical_short_instances"], True, (0, threshold)),
+        PoolPlan(
+            "long",
+            inp.long_max_model_len,
+            ~short,
+            cf["analytical_long_instances"],
+            top > threshold,
+            (threshold, 2**62),
+        ),
     )
 
 
@@ -228,6 +238,7 @@ def run_plan(inp: PlanInputs, progress: Progress | None = None) -> dict[str, Any
         verbose=inp.verbose,
         too_long_share=too_long,
         long_max_model_len=inp.long_max_model_len,
+        source=inp.source if inp.est_input_tokens is None else None,
     )
     des = run_des(req, progress)
     out["des"] = des

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from planner.cdf_source import CdfSource
 from planner.costmodel import annual_cost_usd
 from planner.sizing import PoolJob, Slo, base_period_s, size_pool
 from planner.steady import pool_load
@@ -36,13 +37,15 @@ Progress = Callable[[str], None]
 @dataclass(frozen=True)
 class PoolPlan:
     """One pool of one fleet: name, ``max_model_len``, served mask over the base trace, M/G/c start;
-    ``needed`` = the loaded trace (before sampling) has requests for this pool."""
+    ``needed`` = the loaded trace (before sampling) has requests for this pool; ``range_tokens``
+    ``(lo, hi]`` the budgets it serves (used to draw fresh requests from a CDF source)."""
 
     name: str
     max_model_len: int
     mask: npt.NDArray[np.bool_]
     start_instances: int
     needed: bool = True
+    range_tokens: tuple[int, int] = (0, 2**62)
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,8 @@ class DesRequest:
     """The fleets to size: ``homogeneous`` (one pool) and ``candidates`` (threshold -> two pools).
 
     ``must_verify`` thresholds are simulated even when pruning would skip them (the operator's B).
+    ``source``: the trace is a sample of this length CDF; each pool then draws fresh requests for its
+    whole run (:class:`planner.cdf_source.CdfSource`) instead of tiling its share of the sample.
     """
 
     trace: Trace
@@ -65,15 +70,27 @@ class DesRequest:
     verbose: bool = False
     too_long_share: float = 0.0
     long_max_model_len: int = 65536
+    source: CdfSource | None = None
+
+
+STAT_SAMPLE_REQUESTS = 20_000
+"""Fresh requests drawn per pool (CDF source) for its μ, S99, C_s² and TTFT floor."""
 
 
 def _job(req: DesRequest, label: str, pool: PoolPlan, lb: str) -> PoolJob:
     t = req.trace
+    sub, lam = t.subset(pool.mask), t.rate_req_per_s * float(pool.mask.mean())
+    if req.source is not None:
+        lo, hi = pool.range_tokens
+        lam = req.source.rate_req_per_s * req.source.share(lo, hi)
+        sub = req.source.sample(STAT_SAMPLE_REQUESTS / lam, req.seed + 104729, lo, hi)
     return PoolJob(
         label=label,
-        trace=t.subset(pool.mask),
+        trace=sub,
         period_s=base_period_s(t),
-        lam_req_per_s=t.rate_req_per_s * float(pool.mask.mean()),
+        lam_req_per_s=lam,
+        source=req.source,
+        range_tokens=pool.range_tokens,
         profile=req.profile,
         max_model_len=pool.max_model_len,
         slo=req.slo,
@@ -190,7 +207,8 @@ def run_des(req: DesRequest, progress: Progress | None = None, lb: str | None = 
         for b in thresholds:
             for name, pool in zip(("short", "long"), req.candidates[b], strict=True):
                 key = f"B={b} {name}"
-                if pool.mask.any():
+                drawn = req.source is not None and req.source.share(*pool.range_tokens) > 0
+                if pool.mask.any() or drawn:
                     out.append((key, _job(req, key, pool, policy)))
                 else:
                     results[key] = _empty_pool(pool, pool.needed)

@@ -36,7 +36,7 @@ def _pool_row(label: str, b: str, p: dict[str, Any], tp: int, price: float) -> s
     load = p.get("load") or {}
     n = int(p["instances"])
     verdict = p["verdict"] if not p.get("note") else p["note"]
-    halves = f"{_s(blk.get('p99_ttft_first_half_s'))} / {_s(blk.get('p99_ttft_second_half_s'))}"
+    halves = f"{_s(blk.get('p99_ttft_s'))} / {_s(blk.get('p99_ttft_upper_s'))}"
     lam = load.get("lam_req_per_s")
     mu = load.get("mu_req_per_s")
     return (
@@ -51,13 +51,14 @@ def _des_table(res: dict[str, Any]) -> list[str]:
     tp, price = res["gpus_per_instance"], res["price_usd_per_gpu_h"]
     rec = des["recommended_threshold_tokens"]
     lines = [
-        "DES at steady state (sizes below ⌊λ/μ⌋+1 are unstable and not simulated; each run lasts at least",
-        "10 x (P99 service time + SLO) after a warm-up, and passes only if the P99 TTFT of both halves of",
-        "the measured window meets the SLO and the second half has not grown):",
+        "DES at steady state (sizes below ⌊λ/μ⌋+1 are unstable and not simulated; each run lasts a warm-up",
+        "of 2 x (longest service time + SLO) + 5 relaxation times, then 10 batches of at least max(longest",
+        "service time + SLO, 2 relaxation times); a size passes only if its batch P99s do not drift upward",
+        "and the P99 TTFT plus its one-sided 95 % batch-means bound meets the SLO, in two independent runs):",
         f"  {'pool':<12}{'B':>8}{'λ':>11}{'μ/inst':>9}{'stable':>8}{'inst':>7}{'GPUs':>7}{'$/yr':>10}"
         f"{'P99 TTFT':>15}{'P99':>8}{'simulated':>11}  verdict",
         f"  {'':<12}{'tokens':>8}{'req/s':>11}{'req/s':>9}{'>= inst':>8}{'':>7}{'':>7}{'':>10}"
-        f"{'halves, s':>15}{'TPOT s':>8}{'requests':>11}",
+        f"{'/ bound, s':>15}{'TPOT s':>8}{'requests':>11}",
     ]
     h = des["homogeneous"]
     lines.append(_pool_row("homogeneous", "-", h["pools"]["homogeneous"], tp, price))

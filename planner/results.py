@@ -17,13 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from planner.cdf_source import CdfSource
 from planner.costmodel import ttft_floor_s
 from planner.plan import PlanInputs, run_plan
 from planner.profiles import PROFILES, PoolProfile
 from planner.results_report import render
 from planner.sizing import Slo
 from planner.trace import NormalizationReport, Trace, build_trace, normalize
-from planner.trace_loaders import load_trace
+from planner.trace_loaders import load_trace, read_cdf_points
 
 __all__ = ["Scenario", "generate", "render"]
 
@@ -151,9 +152,21 @@ def _floors(trace: Trace, prof: PoolProfile, b: int) -> dict[str, Any]:
     return out
 
 
-def _plan(trace: Trace, prof: PoolProfile, slo_s: float, seed: int, rate: float) -> dict[str, Any]:
+def _source(kind: str, rate: float) -> CdfSource | None:
+    """The LMSYS-like setting is a CDF: its pools draw fresh requests for their whole runs."""
+    if kind != "lmsys":
+        return None
+    from planner.srsim import package_cdf_path
+
+    return CdfSource(tuple(read_cdf_points(package_cdf_path("lmsys_cdf.json"))), rate)
+
+
+def _plan(
+    trace: Trace, prof: PoolProfile, slo_s: float, seed: int, rate: float, source: CdfSource | None = None
+) -> dict[str, Any]:
     return run_plan(
         PlanInputs(
+            source=source,
             trace=trace,
             profile=prof,
             short_max_tokens=8192,
@@ -170,25 +183,38 @@ def _plan(trace: Trace, prof: PoolProfile, slo_s: float, seed: int, rate: float)
     )
 
 
-def generate(seed: int = 0, progress: bool = True, json_out: str | None = None) -> dict[str, Any]:
+def generate(
+    seed: int = 0, progress: bool = True, json_out: str | None = None, only: list[str] | None = None
+) -> dict[str, Any]:
     """Run every scenario (closed form, M/G/c, DES, vllm-sr-sim); returns a JSON-ready dict.
 
     A scenario whose 2 s SLO is unattainable in some pool is re-run at the smallest attainable SLO
     (the largest per-pool P99 TTFT floor x 1.25, rounded up to 0.5 s) under ``relaxed``. With
-    ``json_out`` the JSON so far is written after each scenario.
+    ``json_out`` the JSON so far is written after each scenario; when that file already holds
+    scenarios of the same seed they are kept and not re-run (resume). ``only`` restricts the run to
+    these scenario keys.
     """
     out: dict[str, Any] = {"seed": seed, "scenarios": []}
+    if json_out and Path(json_out).is_file():
+        old = json.loads(Path(json_out).read_text(encoding="utf-8"))
+        if old.get("seed") == seed:
+            out["scenarios"] = old["scenarios"]
+    done = {r["scenario"]["key"] for r in out["scenarios"]}
     for sc in SCENARIOS:
+        if sc.key in done or (only and sc.key not in only):
+            continue
         t0 = time.perf_counter()
         trace, rep = _load(sc.trace, sc.rate_req_per_s, sc.min_requests, seed)
         prof = PROFILES[sc.profile]
-        plan = _plan(trace, prof, 2.0, seed, sc.rate_req_per_s)
+        source = _source(sc.trace, sc.rate_req_per_s)
+        plan = _plan(trace, prof, 2.0, seed, sc.rate_req_per_s, source)
         row: dict[str, Any] = {"scenario": sc.__dict__, "plan": plan, "normalization": rep.lines()}
         row["ttft_floor_p99_s"] = fl = _floors(trace, prof, 8192)
         if not (plan["des_homogeneous"]["slo_met"] and plan["des_two_pool"]["slo_met"]):
             worst = max(v for k, v in fl.items() if k != "long_share" and v is not None)
             slo = math.ceil(worst * 1.25 * 2) / 2
-            row["relaxed"] = {"slo_ttft_p99_s": slo, "plan": _plan(trace, prof, slo, seed, sc.rate_req_per_s)}
+            relaxed = _plan(trace, prof, slo, seed, sc.rate_req_per_s, source)
+            row["relaxed"] = {"slo_ttft_p99_s": slo, "plan": relaxed}
         if sc.profile == "a100-simcompat":
             from planner.srsim import cdf_from_trace, package_cdf_path, srsim_sizing
 
@@ -216,7 +242,11 @@ def main_args(args: argparse.Namespace) -> int:
         done = {r["scenario"]["key"] for r in data["scenarios"]}
         data["missing"] = [sc.key for sc in SCENARIOS if sc.key not in done]
     else:
-        data = generate(seed=args.seed, json_out=args.json_out)
+        data = generate(seed=args.seed, json_out=args.json_out, only=getattr(args, "only", None))
+        done = {r["scenario"]["key"] for r in data["scenarios"]}
+        data["missing"] = [sc.key for sc in SCENARIOS if sc.key not in done]
+        order = [sc.key for sc in SCENARIOS]
+        data["scenarios"].sort(key=lambda r: order.index(r["scenario"]["key"]))
     md = render(data, f"tbr results --out {args.out}")
     Path(args.out).write_text(md, encoding="utf-8")
     if args.json_out:

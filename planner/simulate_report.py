@@ -4,7 +4,9 @@ Before simulating, each pool's arrival rate ``λ`` is taken from token-budget ro
 (the request goes to the smallest pool whose ``max_model_len`` holds its routed budget, and to the
 next that holds its true length when it is misrouted) and compared with ``N·μ``
 (:mod:`planner.steady`). After simulating, a pool meets the SLO only when it is stable, the run was
-at least its derived run length, and the P99 TTFT halves agree (:func:`planner.steady.verdict`).
+at least its derived run length (at its size: it grows with the load), and the batch-means verdict
+holds (:func:`planner.steady.verdict`: no upward drift of the batch P99s, P99 plus its bound within
+the SLO).
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ def pool_guards(
     trace: Trace, specs: list[PoolSpec], est_budget_tokens: npt.NDArray[np.int64] | None, slo: Slo
 ) -> list[dict[str, Any]]:
     """Per pool: λ, μ, load ``λ/(Nμ)``, ``unstable``, the smallest stable size and
-    ``required_trace_requests``: trace requests whose span covers the pool's steady-state duration
-    (:attr:`planner.steady.RunLength.steady_duration_s`)."""
+    ``required_trace_requests``: trace requests whose span covers the pool's steady-state duration at
+    its size (:attr:`planner.steady.RunLength.steady_duration_s`: it grows with the load), and the
+    relaxation time ``relaxation_s`` (None when unstable)."""
     idx = served_pool_index(trace, [s.max_model_len for s in specs], est_budget_tokens)
     lam_total = trace.rate_req_per_s
     out = []
@@ -58,14 +61,16 @@ def pool_guards(
             out.append(g)
             continue
         load = pool_load(trace.subset(mask), lam_total * float(mask.mean()), s.profile, s.max_model_len)
-        length = run_length(load, slo.ttft_p99_s)
+        length = run_length(load, slo.ttft_p99_s, s.instances)
+        steady_s = length.steady_duration_s if math.isfinite(length.steady_duration_s) else 0.0
         g.update(
             lam_req_per_s=load.lam_req_per_s,
             mu_req_per_s=load.mu_req_per_s,
             utilization=load.utilization(s.instances),
             unstable=not load.stable(s.instances),
             min_stable_instances=load.min_stable_instances,
-            required_trace_requests=math.ceil(length.steady_duration_s * lam_total),
+            relaxation_s=length.relaxation_s if math.isfinite(length.relaxation_s) else None,
+            required_trace_requests=math.ceil(steady_s * lam_total),
         )
         out.append(g)
     return out

@@ -5,9 +5,19 @@ on the request's budget), so each pool is sized alone on its own sub-trace. The 
 :mod:`planner.steady` come first: sizes below ``⌊λ/μ⌋ + 1`` are unstable and never simulated, a pool
 whose no-queue TTFT floor is above the SLO is unattainable and never simulated, and every simulated
 size runs for the pool's derived run length (the sub-trace tiled period by period, so the arrival
-pattern is kept) with the convergence check. The search is a bisection between the largest size
-known to fail (at first: the largest unstable one) and a size that meets the SLO (found from the
-analytical M/G/c start, growing by 10 %); it assumes the SLO is monotone in the instance count.
+pattern is kept; or, for a length CDF, fresh requests drawn for the whole run:
+:class:`planner.cdf_source.CdfSource`) with the batch-means verdict. A size whose steady-state run
+would pass the request cap is not simulated and fails (its steady state cannot be shown).
+
+The search is a bisection between the largest size known to fail (at first: the largest unstable
+one) and a size that meets the SLO (found from the analytical M/G/c start, growing by 10 %). Meeting
+the SLO is monotone in the instance count (more instances, less load per instance), so bisection
+finds the smallest passing size; because a verdict is a statistical estimate, the answer is then
+verified: ``N − 1`` is simulated when the bisection stopped on a tolerance (if it passes the search
+continues below), and ``N`` is re-run as an independent replication (other draws; for a trace, the
+tiled stream starts at another phase of the trace). If the replication misses, ``N`` counts as
+failing and the search continues above it, so a size larger than a passing one never fails in the
+answer.
 """
 
 from __future__ import annotations
@@ -21,12 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from planner.cdf_source import CdfSource
 from planner.costmodel import ttft_floor_s
 from planner.des import PoolSpec, simulate
+from planner.pool_stream import tiled_stream
 from planner.profiles import PoolProfile
 from planner.routers import make_router
-from planner.steady import RunLength, pool_load, run_length, verdict
-from planner.trace import Trace, tile_periods
+from planner.steady import PoolLoad, RunLength, p99_upper_s, pool_load, run_length, verdict
+from planner.trace import Trace
 
 __all__ = ["PoolJob", "Slo", "meets_slo", "size_pool", "size_pool_des"]
 
@@ -40,7 +52,7 @@ class Slo:
     max_rejection_rate: float = 0.0
 
 
-def meets_slo(block: dict[str, Any], slo: Slo) -> bool:
+def meets_slo(block: dict[str, Any], slo: Slo, *, batch_bound: bool = True) -> bool:
     """True when a :meth:`SimResult.summary` block's :func:`planner.steady.verdict` is ``meets``."""
     return (
         verdict(
@@ -48,6 +60,7 @@ def meets_slo(block: dict[str, Any], slo: Slo) -> bool:
             slo.ttft_p99_s,
             slo_tpot_p99_s=slo.tpot_p99_s,
             max_rejection_rate=slo.max_rejection_rate,
+            batch_bound=batch_bound,
         )
         == "meets"
     )
@@ -61,7 +74,9 @@ class PoolJob:
     ``period_s`` seconds; ``lam_req_per_s`` the pool's arrival rate. ``start_instances`` the
     analytical (M/G/c) size the search starts from. ``rel_tol`` > 0 stops the bisection once the
     bracket is within that fraction of the passing count. ``label`` names the pool in progress lines
-    (written to stderr when ``verbose``).
+    (written to stderr when ``verbose``). ``source``: the workload is a length CDF, so each run draws
+    fresh requests with totals in ``range_tokens = (lo, hi]`` instead of tiling ``trace`` (which is
+    then a sample of those requests, used for μ, S99 and the TTFT floor).
     """
 
     label: str
@@ -77,6 +92,8 @@ class PoolJob:
     rel_tol: float = 0.0
     max_requests: int = 4_000_000
     verbose: bool = False
+    source: CdfSource | None = None
+    range_tokens: tuple[int, int] = (0, 2**62)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -85,49 +102,121 @@ def _log(job: PoolJob, msg: str) -> None:
         print(f"{job.label}: {msg}", file=sys.stderr, flush=True)
 
 
-def run_pool(job: PoolJob, n: int, length: RunLength) -> dict[str, Any]:
-    """Simulate ``n`` instances of the job's pool for ``length``; the summary block plus its verdict."""
-    copies = max(1, math.ceil(length.duration_s / job.period_s)) if job.period_s > 0 else 1
-    trace = tile_periods(job.trace, job.period_s, copies) if copies > 1 else job.trace
+PHASE_STEP = 0.6180339887498949
+"""Replication ``r`` of a tiled trace starts at phase ``frac(r·φ⁻¹)`` of its period (well spread)."""
+TARGET_SIMULATED_REQUESTS = 150_000
+"""Round robin: simulate enough of the pool's instances for about this many requests per run."""
+
+
+HEAVY_TAIL_RATIO = 4.0
+"""Longest service time above this many P99 service times: a heavy tail, the whole pool is simulated."""
+
+
+def subsampled(job: PoolJob, load: PoolLoad) -> bool:
+    """True when a run may simulate only some of the pool's instances: round robin, and no heavy
+    service-time tail. With a heavy tail (longest service time > :data:`HEAVY_TAIL_RATIO` × P99; the
+    LMSYS-like CDF's homogeneous pool: 158 s against 13 s) the P99 TTFT is set by rare pile-ups of
+    the longest requests on one instance; a few instances see too few of them, so every instance runs."""
+    return job.lb == "round_robin" and load.service_max_s <= HEAVY_TAIL_RATIO * load.service_p99_s
+
+
+def simulated_instances(job: PoolJob, n: int, length: RunLength, whole: bool = False) -> int:
+    """How many of ``n`` instances a run simulates: all (``whole``, or not round robin), else the
+    first ``k`` (:mod:`planner.pool_stream`: exact for them) for about
+    :data:`TARGET_SIMULATED_REQUESTS` requests over the whole steady-state duration."""
+    if whole or job.lb != "round_robin":
+        return n
+    full = job.lam_req_per_s * length.duration_s
+    return min(n, max(1, math.ceil(n * TARGET_SIMULATED_REQUESTS / max(full, 1.0))))
+
+
+def pool_trace(job: PoolJob, length: RunLength, replication: int = 0, n: int = 1, kept: int = 1) -> Trace:
+    """The requests one run of ``length`` simulates: fresh draws from the job's CDF source, or its
+    sub-trace tiled period by period (replication ``r`` starting at another phase), over
+    ``length.duration_s`` seconds of arrivals; only round robin's share of the first ``kept`` of ``n``
+    instances (all by default)."""
+    if job.source is not None:
+        lo, hi = job.range_tokens
+        return job.source.sample(length.duration_s, job.seed * 7919 + replication, lo, hi, n, kept)
+    if job.period_s <= 0 or len(job.trace) < 2:
+        return job.trace
+    offset = (replication * PHASE_STEP % 1.0) * job.period_s
+    return tiled_stream(job.trace, job.period_s, offset, length.duration_s, n, kept)
+
+
+def run_pool(
+    job: PoolJob, n: int, length: RunLength, replication: int = 0, whole: bool = False
+) -> dict[str, Any]:
+    """Simulate ``n`` instances of the job's pool for ``length`` (under round robin, unless ``whole``,
+    only the first :func:`simulated_instances`); the summary block plus its verdict,
+    ``p99_ttft_upper_s`` (:func:`planner.steady.p99_upper_s`) and ``simulated_instances``."""
+    kept = simulated_instances(job, n, length, whole)
+    trace = pool_trace(job, length, replication, n, kept)
     res = simulate(
         trace,
-        [PoolSpec("pool", job.profile, job.max_model_len, n, lb=job.lb)],
+        [PoolSpec("pool", job.profile, job.max_model_len, kept, lb=job.lb)],
         make_router("homogeneous"),
-        seed=job.seed,
+        seed=job.seed + replication,
         warmup_fraction=length.warmup_fraction,
     )
     block: dict[str, Any] = res.summary()["pools"]["pool"]
+    block["instances"] = n
+    block["simulated_instances"] = kept
     block["verdict"] = verdict(
         block,
         job.slo.ttft_p99_s,
         slo_tpot_p99_s=job.slo.tpot_p99_s,
         max_rejection_rate=job.slo.max_rejection_rate,
     )
+    block["p99_ttft_upper_s"] = p99_upper_s(block)
     block["simulated_requests"] = len(trace)
     block["simulated_s"] = float(trace.arrival_s[-1]) if len(trace) else 0.0
+    block["replication"] = replication
     return block
 
 
-def size_pool(job: PoolJob) -> dict[str, Any]:
-    """Smallest stable, converged instance count meeting the SLO (module docstring).
+def _not_run(n: int, length: RunLength, load: Any) -> dict[str, Any]:
+    """A size whose steady-state run is longer than the request cap: failing, not simulated."""
+    need = length.steady_duration_s
+    return {
+        "requests": 0,
+        "verdict": "not converged",
+        "p99_ttft_s": None,
+        "p99_ttft_first_half_s": None,
+        "p99_ttft_second_half_s": None,
+        "p99_ttft_upper_s": None,
+        "simulated_requests": 0,
+        "simulated_s": 0.0,
+        "rejection_rate": 0.0,
+        "not_simulated": (
+            f"steady state at load {load.utilization(n):.3f} needs "
+            + (f"{need:,.0f} s of arrivals" if math.isfinite(need) else "an unbounded run")
+            + f" (relaxation time {length.relaxation_s:,.0f} s), beyond the request cap"
+        ),
+    }
+
+
+def size_pool(job: PoolJob) -> dict[str, Any]:  # noqa: C901 (search, verification and bookkeeping in one place)
+    """Smallest stable, converged instance count meeting the SLO, verified (module docstring).
 
     Returns a JSON-ready dict: ``instances`` (the size, or the last size tried when none met the
     SLO), ``verdict`` (``meets``, ``unattainable``, ``misses``, ``not converged``), ``cause`` (a
-    sentence when not ``meets``), ``block`` (summary of the deciding run), ``load`` (λ, μ, S99,
-    smallest stable size), ``run`` (seconds simulated, requests) and ``steps`` (each simulated size).
+    sentence when not ``meets``), ``block`` (summary of the deciding run), ``load`` (λ, μ, S99, C_s²,
+    smallest stable size), ``run`` (seconds simulated, warm-up, requests, relaxation time at the
+    answer) and ``steps`` (each simulated size, replications included).
     """
     t0 = time.perf_counter()
     load = pool_load(job.trace, job.lam_req_per_s, job.profile, job.max_model_len)
-    length = run_length(load, job.slo.ttft_p99_s, max_requests=job.max_requests)
     out: dict[str, Any] = {
         "label": job.label,
         "load": {
             "lam_req_per_s": load.lam_req_per_s,
             "mu_req_per_s": load.mu_req_per_s,
             "service_p99_s": load.service_p99_s,
+            "service_cs2": load.service_cs2,
             "min_stable_instances": load.min_stable_instances,
         },
-        "run": {"duration_s": length.duration_s, "warmup_s": length.warmup_s, "requests": length.requests},
+        "fresh_draws": job.source is not None,
         "steps": [],
     }
     floor = float(
@@ -135,6 +224,8 @@ def size_pool(job: PoolJob) -> dict[str, Any]:
     )
     out["ttft_floor_p99_s"] = floor
     if floor > job.slo.ttft_p99_s:
+        length = run_length(load, job.slo.ttft_p99_s, max_requests=job.max_requests)
+        out["run"] = _run_dict(length)
         out.update(
             instances=load.min_stable_instances,
             verdict="unattainable",
@@ -146,62 +237,100 @@ def size_pool(job: PoolJob) -> dict[str, Any]:
         )
         _log(job, out["cause"])
         return out
-    cache: dict[int, dict[str, Any]] = {}
+    cache: dict[tuple[int, int], dict[str, Any]] = {}
 
-    def ok(n: int) -> bool:
-        if n not in cache:
+    def ok(n: int, replication: int = 0) -> bool:
+        if (n, replication) not in cache:
             s0 = time.perf_counter()
-            block = run_pool(job, n, length)
-            if block["verdict"] == "not converged":
-                block = run_pool(job, n, length.doubled())
-            cache[n] = block
+            # round robin simulates as few as one instance: the cap bounds that instance's requests
+            sub = subsampled(job, load)
+            cap_n = job.max_requests * (n if sub else 1)
+            length = run_length(load, job.slo.ttft_p99_s, n, max_requests=cap_n)
+            block = (
+                _not_run(n, length, load) if length.capped else run_pool(job, n, length, replication, not sub)
+            )
+            block["run"] = _run_dict(length)
+            cache[(n, replication)] = block
             step = {
                 "instances": n,
+                "replication": replication,
                 "utilization": load.utilization(n),
                 "verdict": block["verdict"],
                 "p99_ttft_s": block["p99_ttft_s"],
+                "p99_ttft_upper_s": block["p99_ttft_upper_s"],
                 "p99_ttft_first_half_s": block["p99_ttft_first_half_s"],
                 "p99_ttft_second_half_s": block["p99_ttft_second_half_s"],
                 "simulated_requests": block["simulated_requests"],
+                "simulated_instances": block.get("simulated_instances", 0),
                 "wall_s": time.perf_counter() - s0,
             }
             out["steps"].append(step)
             _log(
                 job,
-                f"{n} instances (load {step['utilization']:.2f}) -> {block['verdict']}, P99 TTFT "
-                f"{_s(block['p99_ttft_first_half_s'])} / {_s(block['p99_ttft_second_half_s'])} s (halves), "
-                f"{block['simulated_requests']:,} requests, {step['wall_s']:.1f} s",
+                f"{n} instances (load {step['utilization']:.2f}{', replication' if replication else ''}) -> "
+                f"{block['verdict']}, P99 TTFT {_s(block['p99_ttft_s'])} s (upper {_s(block['p99_ttft_upper_s'])}, "
+                f"halves {_s(block['p99_ttft_first_half_s'])} / {_s(block['p99_ttft_second_half_s'])}), "
+                f"{block['simulated_requests']:,} requests on {block.get('simulated_instances', n)} of {n} "
+                f"instances, {step['wall_s']:.1f} s"
+                + (f" [{block['not_simulated']}]" if "not_simulated" in block else ""),
             )
-        return bool(cache[n]["verdict"] == "meets")
+        return bool(cache[(n, replication)]["verdict"] == "meets")
 
     lo = load.min_stable_instances - 1  # largest size known to fail (unstable)
     n = max(load.min_stable_instances, job.start_instances, 1)
     cap = max(4 * n + 10, 2 * load.min_stable_instances)
-    if ok(n):
-        hi = n
-    else:
-        lo, hi = n, min(cap, math.ceil(n * 1.1) + 1)
+
+    def grow(lo: int, start: int) -> tuple[int, int] | None:
+        """From a failing ``lo``, sizes up by 10 % until one passes: ``(lo, hi)``; None at the cap."""
+        hi = start
         while not ok(hi):
             if hi >= cap:
-                last = cache[hi]
-                out.update(
-                    instances=hi,
-                    verdict=last["verdict"],
-                    block=last,
-                    cause=f"still {last['verdict']} at the search cap of {cap} instances",
-                )
-                out["wall_s"] = time.perf_counter() - t0
-                return out
+                return None
             lo, hi = hi, min(cap, math.ceil(hi * 1.1) + 1)
-    while hi - lo > max(1, math.floor(job.rel_tol * hi)):
-        mid = (lo + hi) // 2
-        if ok(mid):
-            hi = mid
-        else:
-            lo = mid
-    out.update(instances=hi, verdict="meets", block=cache[hi], cause=None)
+        return lo, hi
+
+    def at_cap() -> dict[str, Any]:
+        last = cache[max(cache)]
+        out.update(
+            instances=max(cache)[0],
+            verdict=last["verdict"],
+            block=last,
+            cause=f"still {last['verdict']} at the search cap of {cap} instances",
+            run=last["run"],
+            wall_s=time.perf_counter() - t0,
+        )
+        return out
+
+    found = (lo, n) if ok(n) else grow(n, min(cap, math.ceil(n * 1.1) + 1))
+    while True:
+        if found is None:
+            return at_cap()
+        lo, hi = found
+        while hi - lo > max(1, math.floor(job.rel_tol * hi)):
+            mid = (lo + hi) // 2
+            if ok(mid):
+                hi = mid
+            else:
+                lo = mid
+        if hi - 1 > lo and ok(hi - 1):  # verification at N − 1 (bisection stopped on a tolerance)
+            found = (lo, hi - 1)
+            continue
+        if ok(hi, 1):  # verification at N: an independent replication
+            break
+        found = None if hi >= cap else grow(hi, hi + 1)
+    out.update(instances=hi, verdict="meets", block=cache[(hi, 0)], cause=None, run=cache[(hi, 0)]["run"])
     out["wall_s"] = time.perf_counter() - t0
     return out
+
+
+def _run_dict(length: RunLength) -> dict[str, Any]:
+    return {
+        "duration_s": length.duration_s,
+        "warmup_s": length.warmup_s,
+        "requests": length.requests,
+        "relaxation_s": length.relaxation_s if math.isfinite(length.relaxation_s) else None,
+        "capped": length.capped,
+    }
 
 
 def _s(x: float | None) -> str:

@@ -6,13 +6,21 @@ Three guards, in the order the planner applies them to a pool of ``N`` instances
    throughput of one instance at the pool's own request mix (:func:`planner.costmodel.
    instance_throughput_req_per_s`: ``max_num_seqs / (E[k]·t_iter(full batch))``). Its queue grows
    without bound, so no finite simulation can pass it; the smallest stable size is ``⌊λ/μ⌋ + 1``.
-2. **Run length** (:func:`run_length`), derived from the pool's service times and the P99 target, not
-   a fixed count: warm-up ``2·(S99 + SLO)`` seconds, then a measured window of at least
-   ``10·(S99 + SLO)`` seconds and at least 20,000 measured requests (200 samples beyond the P99),
-   ``S99`` the P99 full-batch service time of the pool's requests (seconds a request holds a slot).
-3. **Convergence** (:func:`verdict`): the P99 TTFT of the measured window's second half is compared
-   with its first half. A queue that is still filling shows a second half well above the first; such
-   a run is *not converged* and never passes (the sizer doubles the run once, then treats it as a miss).
+2. **Run length** (:func:`run_length`), from the pool's service times *and its utilisation*: a queue
+   forgets its initial state on the time scale of its relaxation time, which grows like
+   ``1/(1−ρ)²`` (:func:`relaxation_time_s`). With ``S_tail`` the longest service time of the pool's
+   requests (a heavy tail holds slots for minutes: on vllm-sr-sim's LMSYS CDF the homogeneous pool's
+   P99 service time is 13 s, its longest 158 s), the warm-up is ``2·(S_tail + SLO) + 5·τ`` (slots
+   filled with long requests, initial transient down to e⁻⁵), then :data:`planner.des.result.BATCHES`
+   batches each of at least ``max(S_tail + SLO, 2·τ)`` seconds and 1,000 requests. A size whose run would exceed the
+   request cap is not simulated: its steady state cannot be shown, so it is *not converged*.
+3. **Convergence and the verdict** (:func:`verdict`), by batch means (Law & Kelton, *Simulation
+   Modeling and Analysis*, §9.5.3) on the batch P99s (Seila 1982, "A batching approach to quantile
+   estimation in regenerative simulations", Management Science 28(5)): the mean batch P99 of the
+   second half of the window above the first half's by more than t₀.₉₇₅ standard errors (and 2 % of the
+   SLO) is a queue still filling (*not converged*); a pool *meets* the SLO only when the P99 of the
+   whole window plus ``t₀.₉₅·s/√K`` (``s`` the standard deviation of the ``K`` batch P99s) is within
+   it, so a re-run with other random draws meets it too.
 
 Verdicts: ``meets``, ``misses``, ``not converged``, ``unstable``, ``unattainable`` (the P99 of the
 requests' no-queue TTFT floor is above the SLO: no instance count helps).
@@ -27,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from planner.costmodel import full_batch_iteration_s, instance_throughput_req_per_s, mix_stats
+from planner.des.result import BATCHES
 from planner.profiles import PoolProfile
 from planner.trace import Trace
 
@@ -36,17 +45,30 @@ __all__ = [
     "SERVICE_MULTIPLE",
     "PoolLoad",
     "RunLength",
+    "p99_upper_s",
     "pool_load",
+    "relaxation_time_s",
     "run_length",
     "verdict",
 ]
 
-MIN_MEASURED_REQUESTS = 20_000
-"""At least 200 samples beyond the P99 of the measured window."""
-SERVICE_MULTIPLE = 10.0
-"""Measured window >= this many ``(S99 + SLO)``: each slot turns over many times after warm-up."""
+BATCH_MIN_REQUESTS = 1_000
+"""Requests per batch at least: 10 beyond each batch's P99."""
+MIN_MEASURED_REQUESTS = BATCHES * BATCH_MIN_REQUESTS
+"""At least 100 samples beyond the P99 of the measured window."""
+SERVICE_MULTIPLE = 1.0
+"""A batch lasts at least this many ``(S_tail + SLO)``: every slot turns over within a batch."""
+RELAXATION_MULTIPLE = 2.0
+"""A batch lasts at least this many relaxation times: successive batch P99s nearly independent."""
 WARMUP_MULTIPLE = 2.0
-"""Warm-up >= this many ``(S99 + SLO)`` seconds (and at least 10 % of the arrivals)."""
+"""Warm-up >= this many ``(S_tail + SLO)`` seconds plus :data:`WARMUP_RELAXATIONS` relaxation times."""
+WARMUP_RELAXATIONS = 5.0
+"""Relaxation times of warm-up: the initial (empty) state's bias decays to e⁻⁵ < 1 %."""
+T95_ONE_SIDED = 1.833
+"""Student's t 0.95 quantile with ``BATCHES − 1 = 9`` degrees of freedom (one-sided 95 % bound)."""
+DRIFT_SE = 2.306
+"""Second-half mean batch P99 above the first's by this many standard errors = still drifting
+(Student's t 0.975 quantile with 8 degrees of freedom: two halves of 5 batches)."""
 MIN_DRIFT_REQUESTS = 2_000
 """Below this many measured requests (10 per half beyond the P99) the halves are not compared."""
 DRIFT_TOLERANCE = 0.25
@@ -57,12 +79,16 @@ DRIFT_TOLERANCE = 0.25
 class PoolLoad:
     """One pool's offered load: ``lam_req_per_s`` arrivals, ``mu_req_per_s`` per-instance saturation
     throughput at the pool's mix, ``service_p99_s`` P99 full-batch service time (seconds a request
-    holds a slot), ``min_stable_instances`` = ``⌊λ/μ⌋ + 1``."""
+    holds a slot), ``min_stable_instances`` = ``⌊λ/μ⌋ + 1``, ``service_cs2`` the squared
+    coefficient of variation of the service times (dimensionless), ``service_max_s`` the longest
+    full-batch service time of the pool's requests (the tail: how long one request can hold a slot)."""
 
     lam_req_per_s: float
     mu_req_per_s: float
     service_p99_s: float
     min_stable_instances: int
+    service_cs2: float = 1.0
+    service_max_s: float = 0.0
 
     def utilization(self, instances: int) -> float:
         """``λ / (N μ)``; >= 1 means unstable."""
@@ -83,43 +109,97 @@ def pool_load(trace: Trace, lam_req_per_s: float, profile: PoolProfile, max_mode
     t_iter = full_batch_iteration_s(profile, profile.max_num_seqs(max_model_len), mix)
     k = np.maximum(1, -(-trace.input_tokens // profile.chunk_tokens)) + np.maximum(0, trace.output_tokens - 1)
     s99 = float(np.percentile(k, 99)) * t_iter
-    return PoolLoad(lam_req_per_s, mu, s99, math.floor(lam_req_per_s / mu) + 1)
+    cs2 = float(np.var(k) / np.mean(k) ** 2)
+    smax = float(np.max(k)) * t_iter
+    return PoolLoad(lam_req_per_s, mu, s99, math.floor(lam_req_per_s / mu) + 1, cs2, smax)
+
+
+def relaxation_time_s(load: PoolLoad, instances: int) -> float:
+    """Relaxation time of one instance's queue, seconds: ``τ = ((1 + C_s²)/2) / (μ·(1 − √ρ)²)``.
+
+    ``1/(μ(1−√ρ)²)`` is the relaxation time of M/M/1 (Morse 1955, "Stochastic properties of waiting
+    lines", J. Oper. Res. Soc. Am. 3(3)); an instance with ``c`` slots near saturation behaves like one
+    server of rate ``μ`` (its full-batch throughput), and the heavy-traffic factor ``(c_a² + C_s²)/2``
+    with Poisson arrivals (``c_a² = 1``) carries it to general service times (Whitt 1989, "Planning
+    queueing simulations", Management Science 35(11)). ``ρ = λ/(Nμ)``; ``inf`` when unstable.
+    """
+    rho = load.utilization(instances)
+    if rho >= 1.0:
+        return math.inf
+    return (1.0 + load.service_cs2) / 2.0 / (load.mu_req_per_s * (1.0 - math.sqrt(rho)) ** 2)
 
 
 @dataclass(frozen=True)
 class RunLength:
     """How long to simulate a pool: ``duration_s`` of arrivals, of which ``warmup_s`` are not measured;
-    ``requests`` expected arrivals (``λ·duration``). ``steady_duration_s`` is the part of the length
-    that steady state needs (warm-up + ``10·(S99 + SLO)``), without the sample-count floor: a run
-    shorter than that has not shown steady state, whatever its request count."""
+    ``requests`` expected arrivals (``λ·duration``). ``steady_duration_s`` is the length steady state
+    needs (warm-up + batches, without the 1,000-requests-per-batch floor, which is about precision);
+    a run shorter than that (:attr:`capped`: the request cap cut it) cannot show steady state.
+    ``relaxation_s`` is τ."""
 
     duration_s: float
     warmup_s: float
     requests: int
     steady_duration_s: float = 0.0
+    relaxation_s: float = 0.0
 
     @property
     def warmup_fraction(self) -> float:
         """Share of arrivals left out of the summary (at least 10 %)."""
         return max(0.1, self.warmup_s / self.duration_s) if self.duration_s > 0 else 0.1
 
-    def doubled(self) -> RunLength:
-        """Twice as long (the warm-up share is kept)."""
-        return RunLength(2 * self.duration_s, 2 * self.warmup_s, 2 * self.requests, self.steady_duration_s)
+    @property
+    def capped(self) -> bool:
+        """True when the request cap made the run shorter than steady state needs."""
+        return self.duration_s < self.steady_duration_s * (1 - 1e-9)
 
 
-def run_length(load: PoolLoad, slo_ttft_p99_s: float, *, max_requests: int = 4_000_000) -> RunLength:
-    """Run length of a pool (module docstring): warm-up ``2·(S99 + SLO)``, measured window
-    ``max(10·(S99 + SLO), 20,000/λ)``, capped at ``max_requests`` arrivals. Seconds; requests."""
-    unit = load.service_p99_s + slo_ttft_p99_s
+def run_length(
+    load: PoolLoad, slo_ttft_p99_s: float, instances: int | None = None, *, max_requests: int = 4_000_000
+) -> RunLength:
+    """Run length of a pool of ``instances`` (module docstring; default the smallest stable size):
+    warm-up ``2·(S_tail + SLO) + 5τ``, then ``BATCHES`` batches of ``max(S_tail + SLO, 2τ, 1,000/λ)``
+    seconds; capped at ``max_requests`` arrivals (then :attr:`RunLength.capped`). Seconds; requests.
+    An unstable size gets an infinite steady duration (always capped)."""
+    n = load.min_stable_instances if instances is None else instances
+    tau = relaxation_time_s(load, n)
+    unit = max(load.service_p99_s, load.service_max_s) + slo_ttft_p99_s
     lam = max(load.lam_req_per_s, 1e-12)
-    warm = WARMUP_MULTIPLE * unit
-    measure = max(SERVICE_MULTIPLE * unit, MIN_MEASURED_REQUESTS / lam)
-    dur = warm + measure
+    warm = WARMUP_MULTIPLE * unit + WARMUP_RELAXATIONS * tau
+    steady = warm + BATCHES * max(SERVICE_MULTIPLE * unit, RELAXATION_MULTIPLE * tau)
+    dur = warm + BATCHES * max(SERVICE_MULTIPLE * unit, RELAXATION_MULTIPLE * tau, BATCH_MIN_REQUESTS / lam)
     if lam * dur > max_requests:
         scale = max_requests / (lam * dur)
-        dur, warm = dur * scale, warm * scale
-    return RunLength(dur, warm, math.ceil(lam * dur), warm + SERVICE_MULTIPLE * unit)
+        dur = max_requests / lam
+        warm = warm * scale if math.isfinite(warm) else 0.1 * dur
+    return RunLength(dur, warm, math.ceil(lam * dur), steady, tau)
+
+
+def p99_upper_s(block: dict[str, Any]) -> float | None:
+    """One-sided 95 % upper bound of a summary block's P99 TTFT, seconds: the window's P99 plus
+    ``t₀.₉₅·s/√K`` over its ``K`` batch P99s (module docstring); the P99 alone without batches."""
+    p_all = block.get("p99_ttft_s")
+    if p_all is None:
+        return None
+    batches = [x for x in block.get("p99_ttft_batches_s") or [] if x is not None]
+    if len(batches) < BATCHES:
+        return float(p_all)
+    return float(p_all) + T95_ONE_SIDED * float(np.std(batches, ddof=1)) / math.sqrt(len(batches))
+
+
+def _drifting(block: dict[str, Any], slo_ttft_p99_s: float) -> bool:
+    """Batch P99s of the second half above the first's by ``DRIFT_SE`` standard errors (+ 2 % SLO);
+    without batches, the halves rule (second half above ``(1 + DRIFT_TOLERANCE)``·first + 2 % SLO)."""
+    batches = [x for x in block.get("p99_ttft_batches_s") or [] if x is not None]
+    if len(batches) >= BATCHES:
+        h = len(batches) // 2
+        first, second = np.asarray(batches[:h]), np.asarray(batches[-h:])
+        se = math.sqrt(float(np.var(first, ddof=1) + np.var(second, ddof=1)) / h)
+        return bool(second.mean() - first.mean() > DRIFT_SE * se + 0.02 * slo_ttft_p99_s)
+    h1, h2 = block.get("p99_ttft_first_half_s"), block.get("p99_ttft_second_half_s")
+    if h1 is None or h2 is None or block.get("requests", 0) < MIN_DRIFT_REQUESTS:
+        return False
+    return bool(h2 > (1.0 + DRIFT_TOLERANCE) * h1 + 0.02 * slo_ttft_p99_s)
 
 
 def verdict(
@@ -128,33 +208,35 @@ def verdict(
     *,
     slo_tpot_p99_s: float | None = None,
     max_rejection_rate: float = 0.0,
+    batch_bound: bool = True,
 ) -> str:
-    """``meets`` / ``misses`` / ``not converged`` for a pool's summary block (needs the
-    ``p99_ttft_first_half_s``/``p99_ttft_second_half_s`` of :meth:`planner.des.SimResult.summary`).
+    """``meets`` / ``misses`` / ``not converged`` for a pool's summary block
+    (:meth:`planner.des.SimResult.summary`).
 
-    ``not converged``: the second half's P99 TTFT exceeds ``(1 + DRIFT_TOLERANCE)`` times the first
-    half's plus 2 % of the SLO (the queue is still growing); judged only with at least
-    ``MIN_DRIFT_REQUESTS`` measured requests. ``meets`` needs the whole window's and
-    the second half's P99 within the SLO, P99 TPOT within ``slo_tpot_p99_s`` (when given) and no
-    rejection beyond ``max_rejection_rate``.
+    ``not converged``: the batch P99s drift upward (:func:`_drifting`: the second half's mean batch
+    P99 above the first's by ``DRIFT_SE`` standard errors plus 2 % of the SLO; with fewer than ``BATCHES``
+    batches, the halves rule). ``meets`` needs the upper bound :func:`p99_upper_s` (and, without
+    batches, the second half's P99) within the SLO, P99 TPOT within ``slo_tpot_p99_s`` (when given)
+    and no rejection beyond ``max_rejection_rate``. ``batch_bound=False`` judges the window's P99
+    and the halves alone (the fleet section's joint replays of the base trace, which are not
+    steady-state runs: docs/planner.md, known limitations).
     """
     if block.get("requests", 0) == 0:
         return "meets"
     if block["rejection_rate"] > max_rejection_rate:
         return "misses"
-    p_all, h1, h2 = (
-        block["p99_ttft_s"],
-        block.get("p99_ttft_first_half_s"),
-        block.get("p99_ttft_second_half_s"),
-    )
+    p_all = block["p99_ttft_s"]
     if p_all is None:
         return "misses"
-    drifting = h1 is not None and h2 is not None and h2 > (1.0 + DRIFT_TOLERANCE) * h1 + 0.02 * slo_ttft_p99_s
-    if drifting and block["requests"] >= MIN_DRIFT_REQUESTS:
+    if not batch_bound:
+        block = {k: v for k, v in block.items() if k != "p99_ttft_batches_s"}
+    if _drifting(block, slo_ttft_p99_s):
         return "not converged"
     tpot = block.get("p99_tpot_s")
     if slo_tpot_p99_s is not None and tpot is not None and tpot > slo_tpot_p99_s:
         return "misses"
-    if p_all <= slo_ttft_p99_s and (h2 is None or h2 <= slo_ttft_p99_s):
+    upper = p99_upper_s(block)
+    h2 = block.get("p99_ttft_second_half_s")
+    if upper is not None and upper <= slo_ttft_p99_s and (h2 is None or h2 <= slo_ttft_p99_s):
         return "meets"
     return "misses"

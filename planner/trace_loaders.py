@@ -16,12 +16,10 @@ Every loader returns ``(Trace, NormalizationReport)``; a bad row is dropped and 
 
 from __future__ import annotations
 
-import bisect
 import csv
 import itertools
 import json
 import math
-import random
 from collections.abc import Callable, Iterator
 from datetime import date
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from extproc.core.decision import DecisionRecord, DecisionRecordError
+from planner.cdf_source import CdfSource
 from planner.trace import NormalizationReport, Trace, TraceError, build_trace
 
 __all__ = ["FORMATS", "REQUIRED_FIELDS", "detect_format", "load_cdf", "load_trace", "read_cdf_points"]
@@ -280,7 +279,9 @@ def load_cdf(
 
     Totals are drawn uniformly inside the CDF bin ``(prev, thresh]``; ``input = max(1,
     int(input_fraction * total))``, ``output = max(1, total - input)``; arrivals are Poisson at
-    ``rate_req_per_s``. Deterministic for ``seed``. Raises :class:`TraceError` on a bad file.
+    ``rate_req_per_s`` (drawn by :meth:`planner.cdf_source.CdfSource.sample_n`, vectorised: 10⁶
+    requests in well under a second). Deterministic for ``seed``. Raises :class:`TraceError` on a
+    bad file.
     """
     report = NormalizationReport(source=str(path), fmt="cdf")
     pts = read_cdf_points(path)
@@ -288,31 +289,15 @@ def load_cdf(
         report.notes.append(
             f"last cumulative fraction {pts[-1][1]:.6g} < 1; remaining mass put in the last bin"
         )
-    rng = random.Random(seed)
-    thresholds = [t for t, _ in pts]
-    fracs = [f for _, f in pts]
-    ts: list[float] = []
-    inp: list[int] = []
-    out: list[int] = []
-    t = 0.0
-    for _ in range(n_requests):
-        t += rng.expovariate(rate_req_per_s)
-        u = rng.random()
-        k = min(bisect.bisect_left(fracs, u), len(pts) - 1)
-        lo = 1 if k == 0 else thresholds[k - 1] + 1
-        total = rng.randint(lo, max(lo, thresholds[k]))
-        li = max(1, int(total * input_fraction))
-        ts.append(t)
-        inp.append(li)
-        out.append(max(1, total - li))
+    trace = CdfSource(tuple(pts), rate_req_per_s, input_fraction).sample_n(n_requests, seed)
     report.rows_read = len(pts)
     report.rows_kept = n_requests
-    report.max_budget_tokens = thresholds[-1]
+    report.max_budget_tokens = pts[-1][0]
     report.synthesized = (
         f"{n_requests} requests from {len(pts)} CDF points, Poisson arrivals at {rate_req_per_s:g} req/s, "
         f"input = {input_fraction:g} x total (seed {seed})"
     )
-    return build_trace(ts, inp, out), report
+    return trace, report
 
 
 FORMATS: dict[str, Callable[[Path, NormalizationReport], Trace]] = {

@@ -83,6 +83,25 @@ DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
         digit_tokens_per_digit=0.6,
         tools_json_spaced=False,
     ),
+    # The same count with o200k_base (tiktoken ``MODEL_PREFIX_TO_ENCODING``: gpt-4o, gpt-4.1, gpt-4.5,
+    # gpt-5, o1, o3, o4, gpt-oss).
+    ModelProfile(
+        pattern=r"^(openai/)?(gpt-4o|gpt-4\.1|gpt-4\.5|gpt-5|gpt-oss|o[134](-|$))",
+        family="o200k",
+        message_framing_tokens=4,
+        request_framing_tokens=3,
+        digit_tokens_per_digit=0.6,
+        tools_json_spaced=False,
+    ),
+    # Mistral models with the Tekken tokenizer (mistral-common ``tekken_240911.json``: NeMo, Pixtral,
+    # Ministral, Small 3, Devstral, Magistral): <s>, then [INST]…[/INST] per user turn and </s> per
+    # assistant turn. Older Mistral/Mixtral models (SentencePiece vocabularies) match no profile.
+    ModelProfile(
+        pattern=r"mistral-nemo|pixtral|ministral|mistral-small-(24b|3)|devstral|magistral",
+        family="mistral",
+        message_framing_tokens=2,
+        request_framing_tokens=1,
+    ),
 )
 """Built-in profiles (first match wins); configure ``estimator.model_profiles`` to extend them."""
 

@@ -10,8 +10,12 @@ family (:mod:`extproc.core.run_costs`), instead of one bytes/token ratio per req
 Kinds (:data:`RUN_KINDS`, one vocabulary used by the estimator, the evaluation and the demo):
 
 * ASCII: ``letter``, ``digit``, ``punct``, ``space`` (spaces, tabs, other ASCII controls), ``newline``.
-* ``blob``: a whitespace-free stretch of ≥ 20 ASCII characters that is ≥ 85 % letters/digits and holds ≥ 2
-  digits (base64, hex strings, UUIDs, hashes, data URLs): its characters are taken out of the ASCII kinds.
+* ``blob``: a whitespace-free stretch of ≥ 20 ASCII characters that is ≥ 75 % letters/digits, holds ≥ 2
+  digits and looks random: hex-like (digits ≥ 30 % of its letters and digits: hex, UUIDs, hashes) or
+  base64-like (letters of both cases, each ≥ 25 %); its characters are taken out of the ASCII kinds.
+  Host names, paths, versions ("registry.example.com/app:19.0") are words and numbers, not blobs.
+* ``letter_other`` / ``letter_euro``: the ASCII letters of a text that is not English-like
+  (:mod:`extproc.core.run_languages`), ``letter_euro`` when Western European function words show.
 * scripts, by Unicode block: ``latin_ext`` (accented Latin, Vietnamese, IPA, combining marks), ``greek``,
   ``cyrillic``, ``hebrew``, ``arabic`` (Arabic), ``persian``, ``urdu`` (chosen per text by their own letters), ``devanagari`` (Hindi, Marathi, Nepali),
   ``bengali``, ``gurmukhi``, ``gujarati``, ``oriya``, ``tamil``, ``telugu``, ``kannada``, ``malayalam``,
@@ -20,8 +24,9 @@ Kinds (:data:`RUN_KINDS`, one vocabulary used by the estimator, the evaluation a
 * ``symbol`` (non-ASCII punctuation, CJK punctuation, full-width forms, arrows, math, box drawing),
   ``emoji`` (pictographs, variation selectors, ZWJ), ``other`` (private use, unassigned, surrogates).
 
-Cost: one ``str.encode`` (ASCII) or UTF-32 encode (other text), a table look-up per character, and a few
-numpy passes (run starts, two ``bincount``); about 0.3–0.6 ms per 100 KB (BENCHMARKS.md).
+Cost: one encode (ASCII, UTF-16 or UTF-32) and a table look-up per character, then C-level numpy passes
+(run starts, counts per kind, one ``reduceat`` per blob test); about 0.3–0.9 ms per 100 KB on the shared
+2-CPU box (BENCHMARKS.md §Estimator cost).
 """
 
 from __future__ import annotations
@@ -31,21 +36,23 @@ import sys
 
 import numpy as np
 
+from extproc.core.run_kinds import N_KINDS, RUN_KINDS, kind_index
+from extproc.core.run_languages import (
+    MIN_WORDS_FOR_LANGUAGE,
+    arabic_script_language,
+    english_like,
+    western_european,
+)
+
 __all__ = ["CONTENT_KINDS", "RUN_KINDS", "RunCounts", "content_kind", "count_runs"]
 
-RUN_KINDS: tuple[str, ...] = (
-    "letter", "digit", "punct", "blob", "letter_other", "latin_ext", "greek", "cyrillic", "hebrew", "arabic", "persian", "urdu", "devanagari", "bengali", "gurmukhi",
-    "gujarati", "oriya", "tamil", "telugu", "kannada", "malayalam", "sinhala", "thai", "lao",
-    "myanmar", "other_script", "hangul", "kana", "han", "symbol", "emoji", "other", "space", "newline",
-)  # fmt: skip
-"""Every run kind (bounded set: safe as a metric label)."""
-
-_K = {k: i for i, k in enumerate(RUN_KINDS)}
-N_KINDS = len(RUN_KINDS)
+_K = kind_index
 
 _BLOB_MIN_CHARS = 20
 _BLOB_ALNUM_SHARE = 0.75
 _BLOB_MIN_DIGITS = 2
+_BLOB_MIN_DIGIT_SHARE = 0.3
+_BLOB_MIN_CASE_SHARE = 0.25
 
 # (first code point, kind) in increasing order; each range runs to the next start.
 _RANGES: tuple[tuple[int, str], ...] = (
@@ -100,6 +107,7 @@ _BLOB = _K["blob"]
 _DIGIT_K = _K["digit"]
 _LETTER_K = _K["letter"]
 _LETTER_OTHER_K = _K["letter_other"]
+_LETTER_EURO_K = _K["letter_euro"]
 _LATIN_EXT_K = _K["latin_ext"]
 _ARABIC_K = _K["arabic"]
 _PERSIAN_K = _K["persian"]
@@ -135,47 +143,6 @@ class RunCounts:
     def as_dict(self) -> dict[str, tuple[int, int]]:
         """``{kind: (runs, chars)}`` for kinds that occur (reports, tests)."""
         return {k: (int(self.runs[i]), int(self.chars[i])) for i, k in enumerate(RUN_KINDS) if self.chars[i]}
-
-
-_FUNCTION_WORDS = (" the ", " and ", " of ", " you ", " that ", " with ", " is ")
-_MIN_WORDS_FOR_LANGUAGE = 8
-_WINDOW_CHARS = 4096
-
-
-def _english_like(text: str, runs: np.ndarray, chars: np.ndarray) -> bool:
-    """True unless the text reads as prose of another Latin-script language.
-
-    English: its function words make ≥ 2 % of the words of a 4,096-character window (start of the
-    text). Code and markup (≥ 0.6 punctuation runs per letter run) count as English too unless
-    accented letters make ≥ 1 % of the letters (markdown in Slovenian, Turkish, Vietnamese...): the
-    word cost of English and of identifiers is the same, other languages cost 1.5–3× more per word.
-    """
-    window = text[:_WINDOW_CHARS].lower()
-    words = window.count(" ") + 1
-    found = 0
-    for w in _FUNCTION_WORDS:  # stop at the threshold: " the " alone usually meets it
-        found += window.count(w)
-        if found * 50 >= words:
-            return True
-    return bool(runs[_PUNCT_K] >= 0.6 * runs[_LETTER_K] and chars[_LATIN_EXT_K] * 100 < chars[_LETTER_K])
-
-
-_PERSIAN_LETTERS = ("\u067e", "\u0686", "\u0698", "\u06af", "\u06a9", "\u06cc")
-_URDU_LETTERS = ("\u0679", "\u0688", "\u0691", "\u06ba", "\u06be", "\u06d2")
-
-
-def _arabic_script_language(text: str) -> int:
-    """Run kind of Arabic-script text: ``urdu`` when Urdu's own letters (ٹ ڈ ڑ ں ھ ے) make ≥ 1 % of a
-    4,096-character window, ``persian`` when Persian/Urdu letters (پ چ ژ گ ک ی) make ≥ 2 %, else
-    ``arabic``. Tokenizers learned the three very differently (Llama-3: Persian costs 0.8×, Urdu 1.4×
-    the tokens of Arabic per character)."""
-    window = text[:_WINDOW_CHARS]
-    n = max(1, len(window))
-    if sum(window.count(c) for c in _URDU_LETTERS) * 100 >= n:
-        return _K["urdu"]
-    if sum(window.count(c) for c in _PERSIAN_LETTERS) * 50 >= n:
-        return _PERSIAN_K
-    return _ARABIC_K
 
 
 _OTHER_K = _K["other"]
@@ -219,8 +186,27 @@ _RUN_PACK[[_LETTER_K, _DIGIT_K, _PUNCT_K]] = (1, 1 << 21, 1 << 42)
 _FIELD_21 = (1 << 21) - 1
 
 
+def _mixed_case(text: str, starts: np.ndarray, ends: np.ndarray, letters: np.ndarray) -> np.ndarray:
+    """True for each character range ``[starts[i], ends[i])`` of ``text`` whose ASCII letters are at
+    least :data:`_BLOB_MIN_CASE_SHARE` upper case and as much lower case (``letters``: ASCII letters in
+    each range). One encode and one ``np.add.reduceat`` over the text."""
+    if text.isascii():
+        codes: np.ndarray = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    else:
+        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    upper = np.zeros(codes.size + 1, dtype=np.int32)  # a trailing 0: a range may end at the text's end
+    np.logical_and(codes >= 65, codes <= 90, out=upper[:-1], casting="unsafe")
+    idx = np.empty(2 * starts.size, dtype=np.int64)
+    idx[0::2] = starts
+    idx[1::2] = ends
+    n_upper = np.add.reduceat(upper, idx)[0::2]
+    floor = _BLOB_MIN_CASE_SHARE * letters
+    result: np.ndarray = (n_upper >= floor) & (letters - n_upper >= floor)
+    return result
+
+
 def _blobs(
-    bounds: np.ndarray, rl: np.ndarray, run_cls: np.ndarray, runs: np.ndarray, chars: np.ndarray
+    text: str, bounds: np.ndarray, rl: np.ndarray, run_cls: np.ndarray, runs: np.ndarray, chars: np.ndarray
 ) -> None:
     """Move the characters and runs of blob chunks to the ``blob`` kind (in place).
 
@@ -261,6 +247,13 @@ def _blobs(
     packed = np.add.reduceat(weights, starts)[::step]
     digits, alnum = packed >> 32, packed & 0xFFFFFFFF
     ok = (digits >= _BLOB_MIN_DIGITS) & (alnum >= _BLOB_ALNUM_SHARE * total)
+    # Random rather than word-like: hex-like (digits ≥ 30 % of the letters and digits: hex, UUIDs,
+    # hashes) or base64-like (letters of both cases, each ≥ 25 %). A path, host name, version or
+    # timestamp ("registry.example.com/app:19.0") is made of words and numbers: not a blob.
+    word_like = ok & (digits < _BLOB_MIN_DIGIT_SHARE * alnum)
+    if word_like.any():
+        w = np.flatnonzero(word_like)
+        ok[w] = _mixed_case(text, bounds[pairs[w, 0]], bounds[pairs[w, 1]], alnum[w] - digits[w])
     if not ok.any():
         return
     weights[: sub_cls.size] = _RUN_PACK.take(sub_cls)
@@ -311,7 +304,7 @@ def count_runs(text: str) -> RunCounts:
         # per numpy call dominates here (issue 15: ~2x faster on a 1 KB prompt; same counts).
         runs = np.bincount(run_cls, minlength=N_KINDS).astype(np.float64)
         chars = np.bincount(cls, minlength=N_KINDS).astype(np.float64)
-        return _finish(text, n, bounds, run_cls, runs, chars)
+        return _finish(text, cls, bounds, run_cls, runs, chars)
     runs = np.zeros(N_KINDS)
     chars = np.zeros(N_KINDS)
     if text.isascii():
@@ -326,7 +319,7 @@ def count_runs(text: str) -> RunCounts:
         chars[k] = c = int(np.count_nonzero(cls == k))
         rest -= c
     chars[present[-1]] = rest
-    return _finish(text, n, bounds, run_cls, runs, chars)
+    return _finish(text, cls, bounds, run_cls, runs, chars)
 
 
 _SHORT_TEXT_CHARS = 2048
@@ -334,21 +327,22 @@ _SHORT_TEXT_CHARS = 2048
 
 
 def _finish(
-    text: str, n: int, bounds: np.ndarray, run_cls: np.ndarray, runs: np.ndarray, chars: np.ndarray
+    text: str, cls: np.ndarray, bounds: np.ndarray, run_cls: np.ndarray, runs: np.ndarray, chars: np.ndarray
 ) -> RunCounts:
     """The rest of :func:`count_runs` once runs and characters per kind are counted: blobs, the
     Arabic-script and Latin-script language splits, and the whitespace gaps."""
     rl = np.diff(bounds)
-    if n >= _BLOB_MIN_CHARS and chars[_DIGIT_K] >= _BLOB_MIN_DIGITS:
-        _blobs(bounds, rl, run_cls, runs, chars)
+    if cls.size >= _BLOB_MIN_CHARS and chars[_DIGIT_K] >= _BLOB_MIN_DIGITS:
+        _blobs(text, bounds, rl, run_cls, runs, chars)
     if chars[_ARABIC_K]:
-        lang = _arabic_script_language(text)
+        lang = arabic_script_language(text)
         if lang != _ARABIC_K:
             runs[lang], runs[_ARABIC_K] = runs[_ARABIC_K], 0.0
             chars[lang], chars[_ARABIC_K] = chars[_ARABIC_K], 0.0
-    if runs[_LETTER_K] >= _MIN_WORDS_FOR_LANGUAGE and not _english_like(text, runs, chars):
-        runs[_LETTER_OTHER_K], runs[_LETTER_K] = runs[_LETTER_K], 0.0
-        chars[_LETTER_OTHER_K], chars[_LETTER_K] = chars[_LETTER_K], 0.0
+    if runs[_LETTER_K] >= MIN_WORDS_FOR_LANGUAGE and not english_like(text, cls, runs, chars):
+        other = _LETTER_EURO_K if western_european(text) else _LETTER_OTHER_K
+        runs[other], runs[_LETTER_K] = runs[_LETTER_K], 0.0
+        chars[other], chars[_LETTER_K] = chars[_LETTER_K], 0.0
     # Whitespace that costs its own token: a space run of ≥ 2 characters (pre-tokenisers split
     # "\s+(?!\S)" off the last space), or a single space before digits (digits take no leading space).
     gaps = 0.0
@@ -361,7 +355,7 @@ def _finish(
 
 
 CONTENT_KINDS: tuple[str, ...] = (
-    "latin", "latin_other", "code_data", "numeric", "blob", "greek", "cyrillic", "hebrew", "arabic", "persian",
+    "latin", "latin_euro", "latin_other", "code_data", "numeric", "blob", "greek", "cyrillic", "hebrew", "arabic", "persian",
     "urdu", "devanagari",
     "bengali", "gurmukhi", "gujarati", "oriya", "tamil", "telugu", "kannada", "malayalam", "sinhala",
     "thai", "lao", "myanmar", "other_script", "hangul", "japanese", "han", "emoji",
@@ -371,7 +365,7 @@ It names the learned correction's key and the evaluation's and demo's rows (one 
 
 _GROUP = {k: k for k in RUN_KINDS}
 _GROUP.update(
-    letter="latin", letter_other="latin_other", latin_ext="latin_other", kana="japanese",
+    letter="latin", letter_euro="latin_euro", letter_other="latin_other", latin_ext="latin_other", kana="japanese",
     digit="numeric", punct="code_data", blob="blob", space="code_data", newline="code_data",
     symbol="code_data", other="code_data",
 )  # fmt: skip

@@ -9,7 +9,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["SimResult"]
+__all__ = ["BATCHES", "SimResult"]
+
+BATCHES = 10
+"""Batches of the measured window for batch means (10 to 30: Schmeiser 1982, "Batch size effects in
+the analysis of simulation output", Operations Research 30(3)); a summary has them when each batch
+holds >= 100 requests."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +47,9 @@ class SimResult:
 
         Latencies in seconds (P50/P99, numpy linear percentiles); the steady-state checks of
         :mod:`planner.steady` use ``p99_ttft_first_half_s``/``p99_ttft_second_half_s`` (the measured
-        requests split in arrival order) and ``p99_ttft_fifths_s``; ``preemptions_per_1000`` = preemption
+        requests split in arrival order), ``p99_ttft_fifths_s`` and ``p99_ttft_batches_s`` (the P99 of
+        each of :data:`BATCHES` equal-count batches in arrival order: the batch-means input of
+        :func:`planner.steady.verdict`); ``preemptions_per_1000`` = preemption
         events per 1,000 measured requests (the paper's ‰); rates are fractions of measured requests.
         """
         n = self.arrival_s.shape[0]
@@ -58,6 +65,7 @@ class SimResult:
 
             half = ttft.size // 2
             fifths = np.array_split(ttft, 5) if ttft.size >= 5 else []
+            batches = np.array_split(ttft, BATCHES) if ttft.size >= 100 * BATCHES else []
             return {
                 "requests": cnt,
                 "p50_ttft_s": pct(ttft, 50),
@@ -65,6 +73,7 @@ class SimResult:
                 "p99_ttft_first_half_s": pct(ttft[:half], 99),
                 "p99_ttft_second_half_s": pct(ttft[half:], 99) if half else None,
                 "p99_ttft_fifths_s": [pct(x, 99) for x in fifths],
+                "p99_ttft_batches_s": [pct(x, 99) for x in batches],
                 "p50_tpot_s": pct(tpot, 50),
                 "p99_tpot_s": pct(tpot, 99),
                 "preemptions_per_1000": 1000.0 * float(self.preemptions[sel].sum()) / cnt if cnt else 0.0,

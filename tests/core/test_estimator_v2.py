@@ -410,6 +410,11 @@ def test_7_hebrew_chat_with_english_system_prompt_is_hebrew() -> None:
 
 
 def test_7_turkish_with_code_sample_is_not_code_and_is_not_under_budgeted(llama: TokenCounter) -> None:
+    """Mixed traffic (other languages' pages, code) teaches the keys; a Turkish document with a Python
+    sample then keeps a Latin-script key (not ``code_data``, whose learned correction once under-budgeted
+    Turkish) and is never budgeted short. Upper bound: 1.6× like the cold priors of other scripts (test 6),
+    not 1.35×: the ``latin_other`` correction is set by Swahili, which costs 1.3× more tokens per word than
+    Turkish, and the key learns Turkish only from Turkish traffic (docs/estimator.md §Failure modes)."""
     rows = _broad("latin_other", "tldr_tr")
     assert rows
     est = _estimator()
@@ -420,5 +425,57 @@ def test_7_turkish_with_code_sample_is_not_code_and_is_not_under_budgeted(llama:
         text = r["messages"][-1]["content"] + "\n```python\nfor i in range(10):\n    print(i)\n```\n"
         body = _body(text)
         budget = _estimate(est, body)
-        assert budget.key[1] != "code_data"
-        _assert_routes(budget, _truth(body, llama))
+        true = _truth(body, llama)
+        assert budget.key[1] in ("latin_other", "latin_euro")
+        assert true <= budget.prompt_tokens <= 1.6 * true + 16
+
+
+def _cldr_names(locale: str) -> str:
+    """Names of languages, territories and scripts in ``locale`` (Unicode CLDR via the babel wheel)."""
+    babel = pytest.importorskip("babel", reason="babel (the eval extra) ships the CLDR names")
+    loc = babel.Locale.parse(locale)
+    names = [v for a in ("languages", "territories", "scripts") for v in dict(getattr(loc, a)).values()]
+    return "\n".join(v for v in names if isinstance(v, str))
+
+
+@pytest.mark.parametrize("locale", ["pa", "or", "my"])  # Gurmukhi, Odia, Myanmar
+@pytest.mark.parametrize("model", [LLAMA, QWEN])
+def test_6_scripts_without_corpus_text_are_never_free(locale: str, model: str) -> None:
+    """The run kinds of scripts the corpora lack are measured on CLDR names (or cost the byte-level
+    ceiling): a Punjabi, Odia or Burmese prompt is budgeted at least its true tokens, cold."""
+    counter = load_counter("llama3" if model == LLAMA else "qwen3")
+    names = _cldr_names(locale).split("\n")
+    for start in range(0, 400, 100):
+        body = _body("Translate these names into English:\n" + "\n".join(names[start : start + 100]), model)
+        true = _truth(body, counter)
+        budget = _estimate(_estimator(), body)
+        assert true <= budget.prompt_tokens <= 1.6 * true + 16
+
+
+@pytest.mark.parametrize("kind", ["latin_other", "han", "cyrillic", "code", "config"])
+def test_6_gpt_4o_is_budgeted_with_o200k_costs(kind: str) -> None:
+    """gpt-4o bodies are estimated with the measured o200k family (not the conservative unknown
+    costs) and never under the OpenAI cookbook count with the real o200k_base ranks."""
+    from evaluation.groundtruth import load_counter as load_openai_counter
+
+    pytest.importorskip("quicktok", reason="quicktok-v1 (the eval extra) ships the o200k_base ranks")
+    count = load_openai_counter("o200k", SHARED).count_text
+    est = _estimator()
+    assert est.framing("gpt-4o-2024-08-06").family == "o200k"
+    for row in [r for r in _broad(kind) if len(json.dumps(r)) > 1500][:3]:
+        body = _body(row["messages"], model="gpt-4o")
+        true = 3 + sum(3 + count(m["role"]) + count(m["content"]) for m in body["messages"])
+        budget = _estimate(est, body)
+        assert true <= budget.prompt_tokens <= 1.6 * true + 16
+
+
+@pytest.mark.parametrize("model", [LLAMA, QWEN])
+def test_6_emoji_only_prompt_is_never_free(model: str) -> None:
+    """No run kind costs zero: a prompt of emoji alone (Qwen's fit once absorbed emoji into spaces)."""
+    counter = load_counter("llama3" if model == LLAMA else "qwen3")
+    rng = random.Random(6)
+    emoji = [chr(c) for c in range(0x1F600, 0x1F650)]
+    body = _body(
+        " ".join("".join(rng.choice(emoji) for _ in range(rng.randint(1, 4))) for _ in range(300)), model
+    )
+    assert _estimate(_estimator(), body).prompt_tokens >= _truth(body, counter)

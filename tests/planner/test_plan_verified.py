@@ -2,8 +2,11 @@
 with `tbr simulate` (issue 13's definition of done), on the Azure 2023 conversation trace, vllm-sr-sim's
 Azure CDF and its LMSYS CDF (a100-simcompat, 1,000 req/s). Slow: a converged plan plus 10⁶-request runs.
 
-A pool whose steady-state run length is longer than 10⁶ requests (`tbr simulate` says "run too
-short" and prints the --min-requests it needs) is re-simulated at that length, as an operator would.
+Each fleet (the recommended two-pool fleet and the homogeneous baseline) is first simulated for
+10⁶ requests. A pool whose steady-state run is longer than that (`tbr simulate` says "not converged
+(run too short)" and prints the --min-requests it needs: on the LMSYS-like CDF the long pool's
+requests hold a slot for up to ~450 s) is re-simulated at that length, as an operator would. The
+simulation draws its own requests (seed 0 of `tbr simulate`), independent of the plan's draws.
 """
 
 from __future__ import annotations
@@ -65,10 +68,10 @@ def _simulate(
             argv += ["--pool", p]
         rc, res = _run(argv, capsys)
         assert rc == 0, f"tbr simulate refused {pools}"
-        need = max(b["load"]["required_trace_requests"] for b in res["pools"].values())
-        if need <= n:
+        short = [b for b in res["pools"].values() if b["verdict"] == "not converged (run too short)"]
+        if not short:
             return res
-        n = need
+        n = max(b["load"]["required_trace_requests"] for b in short)
 
 
 CDF_ARGS = ["--format", "cdf", "--rate", "1000", "--profile", "a100-simcompat"]
@@ -105,6 +108,7 @@ def test_recommended_fleet_meets_the_slo_at_a_million_requests(
     for pools, router in fleets:
         res = _simulate(trace, pools, router, capsys)
         for name, block in res["pools"].items():
-            assert block["verdict"] == "meets", (case, pools, name, block["p99_ttft_s"], block["verdict"])
-            assert block["p99_ttft_s"] <= 2.0
+            got = (case, pools, name, block["p99_ttft_s"], block["p99_ttft_batches_s"], block["verdict"])
+            assert block["verdict"] == "meets", got
+            assert block["p99_ttft_s"] <= plan["slo"]["ttft_p99_s"], got
         assert res["all_pools_meet_slo"]
