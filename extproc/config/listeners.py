@@ -22,10 +22,10 @@ class ServerConfig(Strict):
     shutdown_delay_s: Annotated[float, Field(ge=0.0, le=600.0)] = 0.0
     """After SIGTERM, time spent reporting not-ready (gRPC health, /readyz) while still accepting
     new streams, so load balancers stop sending before the listener closes (like a preStop sleep)."""
-    event_loop: Literal["asyncio", "uvloop"] = "asyncio"
-    """Event loop of ``tbr serve``: the standard library's, or uvloop (make bench: −13 % router CPU
-    per request and +10 % req/s in the same run; not the default yet, docs/performance.md "Event
-    loop"). grpc.aio runs on both."""
+    event_loop: Literal["asyncio", "uvloop"] = "uvloop"
+    """Event loop of ``tbr serve``: uvloop (make bench: −13 % router CPU per request and +10 %
+    req/s against asyncio in the same run, docs/performance.md "Event loop"), or the standard
+    library's. grpc.aio runs on both."""
     tls_cert_path: str | None = None
     tls_key_path: str | None = None
     tls_client_ca_path: str | None = None
