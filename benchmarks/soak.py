@@ -177,11 +177,15 @@ def run_hey(
 
 RECORDED_60MIN = Path(__file__).resolve().parent / "results" / "soak_60min.md"
 """Where ``make soak`` writes its section; ``make bench`` appends it to its own short soak."""
+RECORDED_RESET_LEAK = Path(__file__).resolve().parent / "results" / "reset_leak.md"
+"""Recorded ``python -m benchmarks.reset_leak`` runs (native memory per ext_proc stream), which
+``make bench`` appends after the soaks."""
 
 
 def bench_section(quick: bool = False) -> str:
     """BENCHMARKS.md section from a bounded soak (60 s; 20 s with ``quick``), followed by the last
-    recorded 60-minute soak of ``make soak`` (:data:`RECORDED_60MIN`) when there is one."""
+    recorded 60-minute soak of ``make soak`` (:data:`RECORDED_60MIN`) and the recorded
+    native-memory-per-stream runs (:data:`RECORDED_RESET_LEAK`) when there are."""
     import contextlib
     import io
 
@@ -194,8 +198,8 @@ def bench_section(quick: bool = False) -> str:
                 *("--probe-s", "5" if quick else "10"),
             ]
         )
-    recorded = RECORDED_60MIN.read_text(encoding="utf-8") if RECORDED_60MIN.exists() else ""
-    return buf.getvalue() + recorded
+    recorded = [p.read_text(encoding="utf-8") for p in (RECORDED_60MIN, RECORDED_RESET_LEAK) if p.exists()]
+    return buf.getvalue() + "\n".join(recorded)
 
 
 def main(argv: list[str] | None = None) -> int:

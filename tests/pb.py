@@ -151,9 +151,15 @@ async def run_stream(
     """
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}", **channel_kw) as ch:  # type: ignore[arg-type]
         call = open_stream(ch)
-        out = []
+        out: list[pb.ProcessingResponse] = []
         for m in msgs:
-            await call.write(m)
+            try:
+                await call.write(m)
+            except grpc.aio.AioRpcError:
+                # The router ended the call right after its last answer, before this write (the
+                # client then reports its own failed write, not the router's status).
+                assert out, "the stream failed before the first answer"
+                return out
             msg = await call.read()
             if msg is EOF:
                 break

@@ -54,7 +54,7 @@ def english_like(text: str, cls: np.ndarray, runs: np.ndarray, chars: np.ndarray
 _EURO_WORDS = (
     " de ", " le ", " les ", " el ", " los ", " las ", " que ", " et ", " des ", " est ",
     " und ", " der ", " die ", " das ", " het ", " een ", " van ", " och ", " att ", " det ", " og ",
-    " il ", " che ", " del ", " della ", " è ", " non ", " sono ", " și ", " în ", " pentru ", " para ", " pour ", " mit ", " som ", " för ", " não ", " é ", " à ", " är ",
+    " il ", " che ", " del ", " della ", " è ", " non ", " sono ", " un ", " una ", " per ", " con ", " gli ", " nel ", " și ", " în ", " pentru ", " para ", " pour ", " mit ", " som ", " för ", " não ", " é ", " à ", " är ",
 )  # fmt: skip
 """Function words of Spanish, French, Portuguese, Italian, Catalan, Romanian, German, Dutch and the
 Scandinavian languages (not of Indonesian, Polish, Czech, Turkish, Swahili... whose words cost more tokens; not

@@ -375,8 +375,13 @@ _KANA_K, _HAN_K = _K["kana"], _K["han"]
 
 def content_kind(counts: RunCounts, tokens_by_kind: np.ndarray) -> str:
     """The :data:`CONTENT_KINDS` entry carrying most of ``tokens_by_kind`` (modelled tokens per run
-    kind, shape ``(len(RUN_KINDS),)``); Han text with ≥ 10 % kana is ``japanese``."""
-    per = np.bincount(_GROUP_INDEX, weights=tokens_by_kind, minlength=len(CONTENT_KINDS))
+    kind, shape ``(len(RUN_KINDS),)``), spaces and gaps left out: the space before each word goes with
+    the word (how the fit splits a word's cost between its letters and its space is arbitrary, and
+    counting spaces as code made English prose ``code_data``). Han text with ≥ 10 % kana is
+    ``japanese``."""
+    weights = tokens_by_kind.copy()
+    weights[_SPACE_K] = 0.0
+    per = np.bincount(_GROUP_INDEX, weights=weights, minlength=len(CONTENT_KINDS))
     kind = CONTENT_KINDS[int(np.argmax(per))] if per.any() else "code_data"
     if kind == "han" and counts.chars[_KANA_K] * 9 >= counts.chars[_HAN_K]:
         return "japanese"

@@ -90,6 +90,7 @@ def test_punctuation_dense_markdown_in_other_languages_is_not_english(source: st
         ("tldr_fr", LETTER_EURO),
         ("tldr_sv", LETTER_EURO),
         ("tldr_pt_BR", LETTER_EURO),
+        ("tldr_it", LETTER_EURO),
         ("locale_sw", LETTER_OTHER),
         ("tldr_id", LETTER_OTHER),
         ("tldr_pl", LETTER_OTHER),
@@ -97,7 +98,7 @@ def test_punctuation_dense_markdown_in_other_languages_is_not_english(source: st
     ],
 )
 def test_western_european_languages_have_their_own_letter_kind(source: str, kind: int) -> None:
-    """Spanish, French, Swedish, Portuguese words cost 10–30 % fewer tokens than Swahili, Indonesian,
+    """Spanish, French, Swedish, Portuguese, Italian words cost 10–30 % fewer tokens than Swahili, Indonesian,
     Polish or Turkish ones: the first get ``letter_euro``, the others stay ``letter_other``."""
     texts = [t for t in _broad_texts("latin_other", source) if len(t) > 300]
     assert texts, f"no {source} texts in the broad corpus"

@@ -26,6 +26,8 @@ SHIPPED = [
     (REPO / "envoy" / "envoy.yaml", REPO / "config" / "router.yaml"),
     (REPO / "envoy" / "envoy-3pools.yaml", REPO / "config" / "router-3pools.yaml"),
     (REPO / "deploy" / "overlays" / "standalone-envoy" / "envoy.yaml", REPO / "config" / "router.yaml"),
+    (REPO / "envoy" / "envoy-2models.yaml", REPO / "config" / "router-2models.yaml"),
+    (REPO / "deploy" / "overlays" / "two-models" / "envoy.yaml", REPO / "config" / "router-2models.yaml"),
 ]
 
 
