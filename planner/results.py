@@ -245,8 +245,8 @@ def main_args(args: argparse.Namespace) -> int:
         data = generate(seed=args.seed, json_out=args.json_out, only=getattr(args, "only", None))
         done = {r["scenario"]["key"] for r in data["scenarios"]}
         data["missing"] = [sc.key for sc in SCENARIOS if sc.key not in done]
-        order = [sc.key for sc in SCENARIOS]
-        data["scenarios"].sort(key=lambda r: order.index(r["scenario"]["key"]))
+    order = [sc.key for sc in SCENARIOS]
+    data["scenarios"].sort(key=lambda r: order.index(r["scenario"]["key"]))
     md = render(data, f"tbr results --out {args.out}")
     Path(args.out).write_text(md, encoding="utf-8")
     if args.json_out:

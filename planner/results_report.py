@@ -292,8 +292,8 @@ def _missing(data: dict[str, Any]) -> list[str]:
         return []
     return [
         f"Not in this run: {', '.join(missing)}. Their steady-state sizing did not finish in the time this",
-        "generation had on a shared machine; earlier figures for them came from runs too short to trust and",
-        "are not repeated here. `tbr results` regenerates them.",
+        "generation had on a shared machine. Earlier figures for them were sized by an older rule and are",
+        "not repeated here. `tbr results` regenerates them.",
         "",
     ]
 

@@ -107,6 +107,12 @@ def test_recommended_fleet_meets_the_slo_at_a_million_requests(
     ]
     for pools, router in fleets:
         res = _simulate(trace, pools, router, capsys)
+        with capsys.disabled():  # the figures a closing note quotes (`pytest -m slow -s`)
+            for name, block in res["pools"].items():
+                print(
+                    f"\n{case} {' '.join(pools)}: {name} P99 TTFT {block['p99_ttft_s']:.3f} s over "
+                    f"{block['requests']:,} measured requests of {block['trace_requests']:,} -> {block['verdict']}"
+                )
         for name, block in res["pools"].items():
             got = (case, pools, name, block["p99_ttft_s"], block["p99_ttft_batches_s"], block["verdict"])
             assert block["verdict"] == "meets", got
