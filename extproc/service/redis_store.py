@@ -218,14 +218,20 @@ class RedisRatioStore:
                 await self._task
             self._task = None
         if self._client is not None:
+            bound_s = max(self.timeout_s, 0.1) * 2
             if self.queue_length:
                 try:
-                    await asyncio.wait_for(self._push(), timeout=max(self.timeout_s, 0.1) * 2)
+                    await asyncio.wait_for(self._push(), timeout=bound_s)
                 except (RedisError, OSError, TimeoutError) as exc:
                     log.warning(
                         "could not push %d ratio observations at shutdown: %s", self.queue_length, exc
                     )
-            await self._client.aclose()
+            try:
+                # Bounded: redis-py's disconnect awaits the transport's wait_closed(), which can
+                # wait forever (redis/redis-py#3941); the sockets are closed before that wait.
+                await asyncio.wait_for(self._client.aclose(), timeout=bound_s)
+            except (RedisError, OSError, TimeoutError) as exc:
+                log.warning("shared ratio store connections not closed cleanly at shutdown: %r", exc)
             self._client = None
 
     def kick(self) -> None:
