@@ -128,6 +128,7 @@ class RedisRatioStore:
         """Epoch of the shared data set this replica last synced with (None: not synced yet)."""
         """Version counter value of the last pull (None: pull everything next time)."""
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._wake = asyncio.Event()
         self.up = False
         self._down_logged = False
@@ -213,6 +214,7 @@ class RedisRatioStore:
     async def close(self) -> None:
         """Stop the background task, try one last push (bounded by the timeout), disconnect."""
         if self._task is not None:
+            self._stopping = True
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -242,11 +244,16 @@ class RedisRatioStore:
 
     async def _run(self) -> None:
         backoff = _BACKOFF_MIN_S
-        while True:
+        # The flag, not only the cancellation, ends the loop: a cancel that lands while a Redis
+        # command times out can be turned into a TimeoutError (Python 3.11's asyncio.timeout /
+        # wait_for) and swallowed as a store failure, and close() would then wait forever.
+        while not self._stopping:
             delay = self.sync_interval_s if self.up else backoff
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
             self._wake.clear()
+            if self._stopping:
+                break
             ok = await self.sync_once()
             backoff = _BACKOFF_MIN_S if ok else min(backoff * 2, _BACKOFF_MAX_S)
 

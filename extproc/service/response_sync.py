@@ -56,6 +56,7 @@ class ResponsePoolSync:
         )
         self._last_id = "$"
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._failing = False
 
     async def start(self) -> None:
@@ -65,6 +66,7 @@ class ResponsePoolSync:
     async def close(self) -> None:
         """Stop the task, push what is queued once more, disconnect (each step time-bounded)."""
         if self._task is not None:
+            self._stopping = True
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
@@ -76,9 +78,13 @@ class ResponsePoolSync:
             await asyncio.wait_for(self._client.aclose(), timeout=bound)
 
     async def _run(self) -> None:
-        while True:
+        # The flag, not only the cancellation, ends the loop: a cancel that lands while a Redis
+        # command times out can be turned into a TimeoutError (Python 3.11's asyncio.timeout /
+        # wait_for) and swallowed as a Redis failure, and close() would then wait forever.
+        while not self._stopping:
             await self.sync_once()
-            await asyncio.sleep(self.interval_s)
+            if not self._stopping:
+                await asyncio.sleep(self.interval_s)
 
     async def sync_once(self) -> bool:
         """One push of queued entries and one pull of new ones; False when Redis failed."""

@@ -54,3 +54,25 @@ async def test_a_replica_starting_later_reads_only_new_entries_and_failures_keep
     assert not await broken.sync_once()
     assert down.drain() == [("resp_x", "long")]  # kept for the next attempt
     await broken.close()
+
+
+async def test_close_returns_when_a_sync_swallows_the_cancellation(redis_server: RedisServer) -> None:
+    """A cancel that lands while a Redis command times out can surface as a TimeoutError (Python
+    3.11's asyncio.timeout / wait_for race) and be handled as a Redis failure; close() must still
+    return. Here every sync swallows the cancellation, as that race does."""
+    pools = ResponsePools()
+    sync = ResponsePoolSync(pools, url=redis_server.url, key_prefix="t:", interval_s=0.001, timeout_s=1)
+
+    async def swallowing_sync() -> bool:
+        try:
+            await asyncio.sleep(0.2)
+        except asyncio.CancelledError:
+            return False
+        return True
+
+    sync.sync_once = swallowing_sync  # type: ignore[method-assign]
+    await sync.start()
+    await asyncio.sleep(0.05)
+    closing = asyncio.create_task(sync.close())
+    done, _ = await asyncio.wait({closing}, timeout=5.0)
+    assert closing in done, "close() did not return: the sync loop outlived its cancellation"
