@@ -92,8 +92,9 @@ def route_by_metadata(header: str, value: str) -> pb.ProcessingResponse:
 def route_request_headers(header: str, value: str) -> pb.ProcessingResponse:
     """Answer to ``request_headers`` for bodiless or unhandled requests: route now, and skip the body.
 
-    The mode override keeps response headers SEND (for accounting) and turns the request body off;
-    body modes have no DEFAULT, so the override states every mode explicitly (docs/envoy-facts.md §1.4 gotcha 4).
+    The mode override turns the request body and every response phase off (the exchange needs
+    nothing more from Envoy); body modes have no DEFAULT, so the override
+    states every mode explicitly (docs/envoy-facts.md §1.4 gotcha 4).
     """
     return pb.ProcessingResponse(
         request_headers=pb.HeadersResponse(response=_routing_common(header, value)),
