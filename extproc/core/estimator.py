@@ -240,9 +240,32 @@ class Estimator:
             counts = counts + f.tools_runs[1 if fr.tools_json_spaced else 0]
         text_tokens, kind = costs.text_tokens(counts)
         key = (model_key, kind if self.cfg.per_category else ALL_CATEGORY)
+        return self._budget(
+            f,
+            key,
+            text_tokens,
+            self.fixed_tokens(f),
+            ratio_bytes=round(text_tokens),
+            model_tokens=text_tokens,
+            unexplained=f.unknown_fields > 0,
+        )
+
+    def _budget(
+        self,
+        f: RequestFeatures,
+        key: RatioKey,
+        units: float,
+        fixed: int,
+        *,
+        ratio_bytes: int,
+        model_tokens: float = 0.0,
+        unexplained: bool = False,
+    ) -> TokenBudget:
+        """The budget of ``f`` when ``units`` (bytes, or modelled tokens) are divided by the
+        routing value of ``key`` and ``fixed`` prompt tokens are added: ``L_total = prompt +
+        n_sequences · output_reserve`` (docs/method.md §2)."""
         ratio, central, warm = self._routing(key)
-        fixed = self.fixed_tokens(f)
-        prompt = math.ceil(text_tokens / ratio) + fixed
+        prompt = math.ceil(units / ratio) + fixed
         reserve = (
             self.cfg.default_output_reserve_tokens if f.max_output_tokens is None else f.max_output_tokens
         )
@@ -256,11 +279,11 @@ class Estimator:
             n_sequences=f.n_sequences,
             total_tokens=prompt + f.n_sequences * reserve,
             warm=warm,
-            ratio_bytes=round(text_tokens),
-            central_prompt_tokens=math.ceil(text_tokens / central) + fixed,
-            model_tokens=text_tokens,
+            ratio_bytes=ratio_bytes,
+            central_prompt_tokens=math.ceil(units / central) + fixed,
+            model_tokens=model_tokens,
             n_media=f.n_images + f.n_audio,
-            unexplained=f.unknown_fields > 0,
+            unexplained=unexplained,
         )
 
     def estimate(self, f: RequestFeatures) -> TokenBudget:
@@ -269,28 +292,10 @@ class Estimator:
             return self._estimate_runs(f)
         prof = profile_text(f.sample) if f.sample else None
         key = (self.model_key(f.model), self._category(f, prof))
-        ratio, central, warm = self._routing(key)
         structure_bytes, structure_tokens = self._structure(f, prof)
-        fixed = self.fixed_tokens(f) + structure_tokens
         ratio_bytes = f.text_bytes + f.tool_schema_bytes - structure_bytes
-        prompt = math.ceil(ratio_bytes / ratio) + fixed
-        reserve = (
-            self.cfg.default_output_reserve_tokens if f.max_output_tokens is None else f.max_output_tokens
-        )
-        total = prompt + f.n_sequences * reserve
-        return TokenBudget(
-            key=key,
-            ratio_bpt=ratio,
-            text_bytes=f.text_bytes,
-            fixed_prompt_tokens=fixed,
-            prompt_tokens=prompt,
-            output_reserve_tokens=reserve,
-            n_sequences=f.n_sequences,
-            total_tokens=total,
-            warm=warm,
-            ratio_bytes=ratio_bytes,
-            central_prompt_tokens=math.ceil(ratio_bytes / central) + fixed,
-            n_media=f.n_images + f.n_audio,
+        return self._budget(
+            f, key, ratio_bytes, self.fixed_tokens(f) + structure_tokens, ratio_bytes=ratio_bytes
         )
 
     def observe(self, budget: TokenBudget, prompt_tokens: int) -> Observation | None:
