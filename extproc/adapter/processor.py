@@ -41,7 +41,8 @@ from extproc.core.decision import DecisionRecord
 from extproc.core.encoding import StreamDecoder
 from extproc.core.estimator import TokenBudget
 from extproc.core.policy import PoolDecision
-from extproc.core.request_body import UnreadableRequest, endpoint_for_path
+from extproc.core.request_body import RequestFeatures, UnreadableRequest, endpoint_for_path
+from extproc.core.screen import route_budget
 from extproc.core.sse import JSONUsageReader, SSEUsageReader
 
 __all__ = ["Exchange", "StreamProcessor"]
@@ -225,6 +226,7 @@ class StreamProcessor:
         self.method = a.get("request.method", "")
         self.request_id = a.get("request.id", "")[:128]
         self.endpoint = endpoint_for_path(self.path) if self.method == "POST" else None
+        self.sampled = self.endpoint == "responses" or self._draw_sample()
 
     def _after_request_body(self) -> Exchange:
         """What follows ``request_body``: nothing when the response phases were turned off at
@@ -261,7 +263,7 @@ class StreamProcessor:
             self.batch_budgets = [r.estimator.estimate(c) for c in features.conversations]
             budget = max(self.batch_budgets, key=lambda b: b.total_tokens)
         else:
-            budget = r.estimator.estimate(features)
+            budget = self._estimate(features)
         decision = self._decide(features.model, features.previous_response_id, budget.total_tokens)
         self.budget = budget
         self.pool = decision.pool.name
@@ -272,6 +274,17 @@ class StreamProcessor:
             self._report_saturation(decision)
         r.observer.decision(self.pool, self.category, self.reason, budget.total_tokens)
         return self._route_answers[self.pool]
+
+    def _estimate(self, features: RequestFeatures) -> TokenBudget:
+        """The exact estimate when someone reads it (calibration, decision log, request records),
+        else the screened budget: same pool, bounded work (:mod:`extproc.core.screen`)."""
+        r = self.router
+        if self.sampled or r.decision_log is not None or r.observer.records_requests:
+            return r.estimator.estimate(features)
+        if not r.config.estimator.screen or features.previous_response_id is not None:
+            return r.estimator.estimate(features)
+        policy = r.models.select(features.model)
+        return route_budget(r.estimator, features, policy.limits_tokens if policy is not None else ())
 
     def _decide(self, model: str, previous_response_id: str | None, total_tokens: int) -> PoolDecision:
         """Pool set by ``model``, then pool by budget; a ``previous_response_id`` pins the pool

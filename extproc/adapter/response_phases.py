@@ -168,6 +168,9 @@ def learned_budget(proc: StreamProcessor) -> TokenBudget | None:
     if not proc.learn:
         proc.router.observer.calibration("previous_response")
         return None
+    if proc.budget is not None and proc.budget.screened:
+        proc.router.observer.calibration("screened")  # a routing-only budget (extproc.core.screen)
+        return None
     if proc.batch_budgets is None:
         return proc.budget
     learned = batch_budget(proc.batch_budgets)

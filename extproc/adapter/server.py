@@ -85,7 +85,13 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
         self.active_streams += 1
         end = "complete"
         try:
-            async for req in request_iterator:
+            while True:
+                # context.read(), not ``async for`` over request_iterator: breaking out of that
+                # async generator leaves it to the loop's finalizer hook (a thread-safe wakeup
+                # and an extra task per stream).
+                req = await context.read()
+                if req is grpc.aio.EOF:  # type: ignore[attr-defined]  # missing from grpc-stubs
+                    break
                 resp = proc.handle(req)
                 if proc.request_id and not request_id_var.get():
                     request_id_var.set(proc.request_id)  # for every log line of this stream

@@ -211,6 +211,11 @@ class EstimatorConfig(Strict):
     """Distinct model names tracked; further models share the ``_other`` key (bounded cardinality)."""
     sample_bytes: Annotated[int, Field(ge=256, le=1_048_576)] = 16384
     """Bytes of text examined by the content classifier (``bytes`` cost model)."""
+    screen: bool = True
+    """Route requests whose estimate nobody reads (not sampled for calibration, no decision log,
+    no OpenTelemetry records) with bounded work when the exact estimate cannot change the pool: the
+    byte bound for short prompts, windowed run counts for long ones (``extproc.core.screen``).
+    Their metrics then carry category ``bounded`` or a windowed estimate."""
     cost_model: Literal["runs", "bytes"] = "runs"
     """``runs``: modelled tokens from the run counts of all template text (docs/estimator.md), the
     learned value of a key is modelled/true tokens; ``bytes``: the paper's bytes/token ratio per

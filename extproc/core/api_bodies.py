@@ -38,10 +38,11 @@ from extproc.core.request_body import (
     features_of,
     int_field,
     load_object,
+    rendered_bytes,
     stream_flags,
-    tool_runs,
+    tool_json,
+    utf8_bytes,
 )
-from extproc.core.runs import count_runs
 
 __all__ = ["parse_body"]
 
@@ -84,6 +85,7 @@ def _features(
 ) -> RequestFeatures:
     """Features of a walked request; ``counts`` = [images, audio, tool calls, unknown fields]."""
     tool_defs = _tool_defs(parsed)
+    tools = tool_json(tool_defs)
     stream, include_usage = stream_flags(parsed)
     return RequestFeatures(
         endpoint=endpoint,
@@ -92,7 +94,7 @@ def _features(
         sample=text.sample(),
         n_messages=n_messages,
         exact_prompt_tokens=0,
-        tool_schema_bytes=len(orjson.dumps(tool_defs)) if tool_defs else 0,
+        tool_schema_bytes=utf8_bytes(tools[0]) if tools else 0,
         n_tools=len(tool_defs),
         n_images=counts[0],
         n_audio=counts[1],
@@ -100,11 +102,12 @@ def _features(
         n_sequences=1,
         stream=stream,
         include_usage=include_usage,
-        runs=count_runs("\n".join(text.all)),
+        prompt_text="\n".join(text.all),
         n_tool_calls=counts[2],
         unknown_fields=counts[3],
-        reasoning_runs=count_runs("\n".join(reasoning)) if reasoning else None,
-        tools_runs=tool_runs(tool_defs),
+        reasoning_text="\n".join(reasoning or ()),
+        tools_json=tools,
+        rendered_bytes=rendered_bytes(text.total, reasoning or [], tools),
         image_sizes=tuple(images),
         **extra,
     )

@@ -68,6 +68,9 @@ class TokenBudget:
     """Image, audio and file parts (budgeted per item, learned per model)."""
     unexplained: bool = False
     """The request carries fields the model does not explain (unknown message fields)."""
+    screened: str = ""
+    """'' for the exact estimate; ``bound`` or ``windows`` for a routing-only budget of
+    :mod:`extproc.core.screen` (never learned from)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from extproc.core.images import ImageBudget
 from extproc.core.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
 from extproc.core.request_body import RequestFeatures
 from extproc.core.run_costs import run_costs
+from extproc.core.runs import RunCounts
 
 __all__ = [
     "CATEGORY_PRIORS_BPT",
@@ -227,13 +228,13 @@ class Estimator:
         )
         return round(in_sample * scale), math.ceil(tokens * scale)
 
-    def _estimate_runs(self, f: RequestFeatures) -> TokenBudget:
-        """The ``runs`` cost model: ``ceil(modelled_text_tokens / c*_key) + framing + media + ids``."""
-        assert f.runs is not None
+    def _estimate_runs(self, f: RequestFeatures, prompt_counts: RunCounts | None = None) -> TokenBudget:
+        """The ``runs`` cost model: ``ceil(modelled_text_tokens / c*_key) + framing + media + ids``;
+        ``prompt_counts`` replaces ``f.runs`` (the window screen, :mod:`extproc.core.screen`)."""
         model_key = self.model_key(f.model)
         fr = self.framing(model_key)
         costs = run_costs(fr.family)
-        counts = f.runs
+        counts = f.runs if prompt_counts is None else prompt_counts
         if f.reasoning_runs is not None and fr.renders_reasoning:
             counts = counts + f.reasoning_runs
         if f.tools_runs is not None:
@@ -266,9 +267,7 @@ class Estimator:
         n_sequences · output_reserve`` (docs/method.md §2)."""
         ratio, central, warm = self._routing(key)
         prompt = math.ceil(units / ratio) + fixed
-        reserve = (
-            self.cfg.default_output_reserve_tokens if f.max_output_tokens is None else f.max_output_tokens
-        )
+        reserve = self.output_reserve_tokens(f)
         return TokenBudget(
             key=key,
             ratio_bpt=ratio,
@@ -286,10 +285,17 @@ class Estimator:
             unexplained=unexplained,
         )
 
-    def estimate(self, f: RequestFeatures) -> TokenBudget:
-        """Compute the :class:`TokenBudget` of a parsed request."""
-        if self.cfg.cost_model == "runs" and f.runs is not None:
-            return self._estimate_runs(f)
+    def output_reserve_tokens(self, f: RequestFeatures) -> int:
+        """Per-sequence output reserve: ``max_completion_tokens`` / ``max_tokens``, else the default."""
+        if f.max_output_tokens is None:
+            return self.cfg.default_output_reserve_tokens
+        return f.max_output_tokens
+
+    def estimate(self, f: RequestFeatures, prompt_counts: RunCounts | None = None) -> TokenBudget:
+        """Compute the :class:`TokenBudget` of a parsed request (``prompt_counts``: see
+        :meth:`_estimate_runs`)."""
+        if self.cfg.cost_model == "runs":
+            return self._estimate_runs(f, prompt_counts)
         prof = profile_text(f.sample) if f.sample else None
         key = (self.model_key(f.model), self._category(f, prof))
         structure_bytes, structure_tokens = self._structure(f, prof)

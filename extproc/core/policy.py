@@ -63,6 +63,8 @@ class Policy:
         if not pools:
             raise ValueError("at least one pool is required")
         self.pools = tuple(sorted(pools, key=lambda p: p.max_model_len))
+        self.limits_tokens = tuple(p.max_model_len for p in self.pools)
+        """Each pool's ``max_model_len``, ascending (the screens of :mod:`extproc.core.screen`)."""
         self.fallback = self.pools[-1]
         self.spillover = spillover if spillover is not None else SpilloverConfig()
         self.load = load

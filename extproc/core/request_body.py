@@ -12,7 +12,7 @@ fixed string (a bounded metric label); the caller sends such requests to the lar
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -39,6 +39,9 @@ __all__ = [
     "UnreadableRequest",
     "endpoint_for_path",
     "parse_request_body",
+    "rendered_bytes",
+    "tool_json",
+    "utf8_bytes",
 ]
 
 CHAT_PATH = "/v1/chat/completions"
@@ -75,10 +78,6 @@ class RequestFeatures:
         n_sequences: sequences generated per prompt: ``max(n, best_of)``, at least 1.
         stream: the client asked for SSE.
         include_usage: ``stream_options.include_usage`` as sent (None when absent).
-        runs: run counts (:mod:`extproc.core.runs`) of every string the chat template renders: message
-            contents, ``reasoning``/``reasoning_content``, tool calls (name + arguments as JSON),
-            ``name``, ``tool_call_id``, developer ``tools``, any other message field (as JSON), the
-            tool schemas, request ``documents`` and ``chat_template_kwargs`` (as JSON).
         n_tool_calls: assistant tool calls in the history.
         unknown_fields: message fields outside what vLLM's chat-message parsing passes to the
             template (budgeted as text; their presence makes an observation unexplained).
@@ -98,15 +97,22 @@ class RequestFeatures:
     n_sequences: int
     stream: bool
     include_usage: bool | None
-    runs: RunCounts | None = None
+    prompt_text: str = ""
+    """Every string the chat template renders (message contents, names, tool calls, tool results,
+    ``documents``, ``chat_template_kwargs``…; not reasoning or tool schemas), joined by newlines:
+    the text of :attr:`runs`. Kept only while the request is being routed; never logged."""
     n_tool_calls: int = 0
     unknown_fields: int = 0
-    tools_runs: tuple[RunCounts, RunCounts] | None = None
-    """Run counts of the tool schemas as compact JSON and as JSON with spaces (templates differ:
+    tools_json: tuple[str, str] | None = None
+    """The tool schemas as compact JSON and as JSON with spaces (templates differ:
     ``ModelProfile.tools_json_spaced``)."""
-    reasoning_runs: RunCounts | None = None
-    """Run counts of ``reasoning`` / ``reasoning_content`` (some templates drop it: budgeted per
-    model profile, ``ModelProfile.renders_reasoning``)."""
+    reasoning_text: str = ""
+    """``reasoning`` / ``reasoning_content`` of the history, joined (some templates drop it:
+    budgeted per model profile, ``ModelProfile.renders_reasoning``)."""
+    rendered_bytes: int = 0
+    """UTF-8 bytes of everything the template may render: :attr:`text_bytes` plus reasoning, the
+    spaced tool schemas, ``documents`` and ``chat_template_kwargs``. A byte-level BPE prompt has
+    at most one token per byte of it (the estimator's byte bound, ``Estimator.bound``)."""
     image_sizes: tuple[ImageSize | None, ...] = ()
     """Pixel size of each image part read from its header, None where unknown (remote URL,
     unreadable data); ``len(image_sizes) <= n_images`` (extproc.core.images)."""
@@ -115,6 +121,31 @@ class RequestFeatures:
     conversations: tuple[RequestFeatures, ...] = ()
     """``/v1/chat/completions/batch``: the features of each conversation (this object then
     describes the longest one); empty otherwise."""
+    _counted: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _count(self, name: str, text: str) -> RunCounts:
+        counts: RunCounts | None = self._counted.get(name)
+        if counts is None:
+            counts = self._counted[name] = count_runs(text)
+        return counts
+
+    @property
+    def runs(self) -> RunCounts:
+        """Run counts (:mod:`extproc.core.runs`) of :attr:`prompt_text`, counted on first use
+        (a request routed by the byte bound is never counted)."""
+        return self._count("runs", self.prompt_text)
+
+    @property
+    def reasoning_runs(self) -> RunCounts | None:
+        """Run counts of :attr:`reasoning_text`; None without reasoning."""
+        return self._count("reasoning", self.reasoning_text) if self.reasoning_text else None
+
+    @property
+    def tools_runs(self) -> tuple[RunCounts, RunCounts] | None:
+        """Run counts of :attr:`tools_json` (compact, spaced); None without tools."""
+        if self.tools_json is None:
+            return None
+        return self._count("tools", self.tools_json[0]), self._count("tools_spaced", self.tools_json[1])
 
 
 def endpoint_for_path(path: str) -> str | None:
@@ -165,11 +196,22 @@ def int_field(parsed: dict[str, Any], name: str) -> int | None:
     return _int_field(parsed, name)
 
 
-def tool_runs(tool_defs: list[Any]) -> tuple[RunCounts, RunCounts] | None:
-    """Run counts of the tool schemas as compact JSON and as JSON with spaces (None without tools)."""
+def tool_json(tool_defs: list[Any]) -> tuple[str, str] | None:
+    """The tool schemas as compact JSON and as JSON with spaces (None without tools)."""
     if not tool_defs:
         return None
-    return count_runs(orjson.dumps(tool_defs).decode()), count_runs(_json_text(tool_defs))
+    return orjson.dumps(tool_defs).decode(), _json_text(tool_defs)
+
+
+def utf8_bytes(text: str) -> int:
+    """UTF-8 bytes of ``text`` (a lone surrogate from a ``\\ud800`` escape counts its 3 bytes)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def rendered_bytes(text_bytes: int, extra_texts: list[str], tools: tuple[str, str] | None) -> int:
+    """:attr:`RequestFeatures.rendered_bytes`: ``text_bytes`` plus the UTF-8 bytes of
+    ``extra_texts`` (reasoning, documents…) and of the wider (spaced) tool JSON."""
+    return text_bytes + sum(utf8_bytes(t) for t in extra_texts) + (utf8_bytes(tools[1]) if tools else 0)
 
 
 def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> RequestFeatures:
@@ -209,10 +251,11 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
         raise UnreadableRequest("unsupported_path")
 
     tool_defs = _tool_defs(parsed)
-    tool_schema_bytes = len(orjson.dumps(tool_defs)) if tool_defs else 0
+    tools = tool_json(tool_defs)
+    tool_schema_bytes = utf8_bytes(tools[0]) if tools else 0
     template_texts = []
-    for field in ("documents", "chat_template_kwargs"):
-        value = parsed.get(field)
+    for name in ("documents", "chat_template_kwargs"):
+        value = parsed.get(name)
         if value is not None:
             template_texts.append(_json_text(value))
 
@@ -238,10 +281,11 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
         n_sequences=max(1, n, best_of),
         stream=stream,
         include_usage=include_usage,
-        runs=count_runs("\n".join(text.all + template_texts)),
+        prompt_text="\n".join(text.all + template_texts),
         n_tool_calls=counts[2],
         unknown_fields=counts[3],
-        reasoning_runs=count_runs("\n".join(reasoning)) if reasoning else None,
-        tools_runs=tool_runs(tool_defs),
+        reasoning_text="\n".join(reasoning),
+        tools_json=tools,
+        rendered_bytes=rendered_bytes(text.total, reasoning + template_texts, tools),
         image_sizes=tuple(images),
     )
