@@ -114,9 +114,10 @@ def bench_section(
         f"Best / median / p90 over {repeat} runs (tokenizers: {max(10, repeat // 20)} runs), µs, one Python "
         f"thread; 1-min load average at start {load1:.1f} on {os.cpu_count()} CPUs (a shared box inflates the "
         "median and p90 with preemption; best-of approximates the uncontended cost, and the tokenizer ratio "
-        "uses it). `total` = `Estimator.estimate(parse_request_body(body))`, "
-        "what the ext_proc request_body phase runs; `parse` includes orjson and text byte counting, "
-        "`classify` the run counts of all the text (`extproc/core/runs.py`, also inside `parse`). Rows marked "
+        "uses it). `total` = `Estimator.estimate(parse_request_body(body))`, what the ext_proc "
+        "request_body phase runs for a body this long (the byte bound of `extproc/core/screen.py` decides "
+        "only short prompts); `parse` = orjson, the fields and text byte counts; `classify` = the run counts "
+        "of all the text (`extproc/core/runs.py`, counted by the estimate on first use). Rows marked "
         "broad: one ~100 KB message of that content kind from the broad corpus (evaluation/broad_corpus.py).",
         "",
         "|body|bytes|parse|classify|total|llama3 tokenizer + template|qwen3 tokenizer + template|"

@@ -131,3 +131,29 @@ async def test_calibration_converges_when_sampling_responses() -> None:
     assert abs(full.learned_bpt["latin"] - true) / true < 0.15
     # Two independent EMAs with ~7 % (1σ) noise each differ by ~10 % (1σ): 20 % is the 2σ bound.
     assert abs(sampled.learned_bpt["latin"] - full.learned_bpt["latin"]) / full.learned_bpt["latin"] < 0.20
+
+
+def _decision_categories(app: RouterApp) -> set[str]:
+    return {
+        s.labels["category"]
+        for m in app.metrics.decisions.collect()
+        for s in m.samples
+        if s.name.endswith("_total") and s.value > 0
+    }
+
+
+async def test_byte_bound_routes_unread_requests_and_sampled_ones_get_the_exact_estimate(
+    apps: dict[str, RouterApp],
+) -> None:
+    """A short prompt whose estimate nobody reads is routed by the byte bound (extproc.core.screen:
+    category ``bounded``, no run counts); a sampled one is estimated exactly (its estimate is learned)."""
+    msgs = [
+        pb.ProcessingRequest(request_headers=REQ),
+        pb.ProcessingRequest(request_body=pb.HttpBody(body=BODY, end_of_stream=True)),
+    ]
+    out = await run_stream(apps["never"].grpc_port, msgs)
+    assert routed_pool(out[1]) == "short"
+    assert _decision_categories(apps["never"]) == {"bounded"}
+    out = await run_stream(apps["always"].grpc_port, msgs)
+    assert routed_pool(out[1]) == "short"
+    assert _decision_categories(apps["always"]) == {"latin_other"}  # "hello hello …" (bytes model)
