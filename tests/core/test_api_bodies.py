@@ -195,9 +195,7 @@ def test_batch_longest_conversation_is_estimated_like_the_same_chat_request() ->
     assert (batch.n_tool_calls, batch.unknown_fields) == (chat.n_tool_calls, chat.unknown_fields) != (0, 0)
     assert batch.conversations[1].reasoning_runs is not None
     counted = ("runs", "reasoning_runs", "tools_runs")
-    same = [
-        f.name for f in fields(chat) if f.name not in ("endpoint", "conversations", "_counted", *counted)
-    ]
+    same = [f.name for f in fields(chat) if f.name not in ("endpoint", "conversations", "_counted", *counted)]
     assert [getattr(batch, n) for n in same] == [getattr(chat, n) for n in same]
     assert chat.runs is not None and chat.reasoning_runs is not None and chat.tools_runs is not None
     assert batch.runs.as_dict() == chat.runs.as_dict()

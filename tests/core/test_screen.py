@@ -41,7 +41,6 @@ def _features(body: dict[str, Any]) -> RequestFeatures:
     return parse_request_body(json.dumps(body, ensure_ascii=False).encode(), "chat")
 
 
-
 @pytest.fixture(scope="module")
 def shared_requests() -> list[ReplayRequest]:
     if not (SHARED / "text").is_dir():
