@@ -71,7 +71,7 @@ def _adversarial() -> list[str]:
 
 @pytest.mark.parametrize("family", ["llama3", "qwen3"])
 def test_byte_bound_is_never_under_the_true_prompt(family: str, shared_requests: list[ReplayRequest]) -> None:
-    counter = load_counter(family)  # type: ignore[arg-type]
+    counter = load_counter(family)
     est = _estimator()
     model = MODELS[family]
     bodies: list[dict[str, Any]] = [
