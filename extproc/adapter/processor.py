@@ -35,8 +35,10 @@ from extproc.adapter import response_phases
 from extproc.adapter import responses as R
 from extproc.adapter.exchange import Exchange
 from extproc.adapter.headers import plain_headers, request_attributes
+from extproc.adapter.off_path import CalibPayload, calib_value, decode_payload, route_and_sample
 from extproc.adapter.runtime import Runtime
 from extproc.core.api_bodies import parse_body
+from extproc.core.batch import batch_budget
 from extproc.core.decision import DecisionRecord
 from extproc.core.encoding import StreamDecoder
 from extproc.core.estimator import TokenBudget
@@ -88,6 +90,7 @@ class StreamProcessor:
         "rng",
         "router",
         "sampled",
+        "silent",
         "status",
         "t_start",
         "traceparent",
@@ -121,6 +124,8 @@ class StreamProcessor:
         self._sse: SSEUsageReader | None = None
         self._json: JSONUsageReader | None = None
         self._decoder: StreamDecoder | None = None
+        self.silent = False
+        """An off-path calibration stream (``extproc.adapter.off_path``): Envoy waits for no answer."""
         self.t_start = time.time()
 
     # -- dispatch ---------------------------------------------------------------------------
@@ -194,6 +199,11 @@ class StreamProcessor:
 
     def on_request_headers(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
         """Record the request line; route bodiless or unhandled requests immediately."""
+        r = self.router
+        if r.config.calibration.off_path:
+            value = calib_value(msg.headers)
+            if value is not None:
+                return self._start_off_path(value)
         h = plain_headers(msg.headers, _REQUEST_HEADERS)
         self.path = h.get(":path", "")
         self.method = h.get(":method", "")
@@ -209,9 +219,25 @@ class StreamProcessor:
         self.exchange = Exchange.REQUEST_BODY
         # Responses API answers are always read: their id → pool entry serves previous_response_id.
         self.sampled = self.endpoint == "responses" or self._draw_sample()
-        if self.sampled or not self.router.config.calibration.skip_unsampled_responses:
+        cal = r.config.calibration
+        if cal.off_path or not (self.sampled or not cal.skip_unsampled_responses):
+            return R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
+        return R.CONTINUE_REQUEST_HEADERS
+
+    def _start_off_path(self, value: str) -> pb.ProcessingResponse:
+        """Request headers of an off-path calibration stream (observability mode): read the
+        router's payload; the response phases follow and are read silently."""
+        self.silent = True
+        payload = decode_payload(value)
+        if payload is None:
+            self.router.observer.calibration("bad_payload")
+            self.exchange = Exchange.DONE
             return R.CONTINUE_REQUEST_HEADERS
-        return R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
+        self.budget, self.pool, self.endpoint = payload.budget, payload.pool, payload.endpoint
+        self.learn, self.request_id, self.sampled = payload.learn, payload.request_id, True
+        self.category = payload.budget.key[1]
+        self.exchange = Exchange.RESPONSE_HEADERS
+        return R.CONTINUE_REQUEST_HEADERS
 
     def on_body_first(self, req: pb.ProcessingRequest) -> None:
         """The stream starts with ``request_body``: request headers are SKIPped (one message per
@@ -232,7 +258,7 @@ class StreamProcessor:
         """What follows ``request_body``: nothing when the response phases were turned off at
         ``request_headers`` (an unsampled request with ``skip_unsampled_responses``), or when
         there were no request headers (one message: nothing more is announced)."""
-        if self._route_answers is self.router.metadata_responses:
+        if self._route_answers is self.router.metadata_responses or self.router.config.calibration.off_path:
             return Exchange.DONE
         if self.sampled is False and self.router.config.calibration.skip_unsampled_responses:
             return Exchange.DONE
@@ -273,7 +299,19 @@ class StreamProcessor:
         if decision.saturated:
             self._report_saturation(decision)
         r.observer.decision(self.pool, self.category, self.reason, budget.total_tokens)
+        if self.sampled and r.config.calibration.off_path and self._route_answers is r.body_responses:
+            return self._sample_off_path(budget)
         return self._route_answers[self.pool]
+
+    def _sample_off_path(self, budget: TokenBudget) -> pb.ProcessingResponse:
+        """The routing answer plus the ``x-tbr-calib`` payload that brings this request's response
+        to the router through the observability filter (``extproc.adapter.off_path``)."""
+        learned = budget if self.batch_budgets is None else batch_budget(self.batch_budgets)
+        if learned is None:
+            self.router.observer.calibration("batch_mixed_keys")
+            return self._route_answers[self.pool]
+        payload = CalibPayload(learned, self.pool, self.endpoint or "", self.learn, self.request_id)
+        return route_and_sample(self._route_answers[self.pool], payload)
 
     def _estimate(self, features: RequestFeatures) -> TokenBudget:
         """The exact estimate when someone reads it (calibration, decision log, request records),
@@ -367,7 +405,7 @@ class StreamProcessor:
         if self.counted_pool is not None:
             counted, self.counted_pool = self.retried_to or self.counted_pool, None
             r.load.release(counted)
-        if (r.decision_log is not None or r.observer.records_requests) and self.pool:
+        if (r.decision_log is not None or r.observer.records_requests) and self.pool and not self.silent:
             b = self.budget
             record = DecisionRecord(
                 ts_s=self.t_start,

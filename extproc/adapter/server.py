@@ -95,20 +95,13 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                 resp = proc.handle(req)
                 if proc.request_id and not request_id_var.get():
                     request_id_var.set(proc.request_id)  # for every log line of this stream
-                if not proc.exchange_done:
+                answer, then = _plan(proc, resp, req)
+                if answer:
                     yield resp
-                    continue
-                if proc.response_phases_may_follow:
-                    yield resp
+                if then in ("wait_read", "wait_end"):
                     await _wait_for_reset(context)
-                    continue
-                # The router needs nothing more from this stream: end the call (status OK)
-                # rather than be reset ("How a stream ends", module docstring).
-                if not _is_pass_through(resp):
-                    yield resp
-                    if not req.HasField("request_body"):
-                        await _wait_for_reset(context)
-                break
+                if then in ("end", "wait_end"):
+                    break
             # A reset while waiting for the next message also ends the iteration normally, so
             # "complete" means the exchange's last message was answered, whatever closed the stream.
             end = "complete" if proc.exchange_done else "cancelled"
@@ -139,6 +132,22 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                         "reason": proc.reason,
                     },
                 )
+
+
+def _plan(proc: StreamProcessor, resp: pb.ProcessingResponse, req: pb.ProcessingRequest) -> tuple[bool, str]:
+    """``(answer, then)`` after handling ``req``: whether to send ``resp``, and then ``read`` the next
+    message, ``wait_read`` (give Envoy :data:`RESET_WAIT_S` to reset, then read), ``end`` the call,
+    or ``wait_end`` ("How a stream ends", module docstring)."""
+    if proc.silent:  # off-path calibration: Envoy (observability mode) waits for no answer
+        return False, "end" if proc.exchange_done else "read"
+    if not proc.exchange_done:
+        return True, "read"
+    if proc.response_phases_may_follow:
+        return True, "wait_read"
+    # The router needs nothing more from this stream: end the call (status OK) rather than be reset.
+    if _is_pass_through(resp):
+        return False, "end"
+    return True, "end" if req.HasField("request_body") else "wait_end"
 
 
 _PASS_THROUGH = (

@@ -289,3 +289,9 @@ class CalibrationConfig(Strict):
     messages per request instead of 3. Those requests then give up misroute detection
     (``x-envoy-attempt-count``, docs/design/003-misroute-recovery.md) and the response status in
     the decision log. Needs ``allow_mode_override: true`` on the filter (docs/performance.md)."""
+    off_path: bool = False
+    """Read sampled responses off the request path: the routing filter's response phases stay off for
+    every request, and a sampled request's body answer sets the ``x-tbr-calib`` header that makes
+    envoy/envoy.yaml's second ext_proc filter (``observability_mode``) send its response to the router
+    without waiting for answers (docs/design/005-off-path-calibration.md). Needs that filter and the
+    two-message design; misroutes of sampled requests are then served (Envoy retries) but not learned."""

@@ -1,0 +1,127 @@
+"""Calibration off the request path (``calibration.off_path``, docs/design/005-off-path-calibration.md).
+
+The routing ext_proc filter (request headers + buffered body) never turns the response phases on.
+For a request sampled for calibration, the router's body answer also sets the request header
+:data:`CALIB_HEADER` carrying what calibration needs (the exact budget, the pool, the endpoint).
+A second ext_proc filter in ``observability_mode``, wrapped in a ``composite`` filter that runs it
+only for requests carrying that header (envoy/envoy.yaml), sends the request headers, the response
+headers and the response body to the router without waiting for any answer: the sampled request's
+response reaches the client as fast as an unsampled one. The router reads that second stream
+silently (no answers), calibrates at the end of the response body and ends the call.
+
+Envoy strips a client's own :data:`CALIB_HEADER` before anything else
+(``early_header_mutation_extensions``), so only the router's value reaches the second filter, also
+when the router is down and the first filter fails open. A forged or damaged payload is still only
+an observation: it is rejected unless it parses exactly, and the learner bounds what one
+observation can move (docs/estimator.md §Learning).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from envoy.config.core.v3 import base_pb2 as core
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+from extproc.adapter.responses import header_option
+from extproc.core.budget import TokenBudget
+
+__all__ = ["CALIB_HEADER", "CalibPayload", "decode_payload", "encode_payload", "route_and_sample"]
+
+CALIB_HEADER = "x-tbr-calib"
+"""Request header set by the router on sampled requests; its presence selects the second filter."""
+
+_VERSION = 1
+_MAX_PAYLOAD_CHARS = 4096
+_BUDGET_FIELDS = {f.name: f.type for f in dataclasses.fields(TokenBudget)}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CalibPayload:
+    """What the observability stream needs to calibrate one response.
+
+    Attributes:
+        budget: the budget to learn against (a chat batch's summed budget).
+        pool: the pool the request was routed to.
+        endpoint: ``chat``, ``completions``, ``responses``, ``messages`` or ``chat_batch``.
+        learn: False for ``previous_response_id`` continuations (usage counts stored turns).
+        request_id: Envoy's ``x-request-id`` (logs only).
+    """
+
+    budget: TokenBudget
+    pool: str
+    endpoint: str
+    learn: bool
+    request_id: str
+
+
+def encode_payload(p: CalibPayload) -> str:
+    """The header value of ``p``: compact ASCII JSON (non-ASCII model names escaped)."""
+    b = dataclasses.asdict(p.budget)
+    b["key"] = list(p.budget.key)
+    doc = {"v": _VERSION, "b": b, "pool": p.pool, "ep": p.endpoint, "learn": p.learn, "id": p.request_id}
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
+
+
+def _typed(name: str, value: Any) -> bool:
+    kind = _BUDGET_FIELDS[name]
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "str":
+        return isinstance(value, str)
+    return True  # key: checked by the caller
+
+
+def decode_payload(value: str) -> CalibPayload | None:
+    """Parse a :data:`CALIB_HEADER` value; None unless it is exactly what :func:`encode_payload`
+    writes (version, every budget field with its type, a two-string key)."""
+    if len(value) > _MAX_PAYLOAD_CHARS:
+        return None
+    try:
+        doc = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("v") != _VERSION:
+        return None
+    b, pool, endpoint, learn, rid = (
+        doc.get("b"),
+        doc.get("pool"),
+        doc.get("ep"),
+        doc.get("learn"),
+        doc.get("id"),
+    )
+    if not (isinstance(b, dict) and isinstance(pool, str) and isinstance(endpoint, str)):
+        return None
+    if not (isinstance(learn, bool) and isinstance(rid, str)) or set(b) != set(_BUDGET_FIELDS):
+        return None
+    key = b["key"]
+    if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
+        return None
+    if not all(_typed(n, v) for n, v in b.items() if n != "key"):
+        return None
+    fields: dict[str, Any] = {n: (float(v) if _BUDGET_FIELDS[n] == "float" else v) for n, v in b.items()}
+    fields["key"] = (key[0], key[1])
+    return CalibPayload(TokenBudget(**fields), pool, endpoint, learn, rid[:128])
+
+
+def route_and_sample(routing: pb.ProcessingResponse, payload: CalibPayload) -> pb.ProcessingResponse:
+    """The body answer ``routing`` (a prebuilt route to a pool) plus :data:`CALIB_HEADER`."""
+    resp = pb.ProcessingResponse()
+    resp.CopyFrom(routing)
+    mutation = resp.request_body.response.header_mutation
+    mutation.set_headers.append(header_option(CALIB_HEADER, encode_payload(payload)))
+    return resp
+
+
+def calib_value(headers: core.HeaderMap) -> str | None:
+    """The :data:`CALIB_HEADER` value of a request-headers message, None when absent."""
+    for h in headers.headers:
+        if h.key == CALIB_HEADER:
+            return h.raw_value.decode("ascii", "replace") if h.raw_value else h.value
+    return None

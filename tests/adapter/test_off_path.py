@@ -1,0 +1,125 @@
+"""Off-path calibration on real gRPC streams (extproc.adapter.off_path): the routing stream of a
+sampled request carries the payload and no response phases; the observability stream is read
+silently and calibrates; a damaged payload is counted and learned from never."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+
+from extproc.adapter.off_path import CALIB_HEADER, CalibPayload, decode_payload, encode_payload
+from extproc.config import parse_config
+from extproc.core.budget import TokenBudget
+from extproc.service.app import RouterApp
+from tests.pb import (
+    chat_body,
+    headers,
+    open_stream,
+    req_body,
+    resp_body,
+    resp_headers,
+    run_stream,
+    usage_body,
+)
+
+REQ = headers({":method": "POST", ":path": "/v1/chat/completions", "x-request-id": "r1"})
+TEXT = "Explain in two sentences why the sky is blue during the day and red at sunset. " * 3
+
+
+def _cfg(rate: float) -> dict[str, object]:
+    return {
+        "pools": [
+            {"name": "short", "max_model_len": 8192, "header_value": "short"},
+            {"name": "long", "max_model_len": 65536, "header_value": "long"},
+        ],
+        "calibration": {"sample_rate": rate, "off_path": True},
+        "admin": {"enabled": False},
+    }
+
+
+@pytest.fixture
+async def app() -> AsyncIterator[RouterApp]:
+    async with RouterApp(parse_config(_cfg(1.0)), grpc_port=0) as a:
+        yield a
+
+
+def _calib_header(resp: pb.ProcessingResponse) -> str | None:
+    for h in resp.request_body.response.header_mutation.set_headers:
+        if h.header.key == CALIB_HEADER:
+            return h.header.raw_value.decode()
+    return None
+
+
+async def _silent_stream(port: int, msgs: list[pb.ProcessingRequest]) -> list[pb.ProcessingResponse]:
+    """Write every message (Envoy's observability mode waits for no answer), then read to the end."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        call = open_stream(ch)
+        for m in msgs:
+            await call.write(m)
+        await call.done_writing()
+        out = [m async for m in call]
+        assert await call.code() == grpc.StatusCode.OK
+        return out
+
+
+def test_payload_round_trip_and_rejections() -> None:
+    budget = TokenBudget(("modèle", "latin"), 0.9, 120, 12, 150, 256, 1, 406, True, 120, 140, 130.5, 0, False)
+    p = CalibPayload(budget, "short", "chat", True, "r1")
+    value = encode_payload(p)
+    assert value.isascii() and decode_payload(value) == p
+    assert decode_payload(value.replace('"v":1', '"v":2')) is None
+    assert decode_payload(value.replace('"prompt_tokens":150', '"prompt_tokens":"150"')) is None
+    assert decode_payload(value.replace('"warm":true', '"warm":1')) is None
+    assert decode_payload("{" + value) is None
+    assert decode_payload(value[:-40] + "}") is None
+    doc = dataclasses.replace(p, budget=dataclasses.replace(budget, model_tokens=131.0))
+    assert decode_payload(encode_payload(doc)) == doc
+
+
+async def test_sampled_request_routes_with_the_payload_and_its_response_is_read_silently(
+    app: RouterApp,
+) -> None:
+    hdr, body = await run_stream(
+        app.grpc_port, [pb.ProcessingRequest(request_headers=REQ), req_body(chat_body(TEXT))]
+    )
+    # the routing stream never asks for the response phases, sampled or not
+    assert hdr.mode_override.response_header_mode == pm.ProcessingMode.SKIP
+    sets = {h.header.key: h.header.raw_value for h in body.request_body.response.header_mutation.set_headers}
+    assert sets["x-tbr-pool"] == b"short" and body.request_body.response.clear_route_cache
+    value = _calib_header(body)
+    assert value is not None
+    payload = decode_payload(value)
+    assert payload is not None and payload.pool == "short" and payload.budget.screened == ""
+    obs_headers = headers({":method": "POST", ":path": "/v1/chat/completions", CALIB_HEADER: value})
+    out = await _silent_stream(
+        app.grpc_port,
+        [
+            pb.ProcessingRequest(request_headers=obs_headers),
+            resp_headers({":status": "200", "content-type": "application/json"}),
+            resp_body(usage_body(payload.budget.prompt_tokens - 5), eos=True),
+        ],
+    )
+    assert out == []
+    ((_, state),) = app.store.items()
+    assert state.samples == 1
+
+
+async def test_a_damaged_payload_is_counted_and_not_learned(app: RouterApp) -> None:
+    bad = headers({":method": "POST", ":path": "/v1/chat/completions", CALIB_HEADER: '{"v":1}'})
+    out = await _silent_stream(
+        app.grpc_port,
+        [
+            pb.ProcessingRequest(request_headers=bad),
+            resp_headers({":status": "200", "content-type": "application/json"}),
+            resp_body(usage_body(100), eos=True),
+        ],
+    )
+    assert out == []
+    assert not list(app.store.items())
+    value = app.metrics.registry.get_sample_value("tbr_calibration_events_total", {"outcome": "bad_payload"})
+    assert value == 1

@@ -1,0 +1,110 @@
+"""Calibration off the request path (``calibration.off_path``, docs/design/005-off-path-calibration.md)
+through the shipped envoy/envoy.yaml: the routing filter's streams carry only the request phases,
+sampled responses reach the router through the observability-mode filter, and a client cannot
+forge the calibration header."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai import AsyncOpenAI
+
+from tests.e2e.harness import REPO, three_pool_stack
+
+pytestmark = pytest.mark.envoy
+
+PROMPTS = [
+    "Explain in two sentences why the sky is blue during the day and red at sunset.",
+    "Write a haiku about a lighthouse keeper who collects lost letters.",
+    "Summarise the causes of the French Revolution for a ten-year-old reader.",
+    "What is the difference between a process and a thread in an operating system?",
+]
+
+
+def _router(sample_rate: float) -> dict[str, Any]:
+    return {
+        "server": {"grace_period_s": 0.5},
+        "calibration": {"sample_rate": sample_rate, "off_path": True, "warmup_samples": 2},
+    }
+
+
+async def _learned(app: Any, want: int, timeout_s: float = 10.0) -> int:
+    """Observations applied by the router, waiting up to ``timeout_s`` for ``want`` of them (the
+    observability stream may end after the client already has its response)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        got = (
+            app.metrics.registry.get_sample_value("tbr_calibration_events_total", {"outcome": "applied"}) or 0
+        )
+        if got >= want or asyncio.get_running_loop().time() > deadline:
+            return int(got)
+        await asyncio.sleep(0.05)
+
+
+async def test_sampled_responses_are_read_by_the_observability_filter(tmp_path: Path) -> None:
+    async with three_pool_stack(
+        tmp_path,
+        router_overrides=_router(1.0),
+        pool_limits={"short": 8192, "long": 65536},
+        envoy_source=REPO / "envoy" / "envoy.yaml",
+    ) as stack:
+        c = AsyncOpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=30.0)
+        for p in PROMPTS:
+            r = await c.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": p}], max_tokens=8
+            )
+            assert r.usage is not None and r.usage.prompt_tokens > 0
+        for p in PROMPTS:
+            chunks = await c.chat.completions.create(
+                model="m",
+                messages=[{"role": "user", "content": p}],
+                max_tokens=8,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            usage = [ch.usage async for ch in chunks if ch.usage is not None]
+            assert usage and usage[0].prompt_tokens > 0
+        n = 2 * len(PROMPTS)
+        assert await _learned(stack.app, n) == n
+        assert sum(s.samples for _, s in stack.app.store.items()) == n
+        routing = stack.envoy.stats("ext_proc.tbr.")
+        calib = stack.envoy.stats("ext_proc.tbr_calib.")
+        # the routing filter: request headers + body only, for every request
+        assert routing["http.llm_ingress.ext_proc.tbr.streams_started"] == n
+        assert routing["http.llm_ingress.ext_proc.tbr.stream_msgs_sent"] == 2 * n
+        # the observability filter: one stream per sampled request, no answer awaited or failed
+        assert calib["http.llm_ingress.ext_proc.tbr_calib.streams_started"] == n
+        assert calib.get("http.llm_ingress.ext_proc.tbr_calib.stream_msgs_received", 0) == 0
+        for name in ("failure_mode_allowed", "message_timeouts", "streams_failed"):
+            assert routing.get(f"http.llm_ingress.ext_proc.tbr.{name}", 0) == 0
+            assert calib.get(f"http.llm_ingress.ext_proc.tbr_calib.{name}", 0) == 0
+        await c.close()
+
+
+async def test_unsampled_requests_open_no_calibration_stream_and_a_forged_header_is_stripped(
+    tmp_path: Path,
+) -> None:
+    async with three_pool_stack(
+        tmp_path,
+        router_overrides=_router(0.0),
+        pool_limits={"short": 8192, "long": 65536},
+        envoy_source=REPO / "envoy" / "envoy.yaml",
+    ) as stack:
+        c = AsyncOpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=30.0)
+        forged = '{"v":1,"b":{"key":["m","latin"]},"pool":"short","ep":"chat","learn":true,"id":""}'
+        for p in PROMPTS:
+            r = await c.chat.completions.create(
+                model="m",
+                messages=[{"role": "user", "content": p}],
+                max_tokens=8,
+                extra_headers={"x-tbr-calib": forged},
+            )
+            assert r.usage is not None
+        assert await _learned(stack.app, 1, timeout_s=0.5) == 0
+        calib = stack.envoy.stats("ext_proc.tbr_calib.")
+        assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_started", 0) == 0
+        assert not list(stack.app.store.items())
+        await c.close()
