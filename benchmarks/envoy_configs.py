@@ -96,6 +96,17 @@ def _one_message(hcm: dict[str, Any], ext_proc: dict[str, Any], buffer_limit_byt
                 ]
 
 
+CALIBRATION_FILTER = "tbr_calibration"
+"""envoy/envoy.yaml's composite filter running the off-path calibration ext_proc (observability mode)."""
+
+
+def _calibration_ext_proc(composite: dict[str, Any]) -> dict[str, Any]:
+    """The ``ExternalProcessor`` config inside the calibration filter's matcher action."""
+    (matcher,) = composite["typed_config"]["xds_matcher"]["matcher_list"]["matchers"]
+    inner: dict[str, Any] = matcher["on_match"]["action"]["typed_config"]["typed_config"]["typed_config"]
+    return inner
+
+
 def _variant_listener(template: dict[str, Any], spec: ListenerSpec) -> dict[str, Any]:
     listener = copy.deepcopy(template)
     listener["name"] = spec.name
@@ -106,11 +117,18 @@ def _variant_listener(template: dict[str, Any], spec: ListenerSpec) -> dict[str,
     hcm["stat_prefix"] = spec.name
     filters = hcm["http_filters"]
     (ext_proc,) = [f for f in filters if f["name"] == _EXT_PROC_FILTER]
+    calibration = [f for f in filters if f["name"] == CALIBRATION_FILTER]
     if not spec.ext_proc_ports:
         filters.remove(ext_proc)
+        for f in calibration:
+            filters.remove(f)
         return listener
     typed = ext_proc["typed_config"]
     typed["grpc_service"]["envoy_grpc"]["cluster_name"] = f"{CLUSTER_EXT_PROC}_{spec.name}"
+    for f in calibration:  # the off-path calibration filter talks to the same router processes
+        _calibration_ext_proc(f)["grpc_service"]["envoy_grpc"]["cluster_name"] = (
+            f"{CLUSTER_EXT_PROC}_{spec.name}"
+        )
     typed["allow_mode_override"] = spec.allow_mode_override
     if spec.one_message:
         _one_message(hcm, ext_proc, listener["per_connection_buffer_limit_bytes"])

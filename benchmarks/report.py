@@ -170,6 +170,7 @@ def _levers(res: dict[str, Any]) -> list[str]:
         ("one message per request (metadata routing, buffer filter)", "route_1msg", False),
         ("calibration of every response (4 msgs)", "calib_all", False),
         ("calibration sampled at 10 % (decided at request_headers)", "calib_10", False),
+        ("calibration sampled at 10 %, off the request path (observability filter)", "calib_10_off", False),
         ("uvloop event loop", "uvloop", False),
     ]
     out = [

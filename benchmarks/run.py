@@ -104,6 +104,14 @@ def _variants() -> list[Variant]:
             processing_mode={"response_header_mode": "SEND"},
             sizes=ALL,
         ),
+        Variant(
+            "calib_10_off",
+            "router, routing + calibration sampled at 10 % off the request path (`off_path`: sampled"
+            " responses through the observability-mode filter, 2 msgs/req on the routing filter)",
+            sample_rate=0.1,
+            off_path=True,
+            sizes=ALL,
+        ),
         Variant("calib_all", "router, routing + calibration of every response (4 msgs/req)", sample_rate=1.0),
         Variant("uvloop", "router as `route`, event loop uvloop", flags=["--uvloop"]),
         Variant(

@@ -58,30 +58,43 @@ class Variant:
     skip_unsampled: bool = True
     one_message: bool = False
     processing_mode: dict[str, str] = field(default_factory=dict)
+    off_path: bool = False
 
 
-def router_config(sample_rate: float, port: int, skip_unsampled: bool = True) -> dict[str, object]:
+def router_config(
+    sample_rate: float, port: int, skip_unsampled: bool = True, off_path: bool = False
+) -> dict[str, object]:
     """Router YAML for the benchmarks: two pools (8k / 64k), no admin server."""
     return {
         "pools": [
             {"name": "short", "max_model_len": 8192, "header_value": "short"},
             {"name": "long", "max_model_len": 65536, "header_value": "long"},
         ],
-        "calibration": {"sample_rate": sample_rate, "skip_unsampled_responses": skip_unsampled},
+        "calibration": {
+            "sample_rate": sample_rate,
+            "skip_unsampled_responses": skip_unsampled,
+            "off_path": off_path,
+        },
         "server": {"grpc_port": port, "grace_period_s": 0.5},
         "admin": {"enabled": False},
     }
 
 
 def router_proc(
-    name: str, workdir: Path, *, sample_rate: float, skip_unsampled: bool = True, flags: Sequence[str] = ()
+    name: str,
+    workdir: Path,
+    *,
+    sample_rate: float,
+    skip_unsampled: bool = True,
+    off_path: bool = False,
+    flags: Sequence[str] = (),
 ) -> tuple[ManagedProcess, int]:
     """An unstarted ``benchmarks.router_proc`` (the real RouterApp, or ``--floor`` in ``flags``)
     on a free port with :func:`router_config`; ready when the port accepts connections.
     Returns (process, port)."""
     port = free_port()
     cfg = workdir / f"{name}.yaml"
-    cfg.write_text(yaml.safe_dump(router_config(sample_rate, port, skip_unsampled)))
+    cfg.write_text(yaml.safe_dump(router_config(sample_rate, port, skip_unsampled, off_path)))
     argv = [sys.executable, "-m", "benchmarks.router_proc", "--config", str(cfg), "--port", str(port), *flags]
     if "--floor" not in flags:
         argv += ["--stats-out", str(workdir / f"{name}.phases.json")]
@@ -169,6 +182,7 @@ class Stack:
                     self.workdir,
                     sample_rate=v.sample_rate,
                     skip_unsampled=v.skip_unsampled,
+                    off_path=v.off_path,
                     flags=flags + v.flags,
                 )
                 self._exit.callback(proc.stop)

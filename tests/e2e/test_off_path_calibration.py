@@ -78,6 +78,8 @@ async def test_sampled_responses_are_read_by_the_observability_filter(tmp_path: 
         # the observability filter: one stream per sampled request, no answer awaited or failed
         assert calib["http.llm_ingress.ext_proc.tbr_calib.streams_started"] == n
         assert calib.get("http.llm_ingress.ext_proc.tbr_calib.stream_msgs_received", 0) == 0
+        # the router ended every observability stream itself: none waited for deferred_close_timeout
+        assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_closed", 0) == 0
         for name in ("failure_mode_allowed", "message_timeouts", "streams_failed"):
             assert routing.get(f"http.llm_ingress.ext_proc.tbr.{name}", 0) == 0
             assert calib.get(f"http.llm_ingress.ext_proc.tbr_calib.{name}", 0) == 0
