@@ -369,7 +369,7 @@ def _micro(res: dict[str, Any]) -> list[str]:
     out = [
         "## In-process micro-benchmarks (best of 7, µs per call)",
         "",
-        "| body | stdlib `json.loads` | `orjson.loads` | `parse_request_body` (orjson, only the fields the estimate needs) | estimate (classify + ratio) | processor, both messages incl. protobuf |",
+        "| body | stdlib `json.loads` | `orjson.loads` | `parse_request_body` (orjson, only the fields the estimate needs; runs counted later) | exact estimate (run counts + ratio) | processor, both messages incl. protobuf (byte bound where it decides) |",
         "|---|---|---|---|---|---|",
     ]
     for r in mi["rows"]:
