@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from extproc.config import CalibrationConfig, EstimatorConfig
 from extproc.core.budget import Framing, Observation, TokenBudget
@@ -266,23 +267,31 @@ class Estimator:
         routing value of ``key`` and ``fixed`` prompt tokens are added: ``L_total = prompt +
         n_sequences · output_reserve`` (docs/method.md §2)."""
         ratio, central, warm = self._routing(key)
-        prompt = math.ceil(units / ratio) + fixed
-        reserve = self.output_reserve_tokens(f)
-        return TokenBudget(
+        return self.budget_for(
+            f,
             key=key,
             ratio_bpt=ratio,
-            text_bytes=f.text_bytes,
             fixed_prompt_tokens=fixed,
-            prompt_tokens=prompt,
-            output_reserve_tokens=reserve,
-            n_sequences=f.n_sequences,
-            total_tokens=prompt + f.n_sequences * reserve,
+            prompt_tokens=math.ceil(units / ratio) + fixed,
             warm=warm,
             ratio_bytes=ratio_bytes,
             central_prompt_tokens=math.ceil(units / central) + fixed,
             model_tokens=model_tokens,
             n_media=f.n_images + f.n_audio,
             unexplained=unexplained,
+        )
+
+    def budget_for(self, f: RequestFeatures, **fields: Any) -> TokenBudget:
+        """A :class:`TokenBudget` of ``f`` from its prompt fields (``prompt_tokens``, ``key``, ...):
+        adds the text bytes, the output reserve, ``n_sequences`` and ``total_tokens = prompt +
+        n_sequences · output_reserve`` (docs/method.md §2)."""
+        reserve = self.output_reserve_tokens(f)
+        return TokenBudget(
+            text_bytes=f.text_bytes,
+            output_reserve_tokens=reserve,
+            n_sequences=f.n_sequences,
+            total_tokens=fields["prompt_tokens"] + f.n_sequences * reserve,
+            **fields,
         )
 
     def output_reserve_tokens(self, f: RequestFeatures) -> int:

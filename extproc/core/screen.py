@@ -51,16 +51,12 @@ def bound_budget(est: Estimator, f: RequestFeatures) -> TokenBudget | None:
     fixed = est.fixed_tokens(f)
     framing = fixed - f.exact_prompt_tokens
     prompt = f.rendered_bytes + fixed + framing + BOUND_SLACK_TOKENS
-    reserve = est.output_reserve_tokens(f)
-    return TokenBudget(
+    return est.budget_for(
+        f,
         key=(model_key, BOUND_CATEGORY),
         ratio_bpt=1.0,
-        text_bytes=f.text_bytes,
         fixed_prompt_tokens=fixed,
         prompt_tokens=prompt,
-        output_reserve_tokens=reserve,
-        n_sequences=f.n_sequences,
-        total_tokens=prompt + f.n_sequences * reserve,
         warm=False,
         ratio_bytes=f.rendered_bytes,
         central_prompt_tokens=prompt,

@@ -6,12 +6,15 @@ forge the calibration header."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from openai import AsyncOpenAI
 
+from devstack.inprocess import InProcessStack
 from tests.e2e.harness import REPO, three_pool_stack
 
 pytestmark = pytest.mark.envoy
@@ -31,6 +34,23 @@ def _router(sample_rate: float) -> dict[str, Any]:
     }
 
 
+@contextlib.asynccontextmanager
+async def _stack(tmp_path: Path, sample_rate: float) -> AsyncIterator[tuple[InProcessStack, AsyncOpenAI]]:
+    """Two pools (8,192 / 65,536), the router with ``off_path`` at ``sample_rate``, envoy/envoy.yaml,
+    and an OpenAI client through it."""
+    async with three_pool_stack(
+        tmp_path,
+        router_overrides=_router(sample_rate),
+        pool_limits={"short": 8192, "long": 65536},
+        envoy_source=REPO / "envoy" / "envoy.yaml",
+    ) as stack:
+        c = AsyncOpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=30.0)
+        try:
+            yield stack, c
+        finally:
+            await c.close()
+
+
 async def _learned(app: Any, want: int, timeout_s: float = 10.0) -> int:
     """Observations applied by the router, waiting up to ``timeout_s`` for ``want`` of them (the
     observability stream may end after the client already has its response)."""
@@ -45,13 +65,7 @@ async def _learned(app: Any, want: int, timeout_s: float = 10.0) -> int:
 
 
 async def test_sampled_responses_are_read_by_the_observability_filter(tmp_path: Path) -> None:
-    async with three_pool_stack(
-        tmp_path,
-        router_overrides=_router(1.0),
-        pool_limits={"short": 8192, "long": 65536},
-        envoy_source=REPO / "envoy" / "envoy.yaml",
-    ) as stack:
-        c = AsyncOpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=30.0)
+    async with _stack(tmp_path, 1.0) as (stack, c):
         for p in PROMPTS:
             r = await c.chat.completions.create(
                 model="m", messages=[{"role": "user", "content": p}], max_tokens=8
@@ -83,19 +97,12 @@ async def test_sampled_responses_are_read_by_the_observability_filter(tmp_path: 
         for name in ("failure_mode_allowed", "message_timeouts", "streams_failed"):
             assert routing.get(f"http.llm_ingress.ext_proc.tbr.{name}", 0) == 0
             assert calib.get(f"http.llm_ingress.ext_proc.tbr_calib.{name}", 0) == 0
-        await c.close()
 
 
 async def test_unsampled_requests_open_no_calibration_stream_and_a_forged_header_is_stripped(
     tmp_path: Path,
 ) -> None:
-    async with three_pool_stack(
-        tmp_path,
-        router_overrides=_router(0.0),
-        pool_limits={"short": 8192, "long": 65536},
-        envoy_source=REPO / "envoy" / "envoy.yaml",
-    ) as stack:
-        c = AsyncOpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=30.0)
+    async with _stack(tmp_path, 0.0) as (stack, c):
         forged = '{"v":1,"b":{"key":["m","latin"]},"pool":"short","ep":"chat","learn":true,"id":""}'
         for p in PROMPTS:
             r = await c.chat.completions.create(
@@ -109,4 +116,3 @@ async def test_unsampled_requests_open_no_calibration_stream_and_a_forged_header
         calib = stack.envoy.stats("ext_proc.tbr_calib.")
         assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_started", 0) == 0
         assert not list(stack.app.store.items())
-        await c.close()
