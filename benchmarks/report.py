@@ -210,7 +210,7 @@ def render(res: dict[str, Any]) -> str:
         " each router variant in its own process(es); loopback only",
         f"- load: `wrk -t1 -c16 -d{p['wrk_s']:g}s --latency -s post.lua` (throughput, CPU), `hey -z {p['hey_s']:g}s -c 1 -q 200 -o csv`"
         f" (unloaded), `hey -c 8 -q <0.8×capacity/8>` (80 % load, back to back with bare at the same rate);"
-        f" {p['reps']} throughput and {p.get('latency_reps', p['reps'])} unloaded-latency repetition(s), 1 at 80 %;"
+        f" {p['reps']} throughput and {p.get('latency_reps', p['reps'])} unloaded-latency and 80 %-load repetition(s);"
         " every variant in every repetition, in a seeded shuffled order; medians shown",
         "- CPU per request = Δ(utime+stime) of the process(es) from /proc/<pid>/stat ÷ completed requests, during the"
         " wrk run (saturation) and during the 200 req/s hey run (no batching: each request wakes the process)",

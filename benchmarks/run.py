@@ -186,11 +186,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--reps", type=int, default=None, help="throughput repetitions (default 3; --quick 1)")
     ap.add_argument(
-        "--latency-reps", type=int, default=None, help="unloaded-latency repetitions (default 2; --quick 1)"
+        "--latency-reps",
+        type=int,
+        default=None,
+        help="unloaded and 80 %-load latency repetitions (default 3; --quick 1)",
     )
     args = ap.parse_args(argv)
     quick = args.quick
-    reps, wrk_s, hey_s, latency_reps = (1, 2.0, 2.0, 1) if quick else (3, 3.0, 3.0, 2)
+    reps, wrk_s, hey_s, latency_reps = (1, 2.0, 2.0, 1) if quick else (3, 3.0, 3.0, 3)
     reps = args.reps or reps
     latency_reps = args.latency_reps or latency_reps
     t_start = time.monotonic()
