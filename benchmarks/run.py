@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         "--latency-reps",
         type=int,
         default=None,
-        help="unloaded and 80 %-load latency repetitions (default 3; --quick 1)",
+        help="unloaded and 80 %% load latency repetitions (default 3; --quick 1)",
     )
     args = ap.parse_args(argv)
     quick = args.quick
