@@ -35,12 +35,21 @@ def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, then close).
 
     There is a small race between closing and the child binding it; callers start children
-    right away, which is what the usual pytest free-port helpers do too.
+    right away, which is what the usual pytest free-port helpers do too. A port this process was
+    already given is never returned again: the kernel may hand a just-closed ephemeral port out
+    twice, and a stack that asks for many ports before starting anything (the benchmark's front
+    Envoy: one listener per variant) then collided ("duplicate address").
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        port: int = s.getsockname()[1]
-        return port
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((LOOPBACK, 0))
+            port: int = s.getsockname()[1]
+        if port not in _GIVEN_PORTS:
+            _GIVEN_PORTS.add(port)
+            return port
+
+
+_GIVEN_PORTS: set[int] = set()
 
 
 def tcp_open(port: int, host: str = LOOPBACK) -> bool:
