@@ -37,7 +37,8 @@ from extproc.service.app import RouterApp
 class FloorServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     """Answers every message with a prebuilt response; parses nothing."""
 
-    def __init__(self, *, one_message: bool = False) -> None:
+    def __init__(self, *, one_message: bool = False, end_call: bool = False) -> None:
+        self._end_call = end_call
         body = (
             R.route_by_metadata("x-tbr-pool", "short")
             if one_message
@@ -57,7 +58,10 @@ class FloorServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     ) -> AsyncIterator[pb.ProcessingResponse]:
         answers = self._answers
         async for req in request_iterator:
-            yield answers[req.WhichOneof("request")]
+            phase = req.WhichOneof("request")
+            yield answers[phase]
+            if self._end_call and phase == "request_body":
+                return  # end the call (status OK) after the body answer, as the router does
 
 
 def _option(text: str) -> tuple[str, Any]:
@@ -84,7 +88,9 @@ async def _serve_floor(args: argparse.Namespace, options: list[tuple[str, Any]])
             *options,
         ]
     )
-    pb_grpc.add_ExternalProcessorServicer_to_server(FloorServicer(one_message=args.one_message), server)
+    pb_grpc.add_ExternalProcessorServicer_to_server(
+        FloorServicer(one_message=args.one_message, end_call=args.end_call), server
+    )
     port = server.add_insecure_port(f"127.0.0.1:{args.port}")
     await server.start()
     if not args.no_gc_freeze:
@@ -127,6 +133,11 @@ def main() -> None:
     ap.add_argument("--floor", action="store_true")
     ap.add_argument("--uvloop", action="store_true")
     ap.add_argument("--one-message", action="store_true", help="floor: answer the body with dynamic metadata")
+    ap.add_argument(
+        "--end-call",
+        action="store_true",
+        help="floor: end the call after the request_body answer (as the router)",
+    )
     ap.add_argument("--no-gc-freeze", action="store_true", help="skip gc.freeze() after start (lever off)")
     ap.add_argument("--grpc-option", action="append", default=[])
     ap.add_argument("--stats-out", default=None, help="router: write the per-phase handle time here on exit")
