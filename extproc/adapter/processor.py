@@ -220,9 +220,9 @@ class StreamProcessor:
         # Responses API answers are always read: their id → pool entry serves previous_response_id.
         self.sampled = self.endpoint == "responses" or self._draw_sample()
         cal = r.config.calibration
-        if cal.off_path or not (self.sampled or not cal.skip_unsampled_responses):
-            return R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
-        return R.CONTINUE_REQUEST_HEADERS
+        # off path, the response comes through the observability filter, never this stream
+        reads_response = not cal.off_path and (self.sampled or not cal.skip_unsampled_responses)
+        return R.CONTINUE_REQUEST_HEADERS if reads_response else R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
 
     def _start_off_path(self, value: str) -> pb.ProcessingResponse:
         """Request headers of an off-path calibration stream (observability mode): read the
