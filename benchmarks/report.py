@@ -133,6 +133,19 @@ def _targets(e2e: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+def _floors_p99(e2e: list[dict[str, Any]]) -> str:
+    """The do-nothing floors' own added unloaded p99, for the p99 target's context."""
+    parts = []
+    for v in ("floor", "floor_end", "floor_1msg"):
+        if any(m["variant"] == v for m in e2e):
+            parts.append(f"`{v}` {_f(summarize(e2e, v, '1KB')['add_p99'], 2, True)} ms")
+    return (
+        "Added unloaded p99 of the do-nothing floors in the same run: "
+        + ", ".join(parts)
+        + " (`floor_end` ends its call after the body answer, as the router does since issue 12)."
+    )
+
+
 def _messages(res: dict[str, Any]) -> list[str]:
     """One vs two ext_proc messages per request, and the Envoy-side ceiling, per body size."""
     e2e = res["e2e"]
@@ -172,6 +185,7 @@ def _levers(res: dict[str, Any]) -> list[str]:
         ("calibration sampled at 10 % (decided at request_headers)", "calib_10", False),
         ("calibration sampled at 10 %, off the request path (observability filter)", "calib_10_off", False),
         ("uvloop event loop", "uvloop", False),
+        ("(floor) end the call after the body answer, as the router does", "floor_end", False),
     ]
     out = [
         "| lever (1 KB body) | compared | req/s ÷ `route` (same rep) | ÷ bare | router CPU ms/req (saturation / 200 req/s) | added unloaded p50 / p99 ms |",
@@ -221,6 +235,8 @@ def render(res: dict[str, Any]) -> str:
         "| target | 2 messages: `route` vs `floor` | 1 message: `route_1msg` vs `floor_1msg` | verdict (2 / 1 msgs) |",
         "|---|---|---|---|",
         *_targets(e2e),
+        "",
+        _floors_p99(e2e),
         "",
         *_messages(res),
         "## Side by side through Envoy",

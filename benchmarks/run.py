@@ -76,6 +76,13 @@ def _variants() -> list[Variant]:
             sizes=ALL,
         ),
         Variant(
+            "floor_end",
+            "do-nothing floor as `floor`, ending its call after the body answer as the router does"
+            " (issue 12's leak-free stream end)",
+            kind="floor",
+            flags=["--end-call"],
+        ),
+        Variant(
             "floor_1msg",
             f"do-nothing grpc.aio ext_proc, {one}",
             kind="floor",
