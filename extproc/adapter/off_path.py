@@ -22,7 +22,6 @@ import dataclasses
 import json
 from typing import Any
 
-from envoy.config.core.v3 import base_pb2 as core
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter.responses import header_option
@@ -117,11 +116,3 @@ def route_and_sample(routing: pb.ProcessingResponse, payload: CalibPayload) -> p
     mutation = resp.request_body.response.header_mutation
     mutation.set_headers.append(header_option(CALIB_HEADER, encode_payload(payload)))
     return resp
-
-
-def calib_value(headers: core.HeaderMap) -> str | None:
-    """The :data:`CALIB_HEADER` value of a request-headers message, None when absent."""
-    for h in headers.headers:
-        if h.key == CALIB_HEADER:
-            return h.raw_value.decode("ascii", "replace") if h.raw_value else h.value
-    return None

@@ -35,7 +35,7 @@ from extproc.adapter import response_phases
 from extproc.adapter import responses as R
 from extproc.adapter.exchange import Exchange
 from extproc.adapter.headers import plain_headers, request_attributes
-from extproc.adapter.off_path import CalibPayload, calib_value, decode_payload, route_and_sample
+from extproc.adapter.off_path import CALIB_HEADER, CalibPayload, decode_payload, route_and_sample
 from extproc.adapter.runtime import Runtime
 from extproc.core.api_bodies import parse_body
 from extproc.core.batch import batch_budget
@@ -52,6 +52,7 @@ __all__ = ["Exchange", "StreamProcessor"]
 log = logging.getLogger(__name__)
 
 _REQUEST_HEADERS = frozenset((":path", ":method", "x-request-id", "traceparent"))
+_OFF_PATH_HEADERS = _REQUEST_HEADERS | {CALIB_HEADER}
 _REQUEST_ATTRIBUTES = ("request.path", "request.method", "request.id")
 """What the one-message design's ext_proc filter lists in ``request_attributes``."""
 
@@ -200,11 +201,12 @@ class StreamProcessor:
     def on_request_headers(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
         """Record the request line; route bodiless or unhandled requests immediately."""
         r = self.router
-        if r.config.calibration.off_path:
-            value = calib_value(msg.headers)
-            if value is not None:
-                return self._start_off_path(value)
-        h = plain_headers(msg.headers, _REQUEST_HEADERS)
+        h = plain_headers(
+            msg.headers, _OFF_PATH_HEADERS if r.config.calibration.off_path else _REQUEST_HEADERS
+        )
+        value = h.get(CALIB_HEADER)  # only read with calibration.off_path
+        if value is not None:
+            return self._start_off_path(value)
         self.path = h.get(":path", "")
         self.method = h.get(":method", "")
         self.request_id = h.get("x-request-id", "")[:128]
@@ -317,9 +319,8 @@ class StreamProcessor:
         """The exact estimate when someone reads it (calibration, decision log, request records),
         else the screened budget: same pool, bounded work (:mod:`extproc.core.screen`)."""
         r = self.router
-        if self.sampled or r.decision_log is not None or r.observer.records_requests:
-            return r.estimator.estimate(features)
-        if not r.config.estimator.screen or features.previous_response_id is not None:
+        read = self.sampled or r.decision_log is not None or r.observer.records_requests
+        if read or not r.config.estimator.screen or features.previous_response_id is not None:
             return r.estimator.estimate(features)
         policy = r.models.select(features.model)
         return route_budget(r.estimator, features, policy.limits_tokens if policy is not None else ())
