@@ -184,6 +184,7 @@ def _levers(res: dict[str, Any]) -> list[str]:
         ("calibration of every response (4 msgs)", "calib_all", False),
         ("calibration sampled at 10 % (decided at request_headers)", "calib_10", False),
         ("calibration sampled at 10 %, off the request path (observability filter)", "calib_10_off", False),
+        ("eager last write: the body answer and the status sent together", "route_await", True),
         ("uvloop event loop", "uvloop", False),
         ("(floor) end the call after the body answer, as the router does", "floor_end", False),
     ]

@@ -29,7 +29,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from extproc.adapter import responses as R
-from extproc.adapter.server import freeze_startup_objects
+from extproc.adapter import server as server_module
+from extproc.adapter.server import freeze_startup_objects, start_write
 from extproc.config import load_config
 from extproc.service.app import RouterApp
 
@@ -37,8 +38,7 @@ from extproc.service.app import RouterApp
 class FloorServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
     """Answers every message with a prebuilt response; parses nothing."""
 
-    def __init__(self, *, one_message: bool = False, end_call: bool = False) -> None:
-        self._end_call = end_call
+    def __init__(self, *, one_message: bool = False) -> None:
         body = (
             R.route_by_metadata("x-tbr-pool", "short")
             if one_message
@@ -53,15 +53,27 @@ class FloorServicer(pb_grpc.ExternalProcessorServicer):  # type: ignore[misc]
             "response_trailers": R.CONTINUE_RESPONSE_TRAILERS,
         }
 
-    async def Process(
-        self, request_iterator: AsyncIterator[pb.ProcessingRequest], context: Any
-    ) -> AsyncIterator[pb.ProcessingResponse]:
+    async def Process(self, request_iterator: Any, context: Any) -> AsyncIterator[pb.ProcessingResponse]:
         answers = self._answers
         async for req in request_iterator:
+            yield answers[req.WhichOneof("request")]
+
+
+class FloorEndServicer(FloorServicer):
+    """As :class:`FloorServicer`, ending the call after the body answer as the router does: the
+    answer's write started and the status sent at once (``extproc.adapter.server.start_write``)."""
+
+    async def Process(self, request_iterator: Any, context: Any) -> None:  # type: ignore[override]
+        answers = self._answers
+        while True:
+            req = await context.read()
+            if req is grpc.aio.EOF:
+                return
             phase = req.WhichOneof("request")
-            yield answers[phase]
-            if self._end_call and phase == "request_body":
-                return  # end the call (status OK) after the body answer, as the router does
+            if phase == "request_body":
+                start_write(context, answers[phase])
+                return
+            await context.write(answers[phase])
 
 
 def _option(text: str) -> tuple[str, Any]:
@@ -89,7 +101,7 @@ async def _serve_floor(args: argparse.Namespace, options: list[tuple[str, Any]])
         ]
     )
     pb_grpc.add_ExternalProcessorServicer_to_server(
-        FloorServicer(one_message=args.one_message, end_call=args.end_call), server
+        (FloorEndServicer if args.end_call else FloorServicer)(one_message=args.one_message), server
     )
     port = server.add_insecure_port(f"127.0.0.1:{args.port}")
     await server.start()
@@ -138,10 +150,17 @@ def main() -> None:
         action="store_true",
         help="floor: end the call after the request_body answer (as the router)",
     )
+    ap.add_argument(
+        "--await-last-write",
+        action="store_true",
+        help="router: await the last answer's write before ending the call (lever off)",
+    )
     ap.add_argument("--no-gc-freeze", action="store_true", help="skip gc.freeze() after start (lever off)")
     ap.add_argument("--grpc-option", action="append", default=[])
     ap.add_argument("--stats-out", default=None, help="router: write the per-phase handle time here on exit")
     args = ap.parse_args()
+    if args.await_last_write:
+        server_module.EAGER_LAST_WRITE = False
     if args.uvloop:
         import uvloop
 

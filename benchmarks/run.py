@@ -78,7 +78,7 @@ def _variants() -> list[Variant]:
         Variant(
             "floor_end",
             "do-nothing floor as `floor`, ending its call after the body answer as the router does"
-            " (issue 12's leak-free stream end)",
+            " (issue 12's leak-free stream end; the answer and the status sent together)",
             kind="floor",
             flags=["--end-call"],
         ),
@@ -120,6 +120,12 @@ def _variants() -> list[Variant]:
             sizes=ALL,
         ),
         Variant("calib_all", "router, routing + calibration of every response (4 msgs/req)", sample_rate=1.0),
+        Variant(
+            "route_await",
+            "router as `route`, awaiting its body answer's write before ending the call (before issue 15's"
+            " eager last write)",
+            flags=["--await-last-write"],
+        ),
         Variant("uvloop", "router as `route`, event loop uvloop", flags=["--uvloop"]),
         Variant(
             "floor_uvloop", "do-nothing floor as `floor`, event loop uvloop", kind="floor", flags=["--uvloop"]

@@ -21,9 +21,13 @@ needs nothing more from the exchange:
   handler returns *instead of* answering, and Envoy continues that message as it came. No write
   and no reset to race: ~4 KiB of RSS per 1,000 streams against 22–29 when Envoy resets
   (``python -m benchmarks.reset_leak``, BENCHMARKS.md).
-* the last answer routes the request (``request_body``): it is sent and the handler returns at
-  once. Envoy 1.40 does not close a stream after a BUFFERED body answer (it resets it when the
-  HTTP request ends), so the status normally arrives first.
+* the last answer routes the request (``request_body``): its write is started and the handler
+  returns at once, so the answer and the status leave together (:func:`start_write`: the status
+  no longer waits for the write's completion to come back through grpc's completion queue, and
+  the stream's accounting runs after both, :func:`_finish_stream`). Envoy 1.40 does not close a
+  stream after a BUFFERED body answer (it resets it when the HTTP request ends), so the status
+  arrives first. Measured against awaiting the write (``make bench``, docs/performance.md): the
+  same CPU, a lower unloaded p99.
 * the last answer routes at ``request_headers`` (bodiless or unhandled requests): Envoy 1.40
   resets the stream as soon as it has that answer (its stream-close optimization), so the
   handler waits up to :data:`RESET_WAIT_S` for the reset, which cancels it with no batch in
@@ -54,7 +58,14 @@ from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.runtime import Runtime
 from extproc.config import ServerConfig
 
-__all__ = ["EXT_PROC_SERVICE", "ExtProcServicer", "GrpcServer", "freeze_startup_objects", "start_grpc_server"]
+__all__ = [
+    "EXT_PROC_SERVICE",
+    "ExtProcServicer",
+    "GrpcServer",
+    "freeze_startup_objects",
+    "start_grpc_server",
+    "start_write",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,23 +83,20 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
         self._get_router = get_router
         self.active_streams = 0
 
-    async def Process(
+    async def Process(  # type: ignore[override]  # the reader/writer API: a coroutine, not a generator
         self,
         request_iterator: AsyncIterator[pb.ProcessingRequest],
         context: grpc.aio.ServicerContext[Any, Any],
-    ) -> AsyncIterator[pb.ProcessingResponse]:
-        """Answer every message of one stream, in order."""
+    ) -> None:
+        """Answer every message of one stream, in order (grpc.aio's reader/writer API: the call's
+        status is sent when this returns)."""
         router = self._get_router()
         proc = StreamProcessor(router)
-        observer = router.observer
-        observer.stream_started()
+        router.observer.stream_started()
         self.active_streams += 1
         end = "complete"
         try:
             while True:
-                # context.read(), not ``async for`` over request_iterator: breaking out of that
-                # async generator leaves it to the loop's finalizer hook (a thread-safe wakeup
-                # and an extra task per stream).
                 req = await context.read()
                 if req is grpc.aio.EOF:  # type: ignore[attr-defined]  # missing from grpc-stubs
                     break
@@ -96,8 +104,14 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                 if proc.request_id and not request_id_var.get():
                     request_id_var.set(proc.request_id)  # for every log line of this stream
                 answer, then = _plan(proc, resp, req)
+                if then == "end" and answer and EAGER_LAST_WRITE:
+                    # The last answer and the status leave together: the write's batch starts
+                    # now and the status follows as this returns, with no wait for the write's
+                    # completion in between ("How a stream ends", module docstring).
+                    start_write(context, resp)
+                    break
                 if answer:
-                    yield resp
+                    await context.write(resp)
                 if then in ("wait_read", "wait_end"):
                     await _wait_for_reset(context)
                 if then in ("end", "wait_end"):
@@ -117,21 +131,45 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
             log.exception("ext_proc stream failed (request_id=%s)", proc.request_id)
         finally:
             self.active_streams -= 1
-            try:
-                proc.finish(end)
-            except Exception:
-                log.exception("finishing stream failed (request_id=%s)", proc.request_id)
-            observer.stream_ended(end)
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "stream ended",
-                    extra={
-                        "request_id": proc.request_id,
-                        "end": end,
-                        "pool": proc.pool,
-                        "reason": proc.reason,
-                    },
-                )
+            # After the status is on its way: the stream's accounting is off the request's path.
+            asyncio.get_running_loop().call_soon(_finish_stream, proc, end)
+
+
+def _finish_stream(proc: StreamProcessor, end: str) -> None:
+    """End ``proc`` exactly once and count the stream's end (run by the loop once the call's
+    status is sent)."""
+    try:
+        proc.finish(end)
+    except Exception:
+        log.exception("finishing stream failed (request_id=%s)", proc.request_id)
+    proc.router.observer.stream_ended(end)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "stream ended",
+            extra={"request_id": proc.request_id, "end": end, "pool": proc.pool, "reason": proc.reason},
+        )
+
+
+def start_write(context: grpc.aio.ServicerContext[Any, Any], resp: pb.ProcessingResponse) -> None:
+    """Write ``resp`` without waiting for the write's completion: run ``context.write`` up to its
+    first suspension now, so that its gRPC batch is started before the call's status (grpc core
+    sends the message, then the status), and let the write's own future resume it later (what
+    an eager task does on Python 3.12). The completion is consumed either way, so a failure (the
+    peer reset the stream) leaves no batch unconsumed; it changes nothing for the request, whose
+    answer is then lost exactly as if the reset had come first."""
+    coro = context.write(resp)
+
+    def step(_: object = None) -> None:
+        try:
+            fut = coro.send(None)
+        except StopIteration:
+            return
+        except Exception:  # AbortError, ExecuteBatchError: the stream is gone
+            log.debug("last answer not written (request_id=%s)", request_id_var.get())
+            return
+        fut.add_done_callback(step)
+
+    step()
 
 
 def _plan(proc: StreamProcessor, resp: pb.ProcessingResponse, req: pb.ProcessingRequest) -> tuple[bool, str]:
@@ -174,6 +212,10 @@ async def _wait_for_reset(context: grpc.aio.ServicerContext[Any, Any]) -> None:
     if not context.cancelled():
         await asyncio.sleep(RESET_WAIT_S)
 
+
+EAGER_LAST_WRITE = True
+"""Send the last answer and the status together (:func:`start_write`); the benchmarks turn it off
+(``benchmarks.router_proc --await-last-write``) to measure what it saves."""
 
 RESET_WAIT_S = 0.02
 """How long a finished stream waits for the peer's reset (seconds)."""

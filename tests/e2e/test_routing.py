@@ -114,8 +114,12 @@ def test_router_ends_each_calibrated_stream_itself(gateway: Gateway, router: Rou
         key = f"http.llm_ingress.ext_proc.tbr.{name}"
         return after.get(key, 0) - before.get(key, 0)
 
-    assert delta("streams_started") == n
-    assert delta("server_half_closed") == n
+    assert delta("streams_started") == delta("streams_closed") == n
+    # Every answer arrives and no stream fails; Envoy counts the router's close as
+    # ``server_half_closed`` for all six streams in most runs, for five in about one run of five
+    # (the sixth counted only in ``streams_closed``: seen with the router of main before issue 15
+    # too). A router that does not end its calls gets 0 here (Envoy resets every stream).
+    assert delta("server_half_closed") >= n - 1
     assert delta("streams_failed") == delta("failure_mode_allowed") == delta("message_timeouts") == 0
 
 
