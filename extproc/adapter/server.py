@@ -161,13 +161,16 @@ def start_write(context: grpc.aio.ServicerContext[Any, Any], resp: pb.Processing
 
     def step(_: object = None) -> None:
         try:
-            fut = coro.send(None)
+            awaited = coro.send(None)
         except StopIteration:
             return
-        except Exception:  # AbortError, ExecuteBatchError: the stream is gone
+        except (Exception, asyncio.CancelledError):  # the stream is gone (reset, server stopping)
             log.debug("last answer not written (request_id=%s)", request_id_var.get())
             return
-        fut.add_done_callback(step)
+        if isinstance(awaited, asyncio.Future):
+            awaited.add_done_callback(step)
+        else:  # a bare yield (``asyncio.sleep(0)``): resume on the next loop iteration
+            asyncio.get_running_loop().call_soon(step)
 
     step()
 
