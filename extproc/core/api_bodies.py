@@ -87,10 +87,11 @@ def _features(
     tool_defs = _tool_defs(parsed)
     tools = tool_json(tool_defs)
     stream, include_usage = stream_flags(parsed)
+    text_bytes = text.total
     return RequestFeatures(
         endpoint=endpoint,
         model=parsed.get("model", ""),
-        text_bytes=text.total,
+        text_bytes=text_bytes,
         sample=text.sample(),
         n_messages=n_messages,
         exact_prompt_tokens=0,
@@ -107,7 +108,7 @@ def _features(
         unknown_fields=counts[3],
         reasoning_text="\n".join(reasoning or ()),
         tools_json=tools,
-        rendered_bytes=rendered_bytes(text.total, reasoning or [], tools),
+        rendered_bytes=rendered_bytes(text_bytes, reasoning or [], tools),
         image_sizes=tuple(images),
         **extra,
     )

@@ -265,11 +265,12 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
     n = _int_field(parsed, "n") or 1
     best_of = _int_field(parsed, "best_of") or 1
     stream, include_usage = stream_flags(parsed)
+    text_bytes = text.total
 
     return RequestFeatures(
         endpoint=endpoint,
         model=model,
-        text_bytes=text.total,
+        text_bytes=text_bytes,
         sample=text.sample(),
         n_messages=n_messages,
         exact_prompt_tokens=exact,
@@ -286,6 +287,6 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
         unknown_fields=counts[3],
         reasoning_text="\n".join(reasoning),
         tools_json=tools,
-        rendered_bytes=rendered_bytes(text.total, reasoning + template_texts, tools),
+        rendered_bytes=rendered_bytes(text_bytes, reasoning + template_texts, tools),
         image_sizes=tuple(images),
     )
