@@ -112,3 +112,16 @@ def test_code_and_data_letters_cost_like_english(kind: str) -> None:
     assert texts, f"no {kind} texts in the broad corpus"
     for text in texts:
         assert count_runs(text).chars[LETTER_OTHER] == 0
+
+
+def test_spaced_word_count_equals_str_count() -> None:
+    """The one-split count of the function words equals one non-overlapping ``str.count`` per word
+    (repeated words share a space: " de de de " holds " de " twice)."""
+    from extproc.core.run_languages import _EURO_WORD_SET, _EURO_WORDS, _spaced_word_count
+
+    rng = random.Random(14)
+    tokens = ["de", "le", "är", "x", "", "und", "de de", "è"]
+    for _ in range(5000):
+        window = "".join(rng.choice(tokens) + rng.choice([" ", " ", "  ", "\n"]) for _ in range(rng.randint(0, 12)))
+        window = rng.choice(["", " "]) + window
+        assert _spaced_word_count(window, _EURO_WORD_SET) == sum(window.count(w) for w in _EURO_WORDS)
