@@ -87,7 +87,7 @@ def _features(
     tool_defs = _tool_defs(parsed)
     tools = tool_json(tool_defs)
     stream, include_usage = stream_flags(parsed)
-    text_bytes = text.total
+    prompt_text, text_bytes, prompt_codes = text.joined([])
     return RequestFeatures(
         endpoint=endpoint,
         model=parsed.get("model", ""),
@@ -103,7 +103,7 @@ def _features(
         n_sequences=1,
         stream=stream,
         include_usage=include_usage,
-        prompt_text="\n".join(text.all),
+        prompt_text=prompt_text,
         n_tool_calls=counts[2],
         unknown_fields=counts[3],
         reasoning_text="\n".join(reasoning or ()),
@@ -111,7 +111,7 @@ def _features(
         rendered_bytes=rendered_bytes(text_bytes, reasoning or [], tools),
         image_sizes=tuple(images),
         **extra,
-    )
+    ).with_prompt_codes(prompt_codes)
 
 
 # -- Responses API ----------------------------------------------------------------------------
