@@ -6,6 +6,9 @@ docs/estimator.md)."""
 
 from __future__ import annotations
 
+from itertools import compress
+from operator import eq
+
 import numpy as np
 
 from extproc.core.run_kinds import kind_index as _K
@@ -80,14 +83,19 @@ def _spaced_word_count(window: str, words: frozenset[str]) -> int:
 
     ``" w "`` occurs wherever a token of ``window.split(" ")`` with a space on both sides equals
     ``w``; ``str.count`` does not count overlapping occurrences, so of consecutive equal tokens
-    (``" de de "``: the middle space is shared) every second one is not counted.
+    (``" de de "``: the middle space is shared) every second one is not counted. The tokens are
+    tested by C-level ``map`` calls; the Python loop runs only when a word repeats back to back.
     """
     tokens = window.split(" ")[1:-1]  # the tokens with a space on both sides
-    hits = [i for i, t in enumerate(tokens) if t in words]
+    hits = sum(map(words.__contains__, tokens))
+    if not hits or not any(map(words.__contains__, compress(tokens, map(eq, tokens, tokens[1:])))):
+        return hits
     count = 0
     last_counted = -2
-    for i in hits:
-        if i == last_counted + 1 and tokens[i] == tokens[last_counted]:
+    for i, token in enumerate(tokens):
+        if token not in words:
+            continue
+        if i == last_counted + 1 and token == tokens[last_counted]:
             continue  # its leading space is the trailing space of the previous occurrence
         count += 1
         last_counted = i
