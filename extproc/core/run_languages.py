@@ -7,7 +7,6 @@ docs/estimator.md)."""
 from __future__ import annotations
 
 from itertools import compress
-from operator import eq
 
 import numpy as np
 
@@ -84,21 +83,16 @@ def _spaced_word_count(window: str, words: frozenset[str]) -> int:
     ``" w "`` occurs wherever a token of ``window.split(" ")`` with a space on both sides equals
     ``w``; ``str.count`` does not count overlapping occurrences, so of consecutive equal tokens
     (``" de de "``: the middle space is shared) every second one is not counted. The tokens are
-    tested by C-level ``map`` calls; the Python loop runs only when a word repeats back to back.
+    tested by a C-level ``map``; the Python loop runs over the occurrences only.
     """
     tokens = window.split(" ")[1:-1]  # the tokens with a space on both sides
-    hits = sum(map(words.__contains__, tokens))
-    if not hits or not any(map(words.__contains__, compress(tokens, map(eq, tokens, tokens[1:])))):
-        return hits
     count = 0
-    last_counted = -2
-    for i, token in enumerate(tokens):
-        if token not in words:
-            continue
-        if i == last_counted + 1 and token == tokens[last_counted]:
+    last = -2  # the last counted occurrence
+    for i in compress(range(len(tokens)), map(words.__contains__, tokens)):
+        if i == last + 1 and tokens[i] == tokens[last]:
             continue  # its leading space is the trailing space of the previous occurrence
         count += 1
-        last_counted = i
+        last = i
     return count
 
 
