@@ -24,9 +24,10 @@ Kinds (:data:`RUN_KINDS`, one vocabulary used by the estimator, the evaluation a
 * ``symbol`` (non-ASCII punctuation, CJK punctuation, full-width forms, arrows, math, box drawing),
   ``emoji`` (pictographs, variation selectors, ZWJ), ``other`` (private use, unassigned, surrogates).
 
-Cost: one encode (ASCII, UTF-16 or UTF-32) and a table look-up per character, then C-level numpy passes
-(run starts, counts per kind, one ``reduceat`` per blob test); about 0.3–0.9 ms per 100 KB on the shared
-2-CPU box (BENCHMARKS.md §Estimator cost).
+Cost: one encode at the width CPython stores the text with (:func:`code_points`; the request parse
+computes it while counting the UTF-8 bytes and hands it over) and a table look-up per character, then
+C-level numpy passes (run starts, counts per kind, one ``reduceat`` per blob test); about 0.4–1.3 ms per
+100 KB on the shared 2-CPU box (BENCHMARKS.md §Estimator cost).
 """
 
 from __future__ import annotations
