@@ -87,10 +87,11 @@ def _features(
     tool_defs = _tool_defs(parsed)
     tools = tool_json(tool_defs)
     stream, include_usage = stream_flags(parsed)
+    prompt_text, text_bytes, prompt_codes = text.joined([])
     return RequestFeatures(
         endpoint=endpoint,
         model=parsed.get("model", ""),
-        text_bytes=text.total,
+        text_bytes=text_bytes,
         sample=text.sample(),
         n_messages=n_messages,
         exact_prompt_tokens=0,
@@ -102,15 +103,15 @@ def _features(
         n_sequences=1,
         stream=stream,
         include_usage=include_usage,
-        prompt_text="\n".join(text.all),
+        prompt_text=prompt_text,
         n_tool_calls=counts[2],
         unknown_fields=counts[3],
         reasoning_text="\n".join(reasoning or ()),
         tools_json=tools,
-        rendered_bytes=rendered_bytes(text.total, reasoning or [], tools),
+        rendered_bytes=rendered_bytes(text_bytes, reasoning or [], tools),
         image_sizes=tuple(images),
         **extra,
-    )
+    ).with_prompt_codes(prompt_codes)
 
 
 # -- Responses API ----------------------------------------------------------------------------

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import orjson
 
 from extproc.core.images import ImageSize, size_from_base64, size_from_url
+from extproc.core.runs import code_points, utf8_length
 
 _MAX_SANE_TOKENS = 1 << 31
 
@@ -71,11 +73,10 @@ def _arguments_text(args: Any) -> str:
 
 
 class _Text:
-    """Accumulates text byte counts and a bounded sample.
+    """Accumulates the prompt's text parts, their ASCII byte count and a bounded sample.
 
-    ASCII strings (``str.isascii`` is O(1) in CPython) count their length; non-ASCII strings are
-    collected and encoded to UTF-8 once at the end (one C-level encode of their concatenation;
-    a lone surrogate from a ``\\ud800`` escape counts its 3 bytes).
+    ASCII strings (``str.isascii`` is O(1) in CPython) count their length; the bytes of the others
+    are counted once the parts are joined (:meth:`joined`).
     """
 
     __slots__ = ("all", "ascii_total", "limit", "non_ascii", "parts", "sampled")
@@ -83,7 +84,7 @@ class _Text:
     def __init__(self, limit: int) -> None:
         self.all: list[str] = []
         self.ascii_total = 0
-        self.non_ascii: list[str] = []
+        self.non_ascii = False
         self.sampled = 0
         self.limit = limit
         self.parts: list[bytes] = []
@@ -100,7 +101,7 @@ class _Text:
                 self.parts.append(piece)
                 self.sampled += len(piece) + 1
             return
-        self.non_ascii.append(s)
+        self.non_ascii = True
         if room > 0:
             head = s[:room]
             try:
@@ -111,12 +112,21 @@ class _Text:
             self.parts.append(piece)
             self.sampled += len(piece) + 1
 
-    @property
-    def total(self) -> int:
-        """UTF-8 bytes of all text added."""
+    def joined(self, extra: list[str]) -> tuple[str, int, np.ndarray | None]:
+        """``(text, total, codes)``: the parts then ``extra`` joined by newlines; the UTF-8 bytes of
+        the parts alone (a lone surrogate from a ``\\ud800`` escape counts its 3 bytes); the code
+        points of ``text`` (:func:`extproc.core.runs.code_points`) when it is not ASCII, else None.
+
+        Non-ASCII parts are measured by the code points of the joined text (one encode at its storage
+        width, which the run counts reuse) less the separators and ``extra``: no UTF-8 encode.
+        """
+        pieces = self.all + extra
+        text = "\n".join(pieces)
         if not self.non_ascii:
-            return self.ascii_total
-        return self.ascii_total + len("".join(self.non_ascii).encode("utf-8", "surrogatepass"))
+            return text, self.ascii_total, None
+        codes = code_points(text)
+        others = len(pieces) - 1 + sum(len(t.encode("utf-8", "surrogatepass")) for t in extra)
+        return text, utf8_length(codes) - others, codes
 
     def sample(self) -> bytes:
         # joined with a space, not a newline: the estimator counts newlines as structure tokens

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 
 from extproc.core.chat_messages import (
@@ -123,17 +124,29 @@ class RequestFeatures:
     describes the longest one); empty otherwise."""
     _counted: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def _count(self, name: str, text: str) -> RunCounts:
+    def _count(self, name: str, text: str, codes: np.ndarray | None = None) -> RunCounts:
         counts: RunCounts | None = self._counted.get(name)
         if counts is None:
-            counts = self._counted[name] = count_runs(text)
+            counts = self._counted[name] = count_runs(text, codes)
         return counts
+
+    def with_prompt_codes(self, codes: np.ndarray | None) -> RequestFeatures:
+        """This object, holding the code points of :attr:`prompt_text`
+        (:func:`extproc.core.runs.code_points`) for :attr:`runs` when the parse computed them to
+        count its UTF-8 bytes (None: nothing held)."""
+        if codes is not None:
+            self._counted["prompt_codes"] = codes
+        return self
 
     @property
     def runs(self) -> RunCounts:
         """Run counts (:mod:`extproc.core.runs`) of :attr:`prompt_text`, counted on first use
-        (a request routed by the byte bound is never counted)."""
-        return self._count("runs", self.prompt_text)
+        (a request routed by the byte bound is never counted); the code points held by
+        :meth:`with_prompt_codes` are used, then dropped."""
+        counts: RunCounts | None = self._counted.get("runs")
+        if counts is None:
+            counts = self._count("runs", self.prompt_text, self._counted.pop("prompt_codes", None))
+        return counts
 
     @property
     def reasoning_runs(self) -> RunCounts | None:
@@ -265,11 +278,12 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
     n = _int_field(parsed, "n") or 1
     best_of = _int_field(parsed, "best_of") or 1
     stream, include_usage = stream_flags(parsed)
+    prompt_text, text_bytes, prompt_codes = text.joined(template_texts)
 
     return RequestFeatures(
         endpoint=endpoint,
         model=model,
-        text_bytes=text.total,
+        text_bytes=text_bytes,
         sample=text.sample(),
         n_messages=n_messages,
         exact_prompt_tokens=exact,
@@ -281,11 +295,11 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
         n_sequences=max(1, n, best_of),
         stream=stream,
         include_usage=include_usage,
-        prompt_text="\n".join(text.all + template_texts),
+        prompt_text=prompt_text,
         n_tool_calls=counts[2],
         unknown_fields=counts[3],
         reasoning_text="\n".join(reasoning),
         tools_json=tools,
-        rendered_bytes=rendered_bytes(text.total, reasoning + template_texts, tools),
+        rendered_bytes=rendered_bytes(text_bytes, reasoning + template_texts, tools),
         image_sizes=tuple(images),
-    )
+    ).with_prompt_codes(prompt_codes)

@@ -6,6 +6,8 @@ docs/estimator.md)."""
 
 from __future__ import annotations
 
+from itertools import compress
+
 import numpy as np
 
 from extproc.core.run_kinds import kind_index as _K
@@ -67,7 +69,31 @@ def western_european(text: str) -> bool:
     of other Latin-script languages on every measured tokenizer (docs/estimator.md)."""
     window = text[:_WINDOW_CHARS].lower()
     words = window.count(" ") + 1
-    return sum(window.count(w) for w in _EURO_WORDS) * 25 >= words
+    return _spaced_word_count(window, _EURO_WORD_SET) * 25 >= words
+
+
+_EURO_WORD_SET = frozenset(w.strip(" ") for w in _EURO_WORDS)
+
+
+def _spaced_word_count(window: str, words: frozenset[str]) -> int:
+    """``sum(window.count(f" {w} ") for w in words)`` (each ``w`` a word without spaces) from one
+    split of ``window`` instead of one scan per word (48 scans of a 4,096-character window cost
+    ~0.2 ms).
+
+    ``" w "`` occurs wherever a token of ``window.split(" ")`` with a space on both sides equals
+    ``w``; ``str.count`` does not count overlapping occurrences, so of consecutive equal tokens
+    (``" de de "``: the middle space is shared) every second one is not counted. The tokens are
+    tested by a C-level ``map``; the Python loop runs over the occurrences only.
+    """
+    tokens = window.split(" ")[1:-1]  # the tokens with a space on both sides
+    count = 0
+    last = -2  # the last counted occurrence
+    for i in compress(range(len(tokens)), map(words.__contains__, tokens)):
+        if i == last + 1 and tokens[i] == tokens[last]:
+            continue  # its leading space is the trailing space of the previous occurrence
+        count += 1
+        last = i
+    return count
 
 
 _PERSIAN_LETTERS = ("\u067e", "\u0686", "\u0698", "\u06af", "\u06a9", "\u06cc")

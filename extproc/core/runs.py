@@ -24,9 +24,10 @@ Kinds (:data:`RUN_KINDS`, one vocabulary used by the estimator, the evaluation a
 * ``symbol`` (non-ASCII punctuation, CJK punctuation, full-width forms, arrows, math, box drawing),
   ``emoji`` (pictographs, variation selectors, ZWJ), ``other`` (private use, unassigned, surrogates).
 
-Cost: one encode (ASCII, UTF-16 or UTF-32) and a table look-up per character, then C-level numpy passes
-(run starts, counts per kind, one ``reduceat`` per blob test); about 0.3–0.9 ms per 100 KB on the shared
-2-CPU box (BENCHMARKS.md §Estimator cost).
+Cost: one encode at the width CPython stores the text with (:func:`code_points`; the request parse
+computes it while counting the UTF-8 bytes and hands it over) and a table look-up per character, then
+C-level numpy passes (run starts, counts per kind, one ``reduceat`` per blob test); about 0.4–1.3 ms per
+100 KB on the shared 2-CPU box (BENCHMARKS.md §Estimator cost).
 """
 
 from __future__ import annotations
@@ -44,7 +45,15 @@ from extproc.core.run_languages import (
     western_european,
 )
 
-__all__ = ["CONTENT_KINDS", "RUN_KINDS", "RunCounts", "content_kind", "count_runs"]
+__all__ = [
+    "CONTENT_KINDS",
+    "RUN_KINDS",
+    "RunCounts",
+    "code_points",
+    "content_kind",
+    "count_runs",
+    "utf8_length",
+]
 
 _K = kind_index
 
@@ -94,7 +103,6 @@ def _table() -> np.ndarray:
 
 
 _TABLE = _table()
-_ASCII_BYTES = bytes(_TABLE[:128].tolist()) + bytes(128)
 _EMOJI_LO, _EMOJI_HI = 0x1F000, 0x1FB00
 _HAN_EXT_LO, _HAN_EXT_HI = 0x20000, 0x3FFFF
 _ALNUM = np.zeros(N_KINDS, dtype=bool)
@@ -150,26 +158,61 @@ _ASCII_KINDS = [_K[k] for k in ("letter", "digit", "punct", "space", "newline")]
 
 
 _TABLE_BMP = _TABLE[:0x10000].copy()
+_LATIN1_BYTES = bytes(_TABLE[:256].tolist())
+_STR_HEADER = sys.getsizeof("\xe9") - 2
+"""Bytes of a compact non-ASCII ``str`` besides its characters (and their terminating NUL)."""
 
 
-def _classes(text: str) -> np.ndarray:
-    """The run kind of every character: uint8 array of shape ``(len(text),)``.
+def code_points(text: str) -> np.ndarray:
+    """The code points of ``text``: shape ``(len(text),)``, uint8 for ASCII and Latin-1 text, uint16 for
+    other text of the Basic Multilingual Plane, uint32 when it has characters beyond U+FFFF (lone
+    surrogates are kept as themselves).
 
-    ASCII text: one ``bytes.translate``. Other text: its UTF-16 code units through a 64 K-entry
-    table (one ``take``), unless it has characters beyond U+FFFF (emoji, rare Han; CPython then
-    stores 4 bytes per character, which ``sys.getsizeof`` shows): then its UTF-32 code points.
+    One encode at the width CPython stores the string with (1, 2 or 4 bytes per character, which
+    ``sys.getsizeof`` shows): a copy, no transcoding.
     """
     if text.isascii():
-        return np.frombuffer(text.encode("ascii").translate(_ASCII_BYTES), dtype=np.uint8)
-    if sys.getsizeof(text) < 4 * len(text):  # CPython stores it with 1 or 2 bytes per character
+        return np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    width = (sys.getsizeof(text) - _STR_HEADER) // (len(text) + 1)
+    if width == 1:
+        try:
+            return np.frombuffer(text.encode("latin-1"), dtype=np.uint8)
+        except UnicodeEncodeError:  # not CPython's compact storage: take the general path
+            pass
+    if width <= 2:
         units = np.frombuffer(text.encode("utf-16-le", "surrogatepass"), dtype=np.uint16)
-        if units.size == len(text):  # no character beyond U+FFFF (a lone surrogate is one unit: other)
-            cls: np.ndarray = _TABLE_BMP.take(units)
-            return cls
-    cp = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    cls = _TABLE.take(cp, mode="clip")  # code points ≥ 0x10000 read _TABLE[0x10000] = other
-    astral = np.flatnonzero(cp >= 0x10000)
-    a = cp[astral]
+        if units.size == len(text):  # no character beyond U+FFFF (a lone surrogate is one unit)
+            return units
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+def utf8_length(codes: np.ndarray) -> int:
+    """UTF-8 bytes of the text whose code points are ``codes`` (:func:`code_points`); a lone surrogate
+    counts the 3 bytes ``surrogatepass`` encodes it with. One comparison per byte-length step."""
+    n = codes.size
+    if codes.dtype == np.uint8:
+        return n + int(np.count_nonzero(codes >= 0x80))
+    n += int(np.count_nonzero(codes >= 0x80)) + int(np.count_nonzero(codes >= 0x800))
+    if codes.dtype == np.uint32:
+        n += int(np.count_nonzero(codes >= 0x10000))
+    return n
+
+
+def _classes(codes: np.ndarray) -> np.ndarray:
+    """The run kind of every character of the text whose code points are ``codes``
+    (:func:`code_points`): uint8 array of the same shape.
+
+    1-byte code points: one ``bytes.translate``; 2-byte: one ``take`` from a 64 K-entry table; 4-byte:
+    a clipped ``take``, then the few characters beyond U+FFFF (emoji, rare Han) by their ranges.
+    """
+    if codes.dtype == np.uint8:
+        return np.frombuffer(codes.tobytes().translate(_LATIN1_BYTES), dtype=np.uint8)
+    if codes.dtype == np.uint16:
+        cls: np.ndarray = _TABLE_BMP.take(codes)
+        return cls
+    cls = _TABLE.take(codes, mode="clip")  # code points ≥ 0x10000 read _TABLE[0x10000] = other
+    astral = np.flatnonzero(codes >= 0x10000)
+    a = codes[astral]
     kinds = np.full(a.size, _OTHER_K, dtype=np.uint8)
     kinds[(a >= _EMOJI_LO) & (a < _EMOJI_HI)] = _K["emoji"]
     kinds[(a >= _HAN_EXT_LO) & (a <= _HAN_EXT_HI)] = _K["han"]
@@ -186,27 +229,40 @@ _RUN_PACK[[_LETTER_K, _DIGIT_K, _PUNCT_K]] = (1, 1 << 21, 1 << 42)
 _FIELD_21 = (1 << 21) - 1
 
 
-def _mixed_case(text: str, starts: np.ndarray, ends: np.ndarray, letters: np.ndarray) -> np.ndarray:
-    """True for each character range ``[starts[i], ends[i])`` of ``text`` whose ASCII letters are at
-    least :data:`_BLOB_MIN_CASE_SHARE` upper case and as much lower case (``letters``: ASCII letters in
-    each range). One encode and one ``np.add.reduceat`` over the text."""
-    if text.isascii():
-        codes: np.ndarray = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+def _mixed_case(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray, letters: np.ndarray) -> np.ndarray:
+    """True for each character range ``[starts[i], ends[i])`` of the text whose code points are
+    ``codes`` whose ASCII letters are at least :data:`_BLOB_MIN_CASE_SHARE` upper case and as much
+    lower case (``letters``: ASCII letters in each range).
+
+    Upper-case letters are counted by one ``np.add.reduceat``: over the ranges' characters gathered
+    back to back when they are a small part of the text (ranges are ≥ ``_BLOB_MIN_CHARS`` long, never
+    empty), else over the whole text."""
+    lengths = ends - starts
+    in_ranges = int(lengths.sum())
+    if 4 * in_ranges < codes.size:
+        offsets = np.cumsum(lengths) - lengths
+        at = np.repeat(starts - offsets, lengths) + np.arange(in_ranges)
+        upper = ((codes[at] - 65) < 26).astype(np.int32)  # unsigned: below "A" wraps to large
+        n_upper = np.add.reduceat(upper, offsets)
     else:
-        codes = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    upper = np.zeros(codes.size + 1, dtype=np.int32)  # a trailing 0: a range may end at the text's end
-    np.logical_and(codes >= 65, codes <= 90, out=upper[:-1], casting="unsafe")
-    idx = np.empty(2 * starts.size, dtype=np.int64)
-    idx[0::2] = starts
-    idx[1::2] = ends
-    n_upper = np.add.reduceat(upper, idx)[0::2]
+        upper = np.zeros(codes.size + 1, dtype=np.int32)  # a trailing 0: a range may end at the text's end
+        np.less(codes - 65, 26, out=upper[:-1], casting="unsafe")
+        idx = np.empty(2 * starts.size, dtype=np.int64)
+        idx[0::2] = starts
+        idx[1::2] = ends
+        n_upper = np.add.reduceat(upper, idx)[0::2]
     floor = _BLOB_MIN_CASE_SHARE * letters
     result: np.ndarray = (n_upper >= floor) & (letters - n_upper >= floor)
     return result
 
 
 def _blobs(
-    text: str, bounds: np.ndarray, rl: np.ndarray, run_cls: np.ndarray, runs: np.ndarray, chars: np.ndarray
+    codes: np.ndarray,
+    bounds: np.ndarray,
+    rl: np.ndarray,
+    run_cls: np.ndarray,
+    runs: np.ndarray,
+    chars: np.ndarray,
 ) -> None:
     """Move the characters and runs of blob chunks to the ``blob`` kind (in place).
 
@@ -253,7 +309,7 @@ def _blobs(
     word_like = ok & (digits < _BLOB_MIN_DIGIT_SHARE * alnum)
     if word_like.any():
         w = np.flatnonzero(word_like)
-        ok[w] = _mixed_case(text, bounds[pairs[w, 0]], bounds[pairs[w, 1]], alnum[w] - digits[w])
+        ok[w] = _mixed_case(codes, bounds[pairs[w, 0]], bounds[pairs[w, 1]], alnum[w] - digits[w])
     if not ok.any():
         return
     weights[: sub_cls.size] = _RUN_PACK.take(sub_cls)
@@ -280,7 +336,7 @@ def _blobs(
     chars[_BLOB] += float(total.sum())
 
 
-def count_runs(text: str) -> RunCounts:
+def count_runs(text: str, codes: np.ndarray | None = None) -> RunCounts:
     """Runs and characters of each kind in ``text`` (kinds: module docstring).
 
     Every pass is a C-level one over the whole text (no per-character Python): one encode and
@@ -288,23 +344,25 @@ def count_runs(text: str) -> RunCounts:
 
     Args:
         text: any Python string (lone surrogates are tolerated and counted as ``other``).
+        codes: ``code_points(text)`` when the caller already has it (saves the encode).
     """
     if not text:
         return RunCounts.zero()
-    cls = _classes(text)
+    if codes is None:
+        codes = code_points(text)
+    cls = _classes(codes)
     n = cls.size
-    starts = np.flatnonzero(cls[1:] != cls[:-1])
-    bounds = np.empty(starts.size + 2, dtype=np.int64)
-    bounds[0] = 0
-    bounds[1:-1] = starts + 1
-    bounds[-1] = n
-    run_cls = cls[bounds[:-1]]
+    edge = np.empty(n + 1, dtype=np.bool_)  # a run starts (or the text ends) before character i
+    edge[0] = edge[-1] = True
+    np.not_equal(cls[1:], cls[:-1], out=edge[1:-1])
+    bounds = np.flatnonzero(edge)  # run starts, then n: shape (runs + 1,)
+    run_cls = cls.take(bounds[:-1])
     if n <= _SHORT_TEXT_CHARS:
         # A short text (a 1 KB chat prompt): two bincounts beat a pass per kind, whose fixed cost
         # per numpy call dominates here (issue 15: ~2x faster on a 1 KB prompt; same counts).
         runs = np.bincount(run_cls, minlength=N_KINDS).astype(np.float64)
         chars = np.bincount(cls, minlength=N_KINDS).astype(np.float64)
-        return _finish(text, cls, bounds, run_cls, runs, chars)
+        return _finish(text, codes, cls, bounds, run_cls, runs, chars)
     runs = np.zeros(N_KINDS)
     chars = np.zeros(N_KINDS)
     if text.isascii():
@@ -319,7 +377,7 @@ def count_runs(text: str) -> RunCounts:
         chars[k] = c = int(np.count_nonzero(cls == k))
         rest -= c
     chars[present[-1]] = rest
-    return _finish(text, cls, bounds, run_cls, runs, chars)
+    return _finish(text, codes, cls, bounds, run_cls, runs, chars)
 
 
 _SHORT_TEXT_CHARS = 2048
@@ -327,13 +385,19 @@ _SHORT_TEXT_CHARS = 2048
 
 
 def _finish(
-    text: str, cls: np.ndarray, bounds: np.ndarray, run_cls: np.ndarray, runs: np.ndarray, chars: np.ndarray
+    text: str,
+    codes: np.ndarray,
+    cls: np.ndarray,
+    bounds: np.ndarray,
+    run_cls: np.ndarray,
+    runs: np.ndarray,
+    chars: np.ndarray,
 ) -> RunCounts:
     """The rest of :func:`count_runs` once runs and characters per kind are counted: blobs, the
     Arabic-script and Latin-script language splits, and the whitespace gaps."""
     rl = np.diff(bounds)
     if cls.size >= _BLOB_MIN_CHARS and chars[_DIGIT_K] >= _BLOB_MIN_DIGITS:
-        _blobs(text, bounds, rl, run_cls, runs, chars)
+        _blobs(codes, bounds, rl, run_cls, runs, chars)
     if chars[_ARABIC_K]:
         lang = arabic_script_language(text)
         if lang != _ARABIC_K:

@@ -112,3 +112,40 @@ def test_code_and_data_letters_cost_like_english(kind: str) -> None:
     assert texts, f"no {kind} texts in the broad corpus"
     for text in texts:
         assert count_runs(text).chars[LETTER_OTHER] == 0
+
+
+def test_spaced_word_count_equals_str_count() -> None:
+    """The one-split count of the function words equals one non-overlapping ``str.count`` per word
+    (repeated words share a space: " de de de " holds " de " twice)."""
+    from extproc.core.run_languages import _EURO_WORD_SET, _EURO_WORDS, _spaced_word_count
+
+    rng = random.Random(14)
+    tokens = ["de", "le", "är", "x", "", "und", "de de", "è"]
+    for _ in range(5000):
+        window = "".join(
+            rng.choice(tokens) + rng.choice([" ", " ", "  ", "\n"]) for _ in range(rng.randint(0, 12))
+        )
+        window = rng.choice(["", " "]) + window
+        assert _spaced_word_count(window, _EURO_WORD_SET) == sum(window.count(w) for w in _EURO_WORDS)
+
+
+@pytest.mark.parametrize(
+    ("text", "dtype"),
+    [
+        ("plain ascii", "uint8"),
+        ("café au lait", "uint8"),
+        ("привет, мир", "uint16"),
+        ("lone \ud800 and pair-like \udbff\udc00 surrogates", "uint16"),
+        ("emoji 😀 and rare Han \U00020000 and \ud800", "uint32"),
+        ("\U0010ffff\x00\x7f\x80\u07ff\u0800\uffff", "uint32"),
+    ],
+)
+def test_code_points_and_utf8_length(text: str, dtype: str) -> None:
+    """One encode at the string's storage width gives its code points, and its UTF-8 length is
+    counted from them (a lone surrogate: its 3 ``surrogatepass`` bytes)."""
+    from extproc.core.runs import code_points, utf8_length
+
+    codes = code_points(text)
+    assert codes.dtype == dtype and codes.tolist() == [ord(c) for c in text]
+    assert utf8_length(codes) == len(text.encode("utf-8", "surrogatepass"))
+    assert count_runs(text, codes).as_dict() == count_runs(text).as_dict()
