@@ -72,6 +72,10 @@ def _arguments_text(args: Any) -> str:
     return "" if args is None else _json_text(args)
 
 
+_CODE_POINTS_MIN_CHARS = 4096
+"""Above this many characters :meth:`_Text.joined` measures non-ASCII text by its code points."""
+
+
 class _Text:
     """Accumulates the prompt's text parts, their ASCII byte count and a bounded sample.
 
@@ -118,14 +122,19 @@ class _Text:
         points of ``text`` (:func:`extproc.core.runs.code_points`) when it is not ASCII, else None.
 
         Non-ASCII parts are measured by the code points of the joined text (one encode at its storage
-        width, which the run counts reuse) less the separators and ``extra``: no UTF-8 encode.
+        width, which the run counts reuse) less the separators and ``extra``: no UTF-8 encode. A
+        short text (≤ :data:`_CODE_POINTS_MIN_CHARS`) is encoded to UTF-8 instead, and no code points
+        are returned: numpy's fixed cost per call exceeds the encode there, and a short prompt is
+        usually routed by the byte bound without counting runs (issue 15).
         """
         pieces = self.all + extra
         text = "\n".join(pieces)
         if not self.non_ascii:
             return text, self.ascii_total, None
-        codes = code_points(text)
         others = len(pieces) - 1 + sum(len(t.encode("utf-8", "surrogatepass")) for t in extra)
+        if len(text) <= _CODE_POINTS_MIN_CHARS:
+            return text, len(text.encode("utf-8", "surrogatepass")) - others, None
+        codes = code_points(text)
         return text, utf8_length(codes) - others, codes
 
     def sample(self) -> bytes:
