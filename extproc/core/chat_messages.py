@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 
 from extproc.core.images import ImageSize, size_from_base64, size_from_url
-from extproc.core.runs import code_points, utf8_length
+from extproc.core.runs import text_utf8_length
 
 _MAX_SANE_TOKENS = 1 << 31
 
@@ -72,10 +72,6 @@ def _arguments_text(args: Any) -> str:
     return "" if args is None else _json_text(args)
 
 
-_CODE_POINTS_MIN_CHARS = 4096
-"""Above this many characters :meth:`_Text.joined` measures non-ASCII text by its code points."""
-
-
 class _Text:
     """Accumulates the prompt's text parts, their ASCII byte count and a bounded sample.
 
@@ -119,23 +115,19 @@ class _Text:
     def joined(self, extra: list[str]) -> tuple[str, int, np.ndarray | None]:
         """``(text, total, codes)``: the parts then ``extra`` joined by newlines; the UTF-8 bytes of
         the parts alone (a lone surrogate from a ``\\ud800`` escape counts its 3 bytes); the code
-        points of ``text`` (:func:`extproc.core.runs.code_points`) when it is not ASCII, else None.
+        points of ``text`` (:func:`extproc.core.runs.code_points`) when the numpy path computed them
+        to measure it (the run count reuses them), else None.
 
-        Non-ASCII parts are measured by the code points of the joined text (one encode at its storage
-        width, which the run counts reuse) less the separators and ``extra``: no UTF-8 encode. A
-        short text (≤ :data:`_CODE_POINTS_MIN_CHARS`) is encoded to UTF-8 instead, and no code points
-        are returned: numpy's fixed cost per call exceeds the encode there, and a short prompt is
-        usually routed by the byte bound without counting runs (issue 15).
+        Non-ASCII parts are measured on the joined text (:func:`extproc.core.runs.text_utf8_length`:
+        one C pass, or the numpy code points of a long text) less the separators and ``extra``.
         """
         pieces = self.all + extra
         text = "\n".join(pieces)
         if not self.non_ascii:
             return text, self.ascii_total, None
         others = len(pieces) - 1 + sum(len(t.encode("utf-8", "surrogatepass")) for t in extra)
-        if len(text) <= _CODE_POINTS_MIN_CHARS:
-            return text, len(text.encode("utf-8", "surrogatepass")) - others, None
-        codes = code_points(text)
-        return text, utf8_length(codes) - others, codes
+        total, codes = text_utf8_length(text)
+        return text, total - others, codes
 
     def sample(self) -> bytes:
         # joined with a space, not a newline: the estimator counts newlines as structure tokens

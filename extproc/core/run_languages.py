@@ -6,27 +6,37 @@ docs/estimator.md)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import compress
 
 import numpy as np
 
 from extproc.core.run_kinds import kind_index as _K
 
-__all__ = ["MIN_WORDS_FOR_LANGUAGE", "arabic_script_language", "english_like", "western_european"]
+__all__ = [
+    "MIN_WORDS_FOR_LANGUAGE",
+    "WINDOW_CHARS",
+    "arabic_script_language",
+    "english_like",
+    "western_european",
+]
 
 _PUNCT_K, _LETTER_K, _LATIN_EXT_K, _SPACE_K = _K["punct"], _K["letter"], _K["latin_ext"], _K["space"]
 _ARABIC_K, _PERSIAN_K = _K["arabic"], _K["persian"]
 
 _FUNCTION_WORDS = (" the ", " and ", " of ", " you ", " that ", " with ", " is ")
 MIN_WORDS_FOR_LANGUAGE = 8
-_WINDOW_CHARS = 4096
+WINDOW_CHARS = 4096
+"""Characters of the start of a text that each language test reads."""
 _MAX_CODE_PROSE = 0.4
 """Share of letter runs followed by a single space and another letter run above which punctuation-
 dense text is prose (measured on the broad corpus: YAML, logs, SQL, CSV 0.00–0.16 at the 90th
 percentile, code 0.51; non-English prose 0.34 at the 10th, median 0.49)."""
 
 
-def english_like(text: str, cls: np.ndarray, runs: np.ndarray, chars: np.ndarray) -> bool:
+def english_like(
+    text: str, window_kinds: Callable[[], np.ndarray], runs: np.ndarray, chars: np.ndarray
+) -> bool:
     """True unless the text reads as prose of another Latin-script language.
 
     English: its function words make ≥ 2 % of the words of a 4,096-character window (start of the
@@ -35,9 +45,10 @@ def english_like(text: str, cls: np.ndarray, runs: np.ndarray, chars: np.ndarray
     identifiers, keys and log fields rather than sentences) count as English too unless accented
     letters make ≥ 1 % of the letters: the word cost of English and of identifiers is the same, other
     languages cost 1.5–3× more per word. Markdown in Uzbek, Indonesian or Dutch is punctuation-dense
-    but made of sentences: not English. ``cls``: the text's character kinds (:func:`extproc.core.runs._classes`).
+    but made of sentences: not English. ``window_kinds()``: the character kinds of the window
+    (:func:`extproc.core.runs._classes`), asked for only when the punctuation test is reached.
     """
-    window = text[:_WINDOW_CHARS].lower()
+    window = text[:WINDOW_CHARS].lower()
     words = window.count(" ") + 1
     found = 0
     for w in _FUNCTION_WORDS:  # stop at the threshold: " the " alone usually meets it
@@ -46,7 +57,7 @@ def english_like(text: str, cls: np.ndarray, runs: np.ndarray, chars: np.ndarray
             return True
     if runs[_PUNCT_K] < 0.6 * runs[_LETTER_K] or chars[_LATIN_EXT_K] * 100 >= chars[_LETTER_K]:
         return False
-    kinds = cls[:_WINDOW_CHARS]
+    kinds = window_kinds()[:WINDOW_CHARS]
     is_letter = kinds == _LETTER_K
     letter_runs = np.count_nonzero(is_letter[1:] & ~is_letter[:-1]) + int(is_letter[0])
     prose = np.count_nonzero((kinds[1:-1] == _SPACE_K) & is_letter[:-2] & is_letter[2:])
@@ -67,7 +78,7 @@ def western_european(text: str) -> bool:
     """True when the function words of :data:`_EURO_WORDS` make ≥ 4 % of the words of the text's first
     4,096 characters: Western European languages (with Romanian), whose words cost 10–30 % fewer tokens than those
     of other Latin-script languages on every measured tokenizer (docs/estimator.md)."""
-    window = text[:_WINDOW_CHARS].lower()
+    window = text[:WINDOW_CHARS].lower()
     words = window.count(" ") + 1
     return _spaced_word_count(window, _EURO_WORD_SET) * 25 >= words
 
@@ -105,7 +116,7 @@ def arabic_script_language(text: str) -> int:
     4,096-character window, ``persian`` when Persian/Urdu letters (پ چ ژ گ ک ی) make ≥ 2 %, else
     ``arabic``. Tokenizers learned the three very differently (Llama-3: Persian costs 0.8×, Urdu 1.4×
     the tokens of Arabic per character)."""
-    window = text[:_WINDOW_CHARS]
+    window = text[:WINDOW_CHARS]
     n = max(1, len(window))
     if sum(window.count(c) for c in _URDU_LETTERS) * 100 >= n:
         return _K["urdu"]

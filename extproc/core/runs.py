@@ -24,22 +24,32 @@ Kinds (:data:`RUN_KINDS`, one vocabulary used by the estimator, the evaluation a
 * ``symbol`` (non-ASCII punctuation, CJK punctuation, full-width forms, arrows, math, box drawing),
   ``emoji`` (pictographs, variation selectors, ZWJ), ``other`` (private use, unassigned, surrogates).
 
-Cost: one encode at the width CPython stores the text with (:func:`code_points`; the request parse
-computes it while counting the UTF-8 bytes and hands it over) and a table look-up per character, then
-C-level numpy passes (run starts, counts per kind, one ``reduceat`` per blob test); about 0.4–1.3 ms per
-100 KB on the shared 2-CPU box (BENCHMARKS.md §Estimator cost).
+Two implementations give the same counts (tests/core/test_runscan.py holds them equal on every corpus
+and on generated text):
+
+* the C extension :mod:`extproc.core._runscan` (built by ``pip install`` where a C compiler is found):
+  one loop over the string's own 1-, 2- or 4-byte storage, no encode; about 0.05–0.2 ms per 100 KB;
+* the numpy reference (:func:`count_runs_numpy`): one encode at the width CPython stores the text with
+  (:func:`code_points`) and a table look-up per character, then C-level numpy passes (run starts, counts
+  per kind, one ``reduceat`` per blob test); about 0.4–1.3 ms per 100 KB. It runs where the extension
+  was not built (:data:`RUNSCAN` says which).
+
+The language tests (:mod:`extproc.core.run_languages`) read a 4,096-character window in both.
+Figures: BENCHMARKS.md §Estimator cost.
 """
 
 from __future__ import annotations
 
 import itertools
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
 from extproc.core.run_kinds import N_KINDS, RUN_KINDS, kind_index
 from extproc.core.run_languages import (
     MIN_WORDS_FOR_LANGUAGE,
+    WINDOW_CHARS,
     arabic_script_language,
     english_like,
     western_european,
@@ -47,11 +57,14 @@ from extproc.core.run_languages import (
 
 __all__ = [
     "CONTENT_KINDS",
+    "RUNSCAN",
     "RUN_KINDS",
     "RunCounts",
     "code_points",
     "content_kind",
     "count_runs",
+    "count_runs_numpy",
+    "text_utf8_length",
     "utf8_length",
 ]
 
@@ -161,6 +174,43 @@ _TABLE_BMP = _TABLE[:0x10000].copy()
 _LATIN1_BYTES = bytes(_TABLE[:256].tolist())
 _STR_HEADER = sys.getsizeof("\xe9") - 2
 """Bytes of a compact non-ASCII ``str`` besides its characters (and their terminating NUL)."""
+
+try:
+    from extproc.core import _runscan
+
+    _runscan.configure(
+        _TABLE_BMP.tobytes(),
+        N_KINDS,
+        tuple(
+            _K[k] for k in ("letter", "digit", "punct", "space", "newline", "blob", "emoji", "han", "other")
+        ),  # type: ignore[arg-type]
+    )
+    RUNSCAN = "c"
+except ImportError:  # built without a C compiler: the numpy reference counts
+    _runscan = None  # type: ignore[assignment]
+    RUNSCAN = "numpy"
+"""Which implementation :func:`count_runs` runs: ``"c"`` (:mod:`extproc.core._runscan`) or ``"numpy"``."""
+
+_SHORT_ENCODE_CHARS = 4096
+"""Without the extension, :func:`text_utf8_length` encodes a non-ASCII text up to this long to UTF-8:
+numpy's fixed cost per call exceeds the encode there (issue 15)."""
+
+
+def text_utf8_length(text: str) -> tuple[int, np.ndarray | None]:
+    """``(UTF-8 bytes of text, its code points or None)``; a lone surrogate counts its 3 bytes.
+
+    With the extension: one C pass over the string, no code points. Without it: for a long non-ASCII
+    text, the code points (:func:`code_points`, which the numpy run count then reuses) and their
+    UTF-8 length; else one encode and None.
+    """
+    if text.isascii():
+        return len(text), None
+    if _runscan is not None:
+        return _runscan.utf8_length(text), None
+    if len(text) <= _SHORT_ENCODE_CHARS:
+        return len(text.encode("utf-8", "surrogatepass")), None
+    codes = code_points(text)
+    return utf8_length(codes), codes
 
 
 def code_points(text: str) -> np.ndarray:
@@ -336,8 +386,34 @@ def _blobs(
     chars[_BLOB] += float(total.sum())
 
 
+_C_MAX_CHARS = (1 << 32) - 1
+"""The C counter's per-kind counters are 32-bit (a request body is at most a few MiB)."""
+
+
 def count_runs(text: str, codes: np.ndarray | None = None) -> RunCounts:
     """Runs and characters of each kind in ``text`` (kinds: module docstring).
+
+    The C extension when it is built (:data:`RUNSCAN`), else :func:`count_runs_numpy`; both give the
+    same counts.
+
+    Args:
+        text: any Python string (lone surrogates are tolerated and counted as ``other``).
+        codes: ``code_points(text)`` when the caller already has it (the numpy path then skips
+            the encode; the C path reads the string itself).
+    """
+    if not text:
+        return RunCounts.zero()
+    if _runscan is None or len(text) > _C_MAX_CHARS:
+        return count_runs_numpy(text, codes)
+    raw = np.frombuffer(_runscan.count_runs(text), dtype=np.int64)
+    runs = raw[:N_KINDS].astype(np.float64)
+    chars = raw[N_KINDS : 2 * N_KINDS].astype(np.float64)
+    _languages(text, runs, chars, lambda: _classes(code_points(text[:WINDOW_CHARS])))
+    return RunCounts(runs, chars, float(raw[-1]))
+
+
+def count_runs_numpy(text: str, codes: np.ndarray | None = None) -> RunCounts:
+    """:func:`count_runs` by numpy passes (the reference, and the path without the C extension).
 
     Every pass is a C-level one over the whole text (no per-character Python): one encode and
     table look-up, one comparison of neighbours, then counts per kind present.
@@ -381,7 +457,25 @@ def count_runs(text: str, codes: np.ndarray | None = None) -> RunCounts:
 
 
 _SHORT_TEXT_CHARS = 2048
-"""Up to this many characters :func:`count_runs` counts runs and characters with two bincounts."""
+"""Up to this many characters :func:`count_runs_numpy` counts runs and characters with two bincounts."""
+
+
+def _languages(
+    text: str, runs: np.ndarray, chars: np.ndarray, window_kinds: Callable[[], np.ndarray]
+) -> None:
+    """Move Arabic-script letters to ``persian`` / ``urdu`` and non-English ASCII letters to
+    ``letter_euro`` / ``letter_other`` (in place) by the language tests of
+    :mod:`extproc.core.run_languages`; ``window_kinds()``: the character kinds of the first
+    :data:`WINDOW_CHARS` characters (computed only when the English test needs them)."""
+    if chars[_ARABIC_K]:
+        lang = arabic_script_language(text)
+        if lang != _ARABIC_K:
+            runs[lang], runs[_ARABIC_K] = runs[_ARABIC_K], 0.0
+            chars[lang], chars[_ARABIC_K] = chars[_ARABIC_K], 0.0
+    if runs[_LETTER_K] >= MIN_WORDS_FOR_LANGUAGE and not english_like(text, window_kinds, runs, chars):
+        other = _LETTER_EURO_K if western_european(text) else _LETTER_OTHER_K
+        runs[other], runs[_LETTER_K] = runs[_LETTER_K], 0.0
+        chars[other], chars[_LETTER_K] = chars[_LETTER_K], 0.0
 
 
 def _finish(
@@ -393,20 +487,12 @@ def _finish(
     runs: np.ndarray,
     chars: np.ndarray,
 ) -> RunCounts:
-    """The rest of :func:`count_runs` once runs and characters per kind are counted: blobs, the
+    """The rest of :func:`count_runs_numpy` once runs and characters per kind are counted: blobs, the
     Arabic-script and Latin-script language splits, and the whitespace gaps."""
     rl = np.diff(bounds)
     if cls.size >= _BLOB_MIN_CHARS and chars[_DIGIT_K] >= _BLOB_MIN_DIGITS:
         _blobs(codes, bounds, rl, run_cls, runs, chars)
-    if chars[_ARABIC_K]:
-        lang = arabic_script_language(text)
-        if lang != _ARABIC_K:
-            runs[lang], runs[_ARABIC_K] = runs[_ARABIC_K], 0.0
-            chars[lang], chars[_ARABIC_K] = chars[_ARABIC_K], 0.0
-    if runs[_LETTER_K] >= MIN_WORDS_FOR_LANGUAGE and not english_like(text, cls, runs, chars):
-        other = _LETTER_EURO_K if western_european(text) else _LETTER_OTHER_K
-        runs[other], runs[_LETTER_K] = runs[_LETTER_K], 0.0
-        chars[other], chars[_LETTER_K] = chars[_LETTER_K], 0.0
+    _languages(text, runs, chars, lambda: cls[:WINDOW_CHARS])
     # Whitespace that costs its own token: a space run of ≥ 2 characters (pre-tokenisers split
     # "\s+(?!\S)" off the last space), or a single space before digits (digits take no leading space).
     gaps = 0.0

@@ -35,6 +35,7 @@ from extproc.core.calibration import InMemoryRatioStore
 from extproc.core.categories import CATEGORIES
 from extproc.core.load import LoadTracker
 from extproc.core.response_ids import ResponsePools
+from extproc.core.runs import RUNSCAN
 from extproc.service.admin import build_admin_app
 from extproc.service.decision_log import DecisionLogWriter
 from extproc.service.load_metrics import LoadCollector
@@ -163,6 +164,11 @@ class RouterApp:
         """Restore ratios (snapshot, or first Redis pull), open the decision log, start gRPC then
         admin HTTP, then the config watcher."""
         cfg = self.config
+        if RUNSCAN != "c":
+            log.warning(
+                "estimator run counter: numpy (extproc.core._runscan was not built: no C compiler at "
+                "install time); prompts cost 3-10x more CPU to budget (docs/estimator.md §Cost)"
+            )
         snap = cfg.calibration.snapshot_path
         if snap and self.memory is not None:
             try:

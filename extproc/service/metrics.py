@@ -24,6 +24,7 @@ from prometheus_client import (
 )
 
 from extproc.core.decision import DecisionRecord
+from extproc.core.runs import RUNSCAN
 from extproc.service.load_metrics import LoadMetrics
 from extproc.service.otel import OtelRecorder
 
@@ -62,12 +63,16 @@ class RouterMetrics:
         GCCollector(registry=r)
         self.build_info = Gauge(
             "tbr_build_info",
-            "Build of the running router (always 1): package version, source revision, Python version.",
-            ["version", "revision", "python_version"],
+            "Build of the running router (always 1): package version, source revision, Python version, "
+            "run counter (c: the C extension; numpy: built without a C compiler).",
+            ["version", "revision", "python_version", "run_counter"],
             registry=r,
         )
         self.build_info.labels(
-            build_version(), os.environ.get("TBR_BUILD_REVISION", "unknown"), platform.python_version()
+            build_version(),
+            os.environ.get("TBR_BUILD_REVISION", "unknown"),
+            platform.python_version(),
+            RUNSCAN,
         ).set(1)
         self.load = LoadMetrics(r)
         """Counters of pool load events (scrapes, saturation, spillover, misroutes)."""

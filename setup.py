@@ -1,0 +1,26 @@
+"""Build of the one C extension, ``extproc.core._runscan`` (the one-pass run counter of
+``extproc.core.runs``); everything else is declared in pyproject.toml.
+
+The extension is optional: where no C compiler or Python headers are found the build goes on and
+``extproc.core.runs`` counts with numpy instead (same counts, ~3-10x slower on 100 KB prompts; the
+router logs which path it runs at start-up and exports it as ``tbr_build_info{runscan}``).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "extproc.core._runscan",
+            sources=["extproc/core/_runscan.c"],
+            extra_compile_args=[
+                "-O3",
+                "-std=c11",
+                "-Wall",
+                "-Wextra",
+                "-Werror=implicit-function-declaration",
+            ],
+            optional=True,
+        )
+    ]
+)

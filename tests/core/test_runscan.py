@@ -1,0 +1,127 @@
+"""The C run counter (extproc/core/_runscan.c) gives exactly the counts of the numpy reference
+(:func:`extproc.core.runs.count_runs_numpy`): on every shared prompt, on adversarial text built to hit
+each branch (blobs with and without non-ASCII characters inside, case tests, gaps, every storage
+width), and on generated strings. Also: the UTF-8 length it counts equals the encoder's."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evaluation.corpus import load_requests
+from extproc.core import runs
+from extproc.core.request_body import parse_request_body
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared" / "data"
+
+pytestmark = pytest.mark.skipif(
+    runs.RUNSCAN != "c",
+    reason="extproc.core._runscan was not built (no C compiler at install time): the numpy path runs",
+)
+
+
+def _same(text: str) -> None:
+    c = runs.count_runs(text)
+    ref = runs.count_runs_numpy(text)
+    assert np.array_equal(c.runs, ref.runs), (c.as_dict(), ref.as_dict())
+    assert np.array_equal(c.chars, ref.chars), (c.as_dict(), ref.as_dict())
+    assert c.gaps == ref.gaps
+    assert runs.text_utf8_length(text)[0] == len(text.encode("utf-8", "surrogatepass"))
+
+
+def _adversarial() -> list[str]:
+    rng = random.Random(3)
+    raw = rng.randbytes(3000)
+    b64 = base64.b64encode(raw).decode()
+    return [
+        "",
+        "a",
+        " ",
+        "9",
+        "  7",
+        "x 1 22  333\t\t4\n5",
+        b64,
+        "\n".join(b64[i : i + 76] for i in range(0, len(b64), 76)),
+        f"Decode this:\n\ndata:image/png;base64,{b64} please",
+        raw.hex(" "),
+        raw.hex(),
+        " ".join(str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(50)),
+        "5.1,3.5,1.4,0.2,setosa\n" * 40,
+        "registry.example.com/app:19.0 /usr/lib/x86_64-linux-gnu/libc.so.6 v1.2.3-rc4",
+        "ABCDEFGHIJabcdefghij0123456789",  # exactly 20, mixed case, hex-poor
+        "ABCDEFGHIJKLMNOPQRS12",  # upper only: word-like
+        "aB3" * 7 + "é" + "cD4" * 7,  # a non-ASCII letter inside a blob chunk
+        "aB3" * 7 + "😀" + "cD4" * 7 + " \U00020000" * 3,  # astral inside a blob chunk
+        "привет мир 12345 " * 30 + "ab12CD34ef56GH78ij90KL",
+        "مرحبا بالعالم " * 20 + "پچژگکی" * 10,
+        "Der schnelle braune Fuchs und die Katze; les chats de la maison " * 20,
+        "\ud800 lone \udfff surrogates 12 " * 10,
+        "\x00\x01\x7f\x80\xff" * 50 + "ÿÿÿ 1234567890abcdefABCDEF",
+        "日本語のテキストと漢字 " * 50 + "0x1F2E3D4C5B6A79881726354453627180",
+        "😀👍🏽‍♂️" * 100,
+        "\t\t\n\n  \r\n" * 100,
+        "a1" * 5000 + " " + "Zz9" * 3000,
+    ]
+
+
+@pytest.mark.parametrize("text", _adversarial())
+def test_adversarial_texts_count_alike(text: str) -> None:
+    _same(text)
+
+
+_ALPHABET = st.sampled_from(
+    [
+        *"aAzZmQ09 5\n\t.,;:-_/+=@#",
+        *(
+            "é",
+            "ß",
+            "ÿ",
+            "\x85",
+            "д",
+            "Ж",
+            "ש",
+            "ع",
+            "پ",
+            "ह",
+            "ก",
+            "한",
+            "カ",
+            "漢",
+            "—",
+            "→",
+            "\u200d",
+            "\ufe0f",
+        ),
+        *("😀", "\U00020000", "\U0001f9ff", "\U000e0001", "\ud800"),
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.one_of(_ALPHABET, st.sampled_from(["ab12CD34ef56GH78ij90", "0123456789abcdef" * 2])), max_size=300
+    )
+)
+def test_generated_texts_count_alike(parts: list[str]) -> None:
+    _same("".join(parts))
+
+
+def test_shared_prompts_count_alike() -> None:
+    if not (SHARED / "text").is_dir():
+        pytest.skip(f"shared data not found at {SHARED} (real prompts are needed)")
+    requests = load_requests(SHARED)
+    for r in requests[::3]:
+        body = {"model": "m", "messages": [dict(m) for m in r.messages]}
+        if r.tools:
+            body["tools"] = list(r.tools)
+        _same(parse_request_body(json.dumps(body, ensure_ascii=False).encode(), "chat").prompt_text)
