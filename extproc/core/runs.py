@@ -28,10 +28,11 @@ Two implementations give the same counts (tests/core/test_runscan.py holds them 
 and on generated text):
 
 * the C extension :mod:`extproc.core._runscan` (built by ``pip install`` where a C compiler is found):
-  one loop over the string's own 1-, 2- or 4-byte storage, no encode; about 0.05–0.2 ms per 100 KB;
+  one loop over the string's own 1-, 2- or 4-byte storage, no encode; about 0.15–0.5 ms per 100 KB
+  (~2.5 ns per character);
 * the numpy reference (:func:`count_runs_numpy`): one encode at the width CPython stores the text with
   (:func:`code_points`) and a table look-up per character, then C-level numpy passes (run starts, counts
-  per kind, one ``reduceat`` per blob test); about 0.4–1.3 ms per 100 KB. It runs where the extension
+  per kind, one ``reduceat`` per blob test); about 0.2–0.9 ms per 100 KB (1.4–2.5× the C path). It runs where the extension
   was not built (:data:`RUNSCAN` says which).
 
 The language tests (:mod:`extproc.core.run_languages`) read a 4,096-character window in both.
