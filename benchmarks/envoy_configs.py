@@ -32,7 +32,7 @@ from devstack.envoy_runner import (
 from devstack.fixed_upstream import fixed_upstream_config
 from devstack.procs import LOOPBACK
 
-__all__ = ["BODY_HEADER", "ListenerSpec", "front_bootstrap", "upstream_bootstrap"]
+__all__ = ["BODY_HEADER", "ListenerSpec", "front_bootstrap", "one_message", "upstream_bootstrap"]
 
 BODY_HEADER = "x-bench-body"
 ROUTING_HEADER = "x-tbr-pool"
@@ -68,8 +68,12 @@ _BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
 ONE_MESSAGE_ATTRIBUTES = ["request.path", "request.method", "request.id"]
 
 
-def _one_message(hcm: dict[str, Any], ext_proc: dict[str, Any], buffer_limit_bytes: int) -> None:
-    """Turn the listener's HCM (edited in place) into the one-message design."""
+def one_message(hcm: dict[str, Any], ext_proc: dict[str, Any], buffer_limit_bytes: int) -> None:
+    """Turn the listener's HCM (edited in place) into the one-message design
+    (docs/design/004-one-message.md); ``ext_proc``: its routing filter (an entry of its
+    ``http_filters``). The off-path calibration filter, when present, is selected by the routing
+    answer's dynamic metadata ``tbr.calib`` instead of the ``x-tbr-calib`` header, and forwards the
+    ``tbr`` namespace to the router."""
     typed = ext_proc["typed_config"]
     typed["processing_mode"].update(request_header_mode="SKIP", response_header_mode="SKIP")
     typed["request_attributes"] = ONE_MESSAGE_ATTRIBUTES
@@ -82,6 +86,12 @@ def _one_message(hcm: dict[str, Any], ext_proc: dict[str, Any], buffer_limit_byt
         "typed_config": {"@type": _BUFFER, "max_request_bytes": buffer_limit_bytes},
     }
     filters.insert(filters.index(ext_proc) + 1, buffer)
+    for f in filters:
+        if f["name"] == CALIBRATION_FILTER:
+            (matcher,) = f["typed_config"]["xds_matcher"]["matcher_list"]["matchers"]
+            matcher["predicate"] = {"single_predicate": _CALIB_METADATA_PREDICATE}
+            inner = _calibration_ext_proc(f)
+            inner["metadata_options"] = {"forwarding_namespaces": {"untyped": ["tbr"]}}
     for vhost in hcm["route_config"]["virtual_hosts"]:
         for route in vhost["routes"]:
             match = route["match"]
@@ -95,6 +105,26 @@ def _one_message(hcm: dict[str, Any], ext_proc: dict[str, Any], buffer_limit_byt
                     }
                 ]
 
+
+_CALIB_METADATA_PREDICATE: dict[str, Any] = {
+    # A string value_match on this input validates but never matches (the input yields a Metadata
+    # value): the metadata matcher with present_match is the one that works (design 004).
+    "input": {
+        "name": "envoy.matching.inputs.dynamic_metadata",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.matching.common_inputs.network.v3.DynamicMetadataInput",
+            "filter": "tbr",
+            "path": [{"key": "calib"}],
+        },
+    },
+    "custom_match": {
+        "name": "envoy.matching.matchers.metadata_matcher",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.matching.input_matchers.metadata.v3.Metadata",
+            "value": {"present_match": True},
+        },
+    },
+}
 
 CALIBRATION_FILTER = "tbr_calibration"
 """envoy/envoy.yaml's composite filter running the off-path calibration ext_proc (observability mode)."""
@@ -131,7 +161,7 @@ def _variant_listener(template: dict[str, Any], spec: ListenerSpec) -> dict[str,
         )
     typed["allow_mode_override"] = spec.allow_mode_override
     if spec.one_message:
-        _one_message(hcm, ext_proc, listener["per_connection_buffer_limit_bytes"])
+        one_message(hcm, ext_proc, listener["per_connection_buffer_limit_bytes"])
     typed["processing_mode"].update(spec.processing_mode)
     return listener
 

@@ -24,13 +24,28 @@ from typing import Any
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from extproc.adapter.responses import header_option
+from extproc.adapter.responses import ROUTING_METADATA_NAMESPACE, header_option
 from extproc.core.budget import TokenBudget
 
-__all__ = ["CALIB_HEADER", "CalibPayload", "decode_payload", "encode_payload", "route_and_sample"]
+__all__ = [
+    "CALIB_HEADER",
+    "CALIB_METADATA_KEY",
+    "CalibPayload",
+    "decode_payload",
+    "encode_payload",
+    "payload_from_metadata",
+    "route_and_sample",
+]
 
 CALIB_HEADER = "x-tbr-calib"
 """Request header set by the router on sampled requests; its presence selects the second filter."""
+CALIB_METADATA_KEY = "calib"
+"""In the one-message design (request headers SKIPped, docs/design/004-one-message.md) the body answer
+cannot set a header: the payload goes into the routing answer's dynamic metadata
+``{tbr: {calib: <payload>}}``; the composite filter matches that key (``DynamicMetadataInput`` with the
+``metadata_matcher``), and the observability filter forwards the ``tbr`` namespace
+(``metadata_options.forwarding_namespaces``) in each message's ``metadata_context``. A client cannot
+write dynamic metadata, so nothing needs stripping."""
 
 _VERSION = 1
 _MAX_PAYLOAD_CHARS = 4096
@@ -110,9 +125,30 @@ def decode_payload(value: str) -> CalibPayload | None:
 
 
 def route_and_sample(routing: pb.ProcessingResponse, payload: CalibPayload) -> pb.ProcessingResponse:
-    """The body answer ``routing`` (a prebuilt route to a pool) plus :data:`CALIB_HEADER`."""
+    """The body answer ``routing`` (a prebuilt route to a pool) plus the payload: as
+    :data:`CALIB_HEADER`, or, when ``routing`` routes by dynamic metadata (one message), as
+    :data:`CALIB_METADATA_KEY` beside the pool in that metadata."""
     resp = pb.ProcessingResponse()
     resp.CopyFrom(routing)
+    value = encode_payload(payload)
+    ns = (
+        resp.dynamic_metadata.fields.get(ROUTING_METADATA_NAMESPACE)
+        if resp.HasField("dynamic_metadata")
+        else None
+    )
+    if ns is not None:
+        ns.struct_value.fields[CALIB_METADATA_KEY].string_value = value
+        return resp
     mutation = resp.request_body.response.header_mutation
-    mutation.set_headers.append(header_option(CALIB_HEADER, encode_payload(payload)))
+    mutation.set_headers.append(header_option(CALIB_HEADER, value))
     return resp
+
+
+def payload_from_metadata(req: pb.ProcessingRequest) -> str | None:
+    """The :data:`CALIB_METADATA_KEY` string Envoy forwarded in ``req.metadata_context`` (namespace
+    ``tbr``); None when absent or not a string."""
+    md = req.metadata_context.filter_metadata
+    if ROUTING_METADATA_NAMESPACE not in md:
+        return None
+    v = md[ROUTING_METADATA_NAMESPACE].fields.get(CALIB_METADATA_KEY)
+    return v.string_value if v is not None and v.WhichOneof("kind") == "string_value" else None

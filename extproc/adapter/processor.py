@@ -35,7 +35,13 @@ from extproc.adapter import response_phases
 from extproc.adapter import responses as R
 from extproc.adapter.exchange import Exchange
 from extproc.adapter.headers import plain_headers, request_attributes
-from extproc.adapter.off_path import CALIB_HEADER, CalibPayload, decode_payload, route_and_sample
+from extproc.adapter.off_path import (
+    CALIB_HEADER,
+    CalibPayload,
+    decode_payload,
+    payload_from_metadata,
+    route_and_sample,
+)
 from extproc.adapter.runtime import Runtime
 from extproc.core.api_bodies import parse_body
 from extproc.core.batch import batch_budget
@@ -150,7 +156,10 @@ class StreamProcessor:
         t0 = time.perf_counter()
         try:
             if phase == "request_headers":
-                resp = self.on_request_headers(req.request_headers)
+                off_path = self.router.config.calibration.off_path
+                resp = self.on_request_headers(
+                    req.request_headers, payload_from_metadata(req) if off_path else None
+                )
             elif phase == "request_body":
                 if self.exchange is Exchange.REQUEST_HEADERS:
                     self.on_body_first(req)
@@ -198,13 +207,18 @@ class StreamProcessor:
 
     # -- request path -----------------------------------------------------------------------
 
-    def on_request_headers(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
-        """Record the request line; route bodiless or unhandled requests immediately."""
+    def on_request_headers(
+        self, msg: pb.HttpHeaders, calib_metadata: str | None = None
+    ) -> pb.ProcessingResponse:
+        """Record the request line; route bodiless or unhandled requests immediately. With
+        ``calibration.off_path``, a stream whose request headers carry the router's payload (header
+        :data:`CALIB_HEADER`, or ``calib_metadata`` forwarded from dynamic metadata in the
+        one-message design) is an observability stream."""
         r = self.router
         h = plain_headers(
             msg.headers, _OFF_PATH_HEADERS if r.config.calibration.off_path else _REQUEST_HEADERS
         )
-        value = h.get(CALIB_HEADER)  # only read with calibration.off_path
+        value = h.get(CALIB_HEADER, calib_metadata)  # only read with calibration.off_path
         if value is not None:
             return self._start_off_path(value)
         self.path = h.get(":path", "")
@@ -301,13 +315,14 @@ class StreamProcessor:
         if decision.saturated:
             self._report_saturation(decision)
         r.observer.decision(self.pool, self.category, self.reason, budget.total_tokens)
-        if self.sampled and r.config.calibration.off_path and self._route_answers is r.body_responses:
+        if self.sampled and r.config.calibration.off_path:
             return self._sample_off_path(budget)
         return self._route_answers[self.pool]
 
     def _sample_off_path(self, budget: TokenBudget) -> pb.ProcessingResponse:
-        """The routing answer plus the ``x-tbr-calib`` payload that brings this request's response
-        to the router through the observability filter (``extproc.adapter.off_path``)."""
+        """The routing answer plus the payload (the ``x-tbr-calib`` header, or dynamic metadata in the
+        one-message design) that brings this request's response to the router through the
+        observability filter (``extproc.adapter.off_path``)."""
         learned = budget if self.batch_budgets is None else batch_budget(self.batch_budgets)
         if learned is None:
             self.router.observer.calibration("batch_mixed_keys")

@@ -120,3 +120,30 @@ async def test_a_damaged_payload_is_counted_and_not_learned(app: RouterApp) -> N
     assert not list(app.store.items())
     value = app.metrics.registry.get_sample_value("tbr_calibration_events_total", {"outcome": "bad_payload"})
     assert value == 1
+
+
+def test_one_message_payload_travels_in_dynamic_metadata() -> None:
+    """A metadata routing answer (one message) gets the payload beside the pool, not as a header;
+    :func:`payload_from_metadata` reads it back from ``metadata_context`` and ignores what is not
+    a string under ``tbr.calib``."""
+    from google.protobuf import struct_pb2
+
+    from extproc.adapter.off_path import payload_from_metadata, route_and_sample
+    from extproc.adapter.responses import route_by_metadata
+
+    budget = TokenBudget(("m", "latin"), 0.9, 120, 12, 150, 256, 1, 406, True, 120, 140, 130.5, 0, False)
+    p = CalibPayload(budget, "short", "chat", True, "r1")
+    resp = route_and_sample(route_by_metadata("x-tbr-pool", "short"), p)
+    tbr = resp.dynamic_metadata.fields["tbr"].struct_value.fields
+    assert tbr["pool"].string_value == "short"
+    assert decode_payload(tbr["calib"].string_value) == p
+    assert all(h.header.key != CALIB_HEADER for h in resp.request_body.response.header_mutation.set_headers)
+
+    req = pb.ProcessingRequest()
+    assert payload_from_metadata(req) is None
+    req.metadata_context.filter_metadata["tbr"].CopyFrom(resp.dynamic_metadata.fields["tbr"].struct_value)
+    assert payload_from_metadata(req) == tbr["calib"].string_value
+    bad = struct_pb2.Struct()
+    bad["calib"] = 3.0
+    req.metadata_context.filter_metadata["tbr"].CopyFrom(bad)
+    assert payload_from_metadata(req) is None

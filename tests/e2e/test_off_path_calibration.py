@@ -116,3 +116,58 @@ async def test_unsampled_requests_open_no_calibration_stream_and_a_forged_header
         calib = stack.envoy.stats("ext_proc.tbr_calib.")
         assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_started", 0) == 0
         assert not list(stack.app.store.items())
+
+
+def _one_message_envoy(tmp_path: Path) -> Path:
+    """envoy/envoy.yaml turned into the one-message design (docs/design/004-one-message.md) by the
+    benchmarks' transform: request headers SKIPped, the buffer filter, metadata routes, and the
+    calibration filter selected by the routing answer's dynamic metadata."""
+    import yaml
+
+    from benchmarks.envoy_configs import one_message
+
+    cfg = yaml.safe_load((REPO / "envoy" / "envoy.yaml").read_text())
+    (listener,) = cfg["static_resources"]["listeners"]
+    hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    (ext_proc,) = [f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc"]
+    one_message(hcm, ext_proc, listener["per_connection_buffer_limit_bytes"])
+    out = tmp_path / "src" / "envoy-1msg.yaml"
+    out.parent.mkdir()
+    out.write_text(yaml.safe_dump(cfg))
+    return out
+
+
+async def test_one_message_design_calibrates_from_dynamic_metadata(tmp_path: Path) -> None:
+    """One message per routed request: the sampled ones carry the payload in dynamic metadata, the
+    composite filter runs the observability stream for exactly those, and the router learns from
+    the payload forwarded in ``metadata_context`` (no ``x-tbr-calib`` header anywhere)."""
+    async with three_pool_stack(
+        tmp_path,
+        router_overrides=_router(0.5),
+        pool_limits={"short": 8192, "long": 65536},
+        envoy_source=_one_message_envoy(tmp_path),
+    ) as stack:
+        c = AsyncOpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=30.0)
+        try:
+            n = 12
+            for i in range(n):
+                r = await c.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], max_tokens=8
+                )
+                assert r.usage is not None and r.usage.prompt_tokens > 0
+        finally:
+            await c.close()
+        routing = stack.envoy.stats("ext_proc.tbr.")
+        calib = stack.envoy.stats("ext_proc.tbr_calib.")
+        sampled = calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_started", 0)
+        assert await _learned(stack.app, sampled) == sampled
+        # seeded draws at sample_rate 0.5 over 12 requests: some sampled, some not
+        assert 0 < sampled < n
+        assert sum(s.samples for _, s in stack.app.store.items()) == sampled
+        assert routing["http.llm_ingress.ext_proc.tbr.streams_started"] == n
+        assert routing["http.llm_ingress.ext_proc.tbr.stream_msgs_sent"] == n  # one message each
+        assert calib.get("http.llm_ingress.ext_proc.tbr_calib.stream_msgs_received", 0) == 0
+        assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_closed", 0) == 0
+        for name in ("failure_mode_allowed", "message_timeouts", "streams_failed"):
+            assert routing.get(f"http.llm_ingress.ext_proc.tbr.{name}", 0) == 0
+            assert calib.get(f"http.llm_ingress.ext_proc.tbr_calib.{name}", 0) == 0
