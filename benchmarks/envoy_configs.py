@@ -31,6 +31,8 @@ from devstack.envoy_runner import (
 )
 from devstack.fixed_upstream import fixed_upstream_config
 from devstack.procs import LOOPBACK
+from extproc.adapter.off_path import CALIB_METADATA_KEY
+from extproc.adapter.responses import ROUTING_METADATA_NAMESPACE
 
 __all__ = ["BODY_HEADER", "ListenerSpec", "front_bootstrap", "one_message", "upstream_bootstrap"]
 
@@ -91,7 +93,7 @@ def one_message(hcm: dict[str, Any], ext_proc: dict[str, Any], buffer_limit_byte
             (matcher,) = f["typed_config"]["xds_matcher"]["matcher_list"]["matchers"]
             matcher["predicate"] = {"single_predicate": _CALIB_METADATA_PREDICATE}
             inner = _calibration_ext_proc(f)
-            inner["metadata_options"] = {"forwarding_namespaces": {"untyped": ["tbr"]}}
+            inner["metadata_options"] = {"forwarding_namespaces": {"untyped": [ROUTING_METADATA_NAMESPACE]}}
     for vhost in hcm["route_config"]["virtual_hosts"]:
         for route in vhost["routes"]:
             match = route["match"]
@@ -113,8 +115,8 @@ _CALIB_METADATA_PREDICATE: dict[str, Any] = {
         "name": "envoy.matching.inputs.dynamic_metadata",
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.matching.common_inputs.network.v3.DynamicMetadataInput",
-            "filter": "tbr",
-            "path": [{"key": "calib"}],
+            "filter": ROUTING_METADATA_NAMESPACE,
+            "path": [{"key": CALIB_METADATA_KEY}],
         },
     },
     "custom_match": {

@@ -28,6 +28,9 @@ static unsigned char table[0x10000];
 static int configured = 0;
 static int n_kinds = 0;
 static int K_LETTER, K_DIGIT, K_PUNCT, K_SPACE, K_NEWLINE, K_BLOB, K_EMOJI, K_HAN, K_OTHER;
+/* Beyond U+FFFF (runs.py: _EMOJI_LO/_EMOJI_HI, _HAN_EXT_LO/_HAN_EXT_HI): emoji in [lo, hi), Han in
+   [lo, hi], everything else other. */
+static unsigned int EMOJI_LO, EMOJI_HI, HAN_EXT_LO, HAN_EXT_HI;
 
 typedef struct {
     int64_t runs[MAX_KINDS];
@@ -38,8 +41,8 @@ typedef struct {
 /* Kind of code point c (any value a str holds: 0 .. 0x10FFFF). */
 static inline int kind_of(Py_UCS4 c) {
     if (c < 0x10000) return table[c];
-    if (c >= 0x1F000 && c < 0x1FB00) return K_EMOJI;
-    if (c >= 0x20000 && c <= 0x3FFFF) return K_HAN;
+    if (c >= EMOJI_LO && c < EMOJI_HI) return K_EMOJI;
+    if (c >= HAN_EXT_LO && c <= HAN_EXT_HI) return K_HAN;
     return K_OTHER;
 }
 
@@ -146,8 +149,9 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
     Py_buffer tbl;
     int nk;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*i(iiiiiiiii)", &tbl, &nk, &K_LETTER, &K_DIGIT, &K_PUNCT, &K_SPACE,
-                          &K_NEWLINE, &K_BLOB, &K_EMOJI, &K_HAN, &K_OTHER))
+    if (!PyArg_ParseTuple(args, "y*i(iiiiiiiii)(IIII)", &tbl, &nk, &K_LETTER, &K_DIGIT, &K_PUNCT, &K_SPACE,
+                          &K_NEWLINE, &K_BLOB, &K_EMOJI, &K_HAN, &K_OTHER, &EMOJI_LO, &EMOJI_HI, &HAN_EXT_LO,
+                          &HAN_EXT_HI))
         return NULL;
     if (tbl.len != 0x10000 || nk <= 0 || nk > MAX_KINDS) {
         PyBuffer_Release(&tbl);
@@ -235,7 +239,8 @@ static PyObject *py_utf8_length(PyObject *self, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"configure", py_configure, METH_VARARGS,
      "configure(table: bytes, n_kinds: int, (letter, digit, punct, space, newline, blob, emoji, han, "
-     "other)) -> None: the kind of every BMP code point and the kind codes (extproc.core.runs)."},
+     "other), (emoji_lo, emoji_hi, han_ext_lo, han_ext_hi)) -> None: the kind of every BMP code point, "
+     "the kind codes and the astral ranges (extproc.core.runs)."},
     {"count_runs", py_count_runs, METH_O,
      "count_runs(text: str) -> bytes: runs[n_kinds], chars[n_kinds], gaps as native int64."},
     {"utf8_length", py_utf8_length, METH_O, "utf8_length(text: str) -> int: UTF-8 bytes (surrogatepass)."},

@@ -1,10 +1,15 @@
 """Type stub of the C extension ``extproc/core/_runscan.c`` (see its header comment)."""
 
 def configure(
-    table: bytes, n_kinds: int, codes: tuple[int, int, int, int, int, int, int, int, int], /
+    table: bytes,
+    n_kinds: int,
+    codes: tuple[int, ...],
+    astral: tuple[int, int, int, int],
+    /,
 ) -> None:
-    """The kind of every BMP code point (65,536 bytes) and the codes of letter, digit, punct, space,
-    newline, blob, emoji, han and other.
+    """The kind of every BMP code point (65,536 bytes), the codes of letter, digit, punct, space,
+    newline, blob, emoji, han and other (9 ints), and beyond U+FFFF the emoji range ``[lo, hi)`` and
+    the Han range ``[lo, hi]``.
 
     Raises:
         ValueError: a table of another size, or a code out of range.

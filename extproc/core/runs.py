@@ -184,7 +184,8 @@ try:
         N_KINDS,
         tuple(
             _K[k] for k in ("letter", "digit", "punct", "space", "newline", "blob", "emoji", "han", "other")
-        ),  # type: ignore[arg-type]
+        ),
+        (_EMOJI_LO, _EMOJI_HI, _HAN_EXT_LO, _HAN_EXT_HI),
     )
     RUNSCAN = "c"
 except ImportError:  # built without a C compiler: the numpy reference counts
