@@ -87,6 +87,7 @@ class StreamProcessor:
         "learn",
         "method",
         "misroute",
+        "off_path_sent",
         "path",
         "pool",
         "prompt_tokens",
@@ -131,6 +132,8 @@ class StreamProcessor:
         self._sse: SSEUsageReader | None = None
         self._json: JSONUsageReader | None = None
         self._decoder: StreamDecoder | None = None
+        self.off_path_sent = False
+        """This routing stream handed its response to an off-path stream (the payload went out)."""
         self.silent = False
         """An off-path calibration stream (``extproc.adapter.off_path``): Envoy waits for no answer."""
         self.t_start = time.time()
@@ -156,10 +159,8 @@ class StreamProcessor:
         t0 = time.perf_counter()
         try:
             if phase == "request_headers":
-                off_path = self.router.config.calibration.off_path
-                resp = self.on_request_headers(
-                    req.request_headers, payload_from_metadata(req) if off_path else None
-                )
+                # Dynamic metadata cannot come from a client: always read (one-message design).
+                resp = self.on_request_headers(req.request_headers, payload_from_metadata(req))
             elif phase == "request_body":
                 if self.exchange is Exchange.REQUEST_HEADERS:
                     self.on_body_first(req)
@@ -212,13 +213,14 @@ class StreamProcessor:
     ) -> pb.ProcessingResponse:
         """Record the request line; route bodiless or unhandled requests immediately. With
         ``calibration.off_path``, a stream whose request headers carry the router's payload (header
-        :data:`CALIB_HEADER`, or ``calib_metadata`` forwarded from dynamic metadata in the
-        one-message design) is an observability stream."""
+        :data:`CALIB_HEADER`) is an observability stream; so is one that brings ``calib_metadata``
+        (forwarded from dynamic metadata in the one-message design, whatever ``off_path`` says: a
+        client cannot write dynamic metadata)."""
         r = self.router
         h = plain_headers(
             msg.headers, _OFF_PATH_HEADERS if r.config.calibration.off_path else _REQUEST_HEADERS
         )
-        value = h.get(CALIB_HEADER, calib_metadata)  # only read with calibration.off_path
+        value = h.get(CALIB_HEADER, calib_metadata)  # the header is only read with off_path
         if value is not None:
             return self._start_off_path(value)
         self.path = h.get(":path", "")
@@ -251,6 +253,7 @@ class StreamProcessor:
             return R.CONTINUE_REQUEST_HEADERS
         self.budget, self.pool, self.endpoint = payload.budget, payload.pool, payload.endpoint
         self.learn, self.request_id, self.sampled = payload.learn, payload.request_id, True
+        self.router.held_records.claim(self.request_id)
         self.category = payload.budget.key[1]
         self.exchange = Exchange.RESPONSE_HEADERS
         return R.CONTINUE_REQUEST_HEADERS
@@ -315,9 +318,18 @@ class StreamProcessor:
         if decision.saturated:
             self._report_saturation(decision)
         r.observer.decision(self.pool, self.category, self.reason, budget.total_tokens)
-        if self.sampled and r.config.calibration.off_path:
+        if self.sampled and self.samples_off_path:
             return self._sample_off_path(budget)
         return self._route_answers[self.pool]
+
+    @property
+    def samples_off_path(self) -> bool:
+        """Sampled responses come through the observability filter: with ``calibration.off_path``,
+        and always in the one-message design, whose routing stream cannot turn response phases on
+        (docs/design/004-one-message.md)."""
+        return (
+            self.router.config.calibration.off_path or self._route_answers is self.router.metadata_responses
+        )
 
     def _sample_off_path(self, budget: TokenBudget) -> pb.ProcessingResponse:
         """The routing answer plus the payload (the ``x-tbr-calib`` header, or dynamic metadata in the
@@ -328,6 +340,10 @@ class StreamProcessor:
             self.router.observer.calibration("batch_mixed_keys")
             return self._route_answers[self.pool]
         payload = CalibPayload(learned, self.pool, self.endpoint or "", self.learn, self.request_id)
+        # The observability stream learns this response; were Envoy to send it here too (response
+        # phases configured on a one-message filter), it would be learned twice.
+        self.calibrated = True
+        self.off_path_sent = True
         return route_and_sample(self._route_answers[self.pool], payload)
 
     def _estimate(self, features: RequestFeatures) -> TokenBudget:
@@ -378,6 +394,12 @@ class StreamProcessor:
             r.observer.unreadable(reason)
         return self._route_answers[self.pool] if body else r.header_responses[self.pool]
 
+    @property
+    def routed_pool(self) -> str | None:
+        """The pool the router sent this request to, while the stream can still see its response:
+        the in-flight pool on the routing stream, the payload's pool on an off-path stream."""
+        return self.pool if self.silent and self.pool else self.counted_pool
+
     def _count_inflight(self) -> None:
         """Count this request against its pool until :meth:`finish` (once per stream)."""
         if self.counted_pool is None:
@@ -421,26 +443,53 @@ class StreamProcessor:
         if self.counted_pool is not None:
             counted, self.counted_pool = self.retried_to or self.counted_pool, None
             r.load.release(counted)
-        if (r.decision_log is not None or r.observer.records_requests) and self.pool and not self.silent:
-            b = self.budget
-            record = DecisionRecord(
-                ts_s=self.t_start,
-                request_id=self.request_id,
-                model=b.key[0] if b else "",
-                category=self.category,
-                pool=self.pool,
-                reason=self.reason,
-                estimated_prompt_tokens=b.prompt_tokens if b else None,
-                output_reserve_tokens=b.output_reserve_tokens if b else None,
-                n_sequences=b.n_sequences if b else None,
-                budget_tokens=b.total_tokens if b else None,
-                status=self.status or None,
-                prompt_tokens=self.prompt_tokens,
-                completion_tokens=self.completion_tokens,
+        if self.silent:  # releases its claim also when there is nothing to write
+            self._complete_held_record(end)
+            return
+        if r.decision_log is None and not r.observer.records_requests:
+            return
+        if not self.pool:
+            return
+        b = self.budget
+        record = DecisionRecord(
+            ts_s=self.t_start,
+            request_id=self.request_id,
+            model=b.key[0] if b else "",
+            category=self.category,
+            pool=self.pool,
+            reason=self.reason,
+            estimated_prompt_tokens=b.prompt_tokens if b else None,
+            output_reserve_tokens=b.output_reserve_tokens if b else None,
+            n_sequences=b.n_sequences if b else None,
+            budget_tokens=b.total_tokens if b else None,
+            status=self.status or None,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            end=end,
+            retried_to_pool=self.retried_to,
+            misroute=self.misroute,
+        )
+        if self.off_path_sent:
+            # the observability stream fills in the response half (extproc.adapter.held_records)
+            r.held_records.hold(self.request_id, record, self.traceparent)
+        else:
+            r.write_record(record, self.traceparent)
+
+    def _complete_held_record(self, end: str) -> None:
+        """An off-path stream ended: complete its routing record with what the response showed
+        (now, or when the routing stream's end is processed: :mod:`extproc.adapter.held_records`)."""
+        status, prompt, completion = self.status or None, self.prompt_tokens, self.completion_tokens
+        retried_to, misroute = self.retried_to, self.misroute
+
+        def complete(record: DecisionRecord) -> DecisionRecord:
+            return dataclasses.replace(
+                record,
+                status=status,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
                 end=end,
-                retried_to_pool=self.retried_to,
-                misroute=self.misroute,
+                retried_to_pool=retried_to,
+                misroute=misroute,
             )
-            r.log_decision(record)
-            if r.observer.records_requests:
-                r.observer.request_finished(record, self.traceparent)
+
+        self.router.held_records.release(self.request_id, complete)

@@ -57,8 +57,12 @@ def on_response_headers(proc: StreamProcessor, msg: pb.HttpHeaders) -> pb.Proces
     # Several content-encoding fields form one list, in order (RFC 9110 §5.3).
     encoding = h.get("content-encoding", "")
     attempts = h.get(attempt_header, "")
-    if attempts and proc.counted_pool is not None and proc.retried_to is None:
-        retry = proc.router.recovery.on_retried(proc.counted_pool, parse_attempt_count(attempts), proc.status)
+    routed = proc.routed_pool
+    if attempts and routed is not None and proc.retried_to is None:
+        # An off-path stream sees the retry too; the routing stream has already released its count.
+        retry = proc.router.recovery.on_retried(
+            routed, parse_attempt_count(attempts), proc.status, move_load=not proc.silent
+        )
         if retry is not None:
             proc.retried_to = retry.to_pool
             proc.misroute = retry.outcome
@@ -151,12 +155,13 @@ def finish_response(proc: StreamProcessor) -> None:
         r.observer.calibration("applied")
         r.observer.estimate_error(obs.key[1], obs.rel_error)
     # recovery runs even when the observation taught the text key nothing (media, unexplained)
-    if proc.retried_to is not None and proc.counted_pool is not None and proc.batch_budgets is None:
+    routed = proc.routed_pool
+    if proc.retried_to is not None and routed is not None and proc.batch_budgets is None:
         dev_before = before.dev_bpt if before is not None else 0.0
         for outcome in r.recovery.on_usage(
-            proc.budget, proc.counted_pool, proc.retried_to, proc.prompt_tokens, dev_before
+            proc.budget, routed, proc.retried_to, proc.prompt_tokens, dev_before
         ):
-            r.observer.misroute_calibration(proc.counted_pool, outcome)
+            r.observer.misroute_calibration(routed, outcome)
     if obs is not None:
         r.publish_ratio(*obs.key)
 
@@ -188,7 +193,8 @@ def stream_error(proc: StreamProcessor, err: StreamError) -> None:
     proc.calibrated = True
     obs = proc.router.observer
     obs.calibration("error_in_stream")
-    if proc.counted_pool is not None and is_context_length_error(err):
-        served = proc.retried_to or proc.counted_pool
+    routed = proc.routed_pool
+    if routed is not None and is_context_length_error(err):
+        served = proc.retried_to or routed
         proc.misroute = "error_in_stream"
         obs.misroute(served, served, "error_in_stream")

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
+from extproc.adapter.held_records import HeldRecords
 from extproc.adapter.observer import NullObserver, StreamObserver
 from extproc.adapter.responses import route_by_metadata, route_request_body, route_request_headers
 from extproc.config import RouterConfig
@@ -46,6 +47,8 @@ class Runtime:
         decision_log: where :meth:`log_decision` appends JSON lines (None = no log).
         load: the process-wide pool load tracker (kept across reloads); a new one when None.
         response_pools: the Responses API ``id`` → pool map (kept across reloads); new when None.
+        held_records: routing records waiting for their off-path stream (kept across reloads);
+            new, writing through :meth:`write_record`, when None.
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class Runtime:
         decision_log: DecisionSink | None = None,
         load: LoadTracker | None = None,
         response_pools: ResponsePools | None = None,
+        held_records: HeldRecords | None = None,
     ) -> None:
         self.config = config
         self.store: RatioStore = (
@@ -80,6 +84,7 @@ class Runtime:
         )
         self.routing_header = config.routing_header
         self.decision_log = decision_log
+        self.held_records = held_records if held_records is not None else HeldRecords(self.write_record)
         self.body_responses: dict[str, pb.ProcessingResponse] = {
             p.name: route_request_body(config.routing_header, p.header_value) for p in config.pools
         }
@@ -96,6 +101,12 @@ class Runtime:
         if state is None:
             return
         self.observer.ratio_updated(model, category, state.mean_bpt, state.dev_bpt, state.samples)
+
+    def write_record(self, record: DecisionRecord, traceparent: str) -> None:
+        """One finished request: to the decision log and, when it records requests, the observer."""
+        self.log_decision(record)
+        if self.observer.records_requests:
+            self.observer.request_finished(record, traceparent)
 
     def log_decision(self, record: DecisionRecord) -> None:
         """Queue one decision record (no prompt text) for the background writer; no I/O here."""

@@ -290,8 +290,10 @@ class CalibrationConfig(Strict):
     (``x-envoy-attempt-count``, docs/design/003-misroute-recovery.md) and the response status in
     the decision log. Needs ``allow_mode_override: true`` on the filter (docs/performance.md)."""
     off_path: bool = False
-    """Read sampled responses off the request path: the routing filter's response phases stay off for
-    every request, and a sampled request's body answer sets the ``x-tbr-calib`` header that makes
-    envoy/envoy.yaml's second ext_proc filter (``observability_mode``) send its response to the router
-    without waiting for answers (docs/design/005-off-path-calibration.md). Needs that filter and the
-    two-message design; misroutes of sampled requests are then served (Envoy retries) but not learned."""
+    """Read sampled responses off the request path in the two-message design: the routing filter's
+    response phases stay off for every request, and a sampled request's body answer sets the
+    ``x-tbr-calib`` header that makes the second ext_proc filter (``observability_mode``) send its
+    response to the router without waiting for answers (docs/design/005-off-path-calibration.md).
+    The one-message design (envoy/envoy.yaml, docs/design/004-one-message.md) always calibrates this
+    way, through dynamic metadata, whatever this says. Off the path, a misroute is seen (and learned)
+    for sampled requests only: unsampled responses reach no stream of the router."""

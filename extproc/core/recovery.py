@@ -160,19 +160,23 @@ class MisrouteRecovery:
         self.store = store
         self.warmup_samples = warmup_samples
 
-    def on_retried(self, pool: str, attempts: int, status: int) -> RetryOutcome | None:
+    def on_retried(
+        self, pool: str, attempts: int, status: int, *, move_load: bool = True
+    ) -> RetryOutcome | None:
         """Response headers with ``attempts`` > 1 for a request routed to ``pool``.
 
-        Moves the in-flight count to the pool that served the retry (the next larger one) and
-        returns the event, or None when ``pool`` is the largest (Envoy does not retry there; then it
-        was a connection-level retry within the pool and is not a misroute).
+        Moves the in-flight count to the pool that served the retry (the next larger one; not with
+        ``move_load=False``, for a stream that holds no count: off-path calibration) and returns the
+        event, or None when ``pool`` is the largest (Envoy does not retry there; then it was a
+        connection-level retry within the pool and is not a misroute).
         """
         if attempts <= 1:
             return None
         larger = self.policy.next_larger(pool)
         if larger is None:
             return None
-        self.load.move(pool, larger.name)
+        if move_load:
+            self.load.move(pool, larger.name)
         return RetryOutcome(pool, larger.name, "recovered" if 200 <= status < 300 else "retry_failed")
 
     def on_usage(

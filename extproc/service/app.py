@@ -28,11 +28,13 @@ from typing import Any
 import httpx
 import uvicorn
 
+from extproc.adapter.held_records import HeldRecords
 from extproc.adapter.runtime import Runtime
 from extproc.adapter.server import GrpcServer, freeze_startup_objects, start_grpc_server
 from extproc.config import RouterConfig
 from extproc.core.calibration import InMemoryRatioStore
 from extproc.core.categories import CATEGORIES
+from extproc.core.decision import DecisionRecord
 from extproc.core.load import LoadTracker
 from extproc.core.response_ids import ResponsePools
 from extproc.core.runs import RUNSCAN
@@ -115,6 +117,8 @@ class RouterApp:
         self.config_generation = 0
         self.redis: RedisRatioStore | None = None
         self.response_pools = ResponsePools()
+        # routing records waiting for their off-path stream; written through the current runtime
+        self.held_records = HeldRecords(self._write_record)
         self.response_sync: ResponsePoolSync | None = None
         self.memory: InMemoryRatioStore | None = None
         if cal.redis_url:
@@ -234,6 +238,11 @@ class RouterApp:
         self.ready = True
         self.metrics.ready.set(1)
 
+    def _write_record(self, record: DecisionRecord, traceparent: str) -> None:
+        """A record :attr:`held_records` lets go, written by the current runtime."""
+        if self.router is not None:
+            self.router.write_record(record, traceparent)
+
     def _install(self, cfg: RouterConfig) -> None:
         """Build a Runtime for ``cfg`` on the shared store and metrics and make it current."""
         params = InMemoryRatioStore.from_config(cfg.calibration).params
@@ -246,6 +255,7 @@ class RouterApp:
             decision_log=self._decision_log,
             load=self.load,
             response_pools=self.response_pools,
+            held_records=self.held_records,
         )
         # Models already learned keep their keys across reloads/restarts (most observed first),
         # so the bounded model set (estimator.max_models) does not grow with each reload.
@@ -339,6 +349,7 @@ class RouterApp:
             await self._http_client.aclose()
         if self._snapshot is not None:
             await self._snapshot.stop()
+        self.held_records.flush()  # streams are drained: nothing will claim what is still held
         if self._decision_log is not None:
             await self._decision_log.close()
         if self.otel is not None:  # flushes the last spans and metrics (blocking export)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -147,3 +148,89 @@ def test_one_message_payload_travels_in_dynamic_metadata() -> None:
     bad["calib"] = 3.0
     req.metadata_context.filter_metadata["tbr"].CopyFrom(bad)
     assert payload_from_metadata(req) is None
+
+
+def _body_first(body: bytes, request_id: str) -> pb.ProcessingRequest:
+    """The one message of the one-message design: the body with the request line as attributes."""
+    req = pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
+    attrs = req.attributes["envoy.filters.http.ext_proc"]
+    attrs["request.path"] = "/v1/chat/completions"
+    attrs["request.method"] = "POST"
+    attrs["request.id"] = request_id
+    return req
+
+
+def _forwarded(answer: pb.ProcessingResponse) -> pb.ProcessingRequest:
+    """The observability stream's request headers as Envoy sends them: the routing answer's ``tbr``
+    namespace forwarded in ``metadata_context`` (``forwarding_namespaces``), no router header."""
+    req = pb.ProcessingRequest(request_headers=headers({":method": "POST", ":path": "/v1/chat/completions"}))
+    req.metadata_context.filter_metadata["tbr"].CopyFrom(answer.dynamic_metadata.fields["tbr"].struct_value)
+    return req
+
+
+async def test_one_message_sample_is_learned_off_path_without_the_flag_and_logged_once(
+    tmp_path: Path,
+) -> None:
+    """One message, ``off_path`` unset: the sampled answer carries the payload in metadata, the
+    observability stream learns, and the decision log holds one record per request with the
+    served usage and status (the routing stream's record completed by the observability stream,
+    extproc.adapter.held_records); a sampled request whose observability stream never comes is
+    still logged, without usage."""
+    import json
+
+    cfg = _cfg(1.0)
+    cfg["calibration"] = {"sample_rate": 1.0}
+    log_path = tmp_path / "decisions.jsonl"
+    cfg["decision_log_path"] = str(log_path)
+    async with RouterApp(parse_config(cfg), grpc_port=0) as app:
+        (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "one-a")])
+        assert answer.dynamic_metadata.fields["tbr"].struct_value.fields["pool"].string_value == "short"
+        assert not _calib_header(answer)
+        out = await _silent_stream(
+            app.grpc_port,
+            [
+                _forwarded(answer),
+                resp_headers({":status": "200", "content-type": "application/json"}),
+                resp_body(usage_body(123, 7), eos=True),
+            ],
+        )
+        assert out == []
+        ((_, state),) = app.store.items()
+        assert state.samples == 1
+        # the second request's observability stream never comes (no calibration filter)
+        await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "one-b")])
+    rows = [json.loads(line) for line in log_path.read_text().splitlines()]
+    by_id = {r["request_id"]: r for r in rows}
+    assert len(rows) == len(by_id) == 2
+    a, b = by_id["one-a"], by_id["one-b"]
+    assert (a["pool"], a["status"], a["prompt_tokens"], a["completion_tokens"]) == ("short", 200, 123, 7)
+    assert a["estimated_prompt_tokens"] is not None and a["budget_tokens"] is not None
+    assert (b["pool"], b["status"], b["prompt_tokens"]) == ("short", None, None)
+
+
+async def test_a_misroute_seen_off_path_is_counted_and_ratchets(tmp_path: Path) -> None:
+    """The observability stream sees ``x-envoy-attempt-count: 2`` on a sampled request the short
+    pool refused: it counts the misroute (recovered on long) and, since the served usage proves the
+    request overflowed the short pool, the recovery correction runs (docs/design/003)."""
+    async with RouterApp(parse_config(_cfg(1.0) | {"calibration": {"sample_rate": 1.0}}), grpc_port=0) as app:
+        (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "mis-1")])
+        await _silent_stream(
+            app.grpc_port,
+            [
+                _forwarded(answer),
+                resp_headers(
+                    {":status": "200", "content-type": "application/json", "x-envoy-attempt-count": "2"}
+                ),
+                resp_body(usage_body(9000), eos=True),  # over the short pool's 8,192
+            ],
+        )
+        reg = app.metrics.registry
+        got = reg.get_sample_value(
+            "tbr_misroutes_total", {"from_pool": "short", "to_pool": "long", "outcome": "recovered"}
+        )
+        assert got == 1
+        confirmed = reg.get_sample_value(
+            "tbr_misroute_calibration_total", {"pool": "short", "outcome": "confirmed"}
+        )
+        assert confirmed == 1
+        assert app.load.inflight("short") == app.load.inflight("long") == 0
