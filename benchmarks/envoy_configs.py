@@ -5,8 +5,8 @@ fields a benchmark needs changed (nothing of it is restated here).
   after it, on its own port, HCM ``stat_prefix`` = the variant name). A variant either drops the
   ext_proc filter (the bare-Envoy baseline) or keeps the file's filter pointed at its own ext_proc
   cluster (a clone of the file's ``ext_proc`` cluster over the variant's router processes), with
-  ``allow_mode_override`` and ``processing_mode`` fields as the variant asks, or the one-message
-  design (:func:`_one_message`). ``short_pool`` and
+  the file's one-message design or the two-message design (:func:`two_messages`, with
+  ``allow_mode_override`` as the variant asks), and ``processing_mode`` fields as the variant asks. ``short_pool`` and
   ``long_pool`` point at the stand-in upstream. Routes, retries, timeouts, buffer limits and
   circuit breakers are the file's.
 * :func:`upstream_bootstrap`: the fast fixed upstream (:mod:`devstack.fixed_upstream`), an Envoy
@@ -31,10 +31,18 @@ from devstack.envoy_runner import (
 )
 from devstack.fixed_upstream import fixed_upstream_config
 from devstack.procs import LOOPBACK
-from extproc.adapter.off_path import CALIB_METADATA_KEY
+from extproc.adapter.off_path import CALIB_HEADER, CALIB_METADATA_KEY
 from extproc.adapter.responses import ROUTING_METADATA_NAMESPACE
 
-__all__ = ["BODY_HEADER", "ListenerSpec", "front_bootstrap", "one_message", "upstream_bootstrap"]
+__all__ = [
+    "BODY_HEADER",
+    "ListenerSpec",
+    "front_bootstrap",
+    "is_one_message",
+    "one_message",
+    "two_messages",
+    "upstream_bootstrap",
+]
 
 BODY_HEADER = "x-bench-body"
 ROUTING_HEADER = "x-tbr-pool"
@@ -70,12 +78,21 @@ _BUFFER = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer"
 ONE_MESSAGE_ATTRIBUTES = ["request.path", "request.method", "request.id"]
 
 
+def is_one_message(ext_proc: dict[str, Any]) -> bool:
+    """Whether the routing filter ``ext_proc`` (an entry of ``http_filters``) is in the one-message
+    design: request headers SKIPped (envoy/envoy.yaml since issue 15)."""
+    mode: dict[str, str] = ext_proc["typed_config"].get("processing_mode", {})
+    return mode.get("request_header_mode") == "SKIP"
+
+
 def one_message(hcm: dict[str, Any], ext_proc: dict[str, Any], buffer_limit_bytes: int) -> None:
-    """Turn the listener's HCM (edited in place) into the one-message design
-    (docs/design/004-one-message.md); ``ext_proc``: its routing filter (an entry of its
+    """Turn the listener's HCM (edited in place) from the two-message design into the one-message
+    design (docs/design/004-one-message.md); ``ext_proc``: its routing filter (an entry of its
     ``http_filters``). The off-path calibration filter, when present, is selected by the routing
     answer's dynamic metadata ``tbr.calib`` instead of the ``x-tbr-calib`` header, and forwards the
-    ``tbr`` namespace to the router."""
+    ``tbr`` namespace to the router. A no-op on a one-message HCM."""
+    if is_one_message(ext_proc):
+        return
     typed = ext_proc["typed_config"]
     typed["processing_mode"].update(request_header_mode="SKIP", response_header_mode="SKIP")
     typed["request_attributes"] = ONE_MESSAGE_ATTRIBUTES
@@ -107,6 +124,49 @@ def one_message(hcm: dict[str, Any], ext_proc: dict[str, Any], buffer_limit_byte
                     }
                 ]
 
+
+def two_messages(hcm: dict[str, Any], ext_proc: dict[str, Any]) -> None:
+    """The inverse of :func:`one_message`: the design before issue 15 (request headers SEND, body
+    BUFFERED, response headers SEND with ``allow_mode_override``, the decision in the routing
+    header, routes matching it, the calibration filter selected by ``x-tbr-calib``), which Envoy
+    Gateway and Istio still run. Edits ``hcm`` in place; a no-op on a two-message HCM."""
+    if not is_one_message(ext_proc):
+        return
+    typed = ext_proc["typed_config"]
+    typed["processing_mode"].update(request_header_mode="SEND", response_header_mode="SEND")
+    typed["allow_mode_override"] = True
+    typed.pop("request_attributes", None)
+    typed.pop("metadata_options", None)
+    filters = hcm["http_filters"]
+    filters[:] = [f for f in filters if f["name"] != "envoy.filters.http.buffer"]
+    for f in filters:
+        if f["name"] == CALIBRATION_FILTER:
+            (matcher,) = f["typed_config"]["xds_matcher"]["matcher_list"]["matchers"]
+            matcher["predicate"] = {"single_predicate": _CALIB_HEADER_PREDICATE}
+            _calibration_ext_proc(f).pop("metadata_options", None)
+    for vhost in hcm["route_config"]["virtual_hosts"]:
+        for route in vhost["routes"]:
+            match = route["match"]
+            pool = [
+                m["value"]["string_match"]["exact"]
+                for m in match.get("dynamic_metadata", [])
+                if m.get("filter") == ROUTING_METADATA_NAMESPACE
+            ]
+            if pool:
+                del match["dynamic_metadata"]
+                match["headers"] = [{"name": ROUTING_HEADER, "string_match": {"exact": pool[0]}}]
+
+
+_CALIB_HEADER_PREDICATE: dict[str, Any] = {
+    "input": {
+        "name": "calib_header",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
+            "header_name": CALIB_HEADER,
+        },
+    },
+    "value_match": {"safe_regex": {"google_re2": {}, "regex": ".+"}},
+}
 
 _CALIB_METADATA_PREDICATE: dict[str, Any] = {
     # A string value_match on this input validates but never matches (the input yields a Metadata
@@ -161,9 +221,11 @@ def _variant_listener(template: dict[str, Any], spec: ListenerSpec) -> dict[str,
         _calibration_ext_proc(f)["grpc_service"]["envoy_grpc"]["cluster_name"] = (
             f"{CLUSTER_EXT_PROC}_{spec.name}"
         )
-    typed["allow_mode_override"] = spec.allow_mode_override
     if spec.one_message:
         one_message(hcm, ext_proc, listener["per_connection_buffer_limit_bytes"])
+    else:
+        two_messages(hcm, ext_proc)
+        typed["allow_mode_override"] = spec.allow_mode_override
     typed["processing_mode"].update(spec.processing_mode)
     return listener
 

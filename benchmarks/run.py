@@ -104,12 +104,19 @@ def _variants() -> list[Variant]:
         ),
         Variant(
             "calib_10_1msg",
-            "router, one message + response headers SEND (a body answer cannot turn response phases on),"
-            " calibration sampled at 10 % (≈2.1 msgs/req)",
+            "router, one message (envoy/envoy.yaml as deployed), calibration sampled at 10 % off the"
+            " request path (sampled responses through the observability-mode filter, selected by the"
+            " answer's dynamic metadata)",
             sample_rate=0.1,
             one_message=True,
-            processing_mode={"response_header_mode": "SEND"},
             sizes=ALL,
+        ),
+        Variant(
+            "calib_all_1msg",
+            "router, one message, every response read off the request path (`sample_rate: 1`, the"
+            " shipped config/router.yaml default)",
+            sample_rate=1.0,
+            one_message=True,
         ),
         Variant(
             "calib_10_off",

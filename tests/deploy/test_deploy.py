@@ -180,11 +180,21 @@ def test_istio_envoyfilter_is_valid_envoy_config(
     typed = dict(http["patch"]["value"]["typed_config"])
     assert typed.pop("@type").endswith("envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor")
     msg = json_format.ParseDict(typed, ext_proc_pb2.ExternalProcessor())  # unknown field → error
-    # Same behaviour as the tested envoy/envoy.yaml.
+    # Same behaviour as the tested envoy/envoy.yaml in the two-message design (Istio's routes
+    # match the routing header, so the router must see the request headers and answer the body
+    # with it; envoy/README.md): only the header phases differ.
     tested = json_format.ParseDict(
-        {k: v for k, v in _envoy_ext_proc().items() if k != "@type"}, ext_proc_pb2.ExternalProcessor()
+        {
+            k: v
+            for k, v in _envoy_ext_proc().items()
+            if k not in ("@type", "request_attributes", "metadata_options")
+        },
+        ext_proc_pb2.ExternalProcessor(),
     )
-    assert msg.processing_mode == tested.processing_mode
+    mode = tested.processing_mode
+    assert (mode.request_header_mode, mode.response_header_mode) == (mode.SKIP, mode.SKIP)
+    mode.request_header_mode = mode.response_header_mode = mode.SEND
+    assert msg.processing_mode == mode
     assert msg.allow_mode_override and msg.failure_mode_allow == tested.failure_mode_allow
     assert msg.message_timeout == tested.message_timeout
     # Istio's cluster name for the router Service and port.

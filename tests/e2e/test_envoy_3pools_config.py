@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from devstack.envoy_runner import render_envoy_clusters, validate_envoy_config
+from extproc.adapter.responses import ROUTING_METADATA_KEY, ROUTING_METADATA_NAMESPACE
 from extproc.config import load_config
 from tests.e2e.harness import ENVOY_3POOLS, REPO
 
@@ -38,9 +39,12 @@ def test_routes_match_router_pools_and_retry_upwards() -> None:
     routes = vhost["routes"]
     pools = router.pools_by_size
     for pool, larger, route in zip(pools[:-1], pools[1:], routes, strict=False):
-        (hdr,) = route["match"]["headers"]
-        assert hdr["name"] == router.routing_header
-        assert hdr["string_match"]["exact"] == pool.header_value
+        # one message per request: the route matches the router's dynamic metadata tbr.pool
+        assert "headers" not in route["match"]
+        (md,) = route["match"]["dynamic_metadata"]
+        assert md["filter"] == ROUTING_METADATA_NAMESPACE
+        assert md["path"] == [{"key": ROUTING_METADATA_KEY}]
+        assert md["value"]["string_match"]["exact"] == pool.header_value
         spec = route["route"]["inline_cluster_specifier_plugin"]["extension"]["typed_config"]
         groups = [[c["cluster_name"] for c in g["clusters"]] for g in spec["priority_groups"]]
         assert groups == [[f"{pool.name}_pool"], [f"{larger.name}_pool"]]
@@ -48,7 +52,7 @@ def test_routes_match_router_pools_and_retry_upwards() -> None:
         assert retry["retriable_status_codes"] == [400] and retry["num_retries"] == 1
         assert retry["refresh_cluster_on_retry"] is True
     catch_all = routes[-1]
-    assert "headers" not in catch_all["match"]
+    assert set(catch_all["match"]) == {"prefix"}
     assert catch_all["route"]["cluster"] == f"{pools[-1].name}_pool"
     assert "retry_policy" not in catch_all["route"]
     assert len(routes) == len(pools)

@@ -17,6 +17,7 @@ from devstack.envoy_runner import (
     write_envoy_config,
 )
 from devstack.stack import DEFAULT_ROUTER_CONFIG
+from extproc.adapter.responses import ROUTING_METADATA_KEY, ROUTING_METADATA_NAMESPACE
 
 pytestmark = pytest.mark.envoy
 
@@ -113,10 +114,25 @@ def test_contract_with_router_config() -> None:
     assert early["name"] == "envoy.http.early_header_mutation.header_mutation"
     assert {"remove": header} in early["typed_config"]["mutations"]
     assert all(f["name"] != "envoy.filters.http.header_mutation" for f in hcm["http_filters"])
-    # short → short_pool on an exact match of the router's header; everything else → long_pool.
+    # short → short_pool on an exact match of the router's dynamic metadata (one message per
+    # request: the value is the pool's header_value); everything else → long_pool.
     routes = hcm["route_config"]["virtual_hosts"][0]["routes"]
     short_value = next(p["header_value"] for p in router["pools"] if p["name"] == "short")
-    assert routes[0]["match"]["headers"] == [{"name": header, "string_match": {"exact": short_value}}]
+    assert "headers" not in routes[0]["match"]
+    assert routes[0]["match"]["dynamic_metadata"] == [
+        {
+            "filter": ROUTING_METADATA_NAMESPACE,
+            "path": [{"key": ROUTING_METADATA_KEY}],
+            "value": {"string_match": {"exact": short_value}},
+        }
+    ]
+    # The filter accepts the router's namespace; a buffer filter right after it holds the request
+    # until the answer (else the route is picked with the headers: the catch-all, silently).
+    ext_proc = _ext_proc(cfg)
+    assert ext_proc["metadata_options"] == {"receiving_namespaces": {"untyped": [ROUTING_METADATA_NAMESPACE]}}
+    names = [f["name"] for f in hcm["http_filters"]]
+    assert names[names.index("envoy.filters.http.ext_proc") + 1] == "envoy.filters.http.buffer"
+    (buffer,) = [f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.buffer"]
     groups = routes[0]["route"]["inline_cluster_specifier_plugin"]["extension"]["typed_config"][
         "priority_groups"
     ]
@@ -125,24 +141,26 @@ def test_contract_with_router_config() -> None:
     assert all(r["route"]["timeout"] == "0s" for r in routes)  # long LLM streams
     # The whole BUFFERED body fits one gRPC message of the router.
     limit = cfg["static_resources"]["listeners"][0]["per_connection_buffer_limit_bytes"]
-    assert limit == router["server"]["max_message_bytes"]
+    assert limit == router["server"]["max_message_bytes"] == buffer["typed_config"]["max_request_bytes"]
 
 
 @pytest.mark.parametrize(
     ("field", "expected"),
     [
         pytest.param("failure_mode_allow", True, id="fail-open"),
-        pytest.param("allow_mode_override", True, id="router-picks-response-body-mode"),
+        pytest.param(
+            "request_attributes", ["request.path", "request.method", "request.id"], id="request-line"
+        ),
         pytest.param("message_timeout", "2s", id="message-timeout"),
         pytest.param("stat_prefix", "tbr", id="stat-prefix"),
         pytest.param(
             "processing_mode",
             {
-                "request_header_mode": "SEND",  # a body-phase header mutation is ignored without it
+                "request_header_mode": "SKIP",  # one message: the body (docs/design/004-one-message.md)
                 "request_body_mode": "BUFFERED",
                 "request_trailer_mode": "SKIP",
-                "response_header_mode": "SEND",
-                "response_body_mode": "NONE",  # switched per response via mode_override
+                "response_header_mode": "SKIP",  # sampled responses: the off-path filter
+                "response_body_mode": "NONE",
                 "response_trailer_mode": "SKIP",
             },
             id="processing-mode",

@@ -1,7 +1,8 @@
-"""Calibration off the request path (``calibration.off_path``, docs/design/005-off-path-calibration.md)
-through the shipped envoy/envoy.yaml: the routing filter's streams carry only the request phases,
-sampled responses reach the router through the observability-mode filter, and a client cannot
-forge the calibration header."""
+"""Calibration off the request path (docs/design/005-off-path-calibration.md) through the shipped
+envoy/envoy.yaml (one message per request, docs/design/004-one-message.md): the routing filter's
+streams carry only the request body, sampled responses reach the router through the
+observability-mode filter selected by the routing answer's dynamic metadata, and a client cannot
+forge the calibration header. The two-message design (``calibration.off_path``) is checked too."""
 
 from __future__ import annotations
 
@@ -27,17 +28,18 @@ PROMPTS = [
 ]
 
 
-def _router(sample_rate: float) -> dict[str, Any]:
+def _router(sample_rate: float, *, off_path: bool = False) -> dict[str, Any]:
+    """The one-message design needs no ``off_path`` (its sampled requests can only go off the path)."""
     return {
         "server": {"grace_period_s": 0.5},
-        "calibration": {"sample_rate": sample_rate, "off_path": True, "warmup_samples": 2},
+        "calibration": {"sample_rate": sample_rate, "off_path": off_path, "warmup_samples": 2},
     }
 
 
 @contextlib.asynccontextmanager
 async def _stack(tmp_path: Path, sample_rate: float) -> AsyncIterator[tuple[InProcessStack, AsyncOpenAI]]:
-    """Two pools (8,192 / 65,536), the router with ``off_path`` at ``sample_rate``, envoy/envoy.yaml,
-    and an OpenAI client through it."""
+    """Two pools (8,192 / 65,536), the router sampling at ``sample_rate``, envoy/envoy.yaml, and an
+    OpenAI client through it."""
     async with three_pool_stack(
         tmp_path,
         router_overrides=_router(sample_rate),
@@ -86,9 +88,9 @@ async def test_sampled_responses_are_read_by_the_observability_filter(tmp_path: 
         assert sum(s.samples for _, s in stack.app.store.items()) == n
         routing = stack.envoy.stats("ext_proc.tbr.")
         calib = stack.envoy.stats("ext_proc.tbr_calib.")
-        # the routing filter: request headers + body only, for every request
+        # the routing filter: the request body only, for every request
         assert routing["http.llm_ingress.ext_proc.tbr.streams_started"] == n
-        assert routing["http.llm_ingress.ext_proc.tbr.stream_msgs_sent"] == 2 * n
+        assert routing["http.llm_ingress.ext_proc.tbr.stream_msgs_sent"] == n
         # the observability filter: one stream per sampled request, no answer awaited or failed
         assert calib["http.llm_ingress.ext_proc.tbr_calib.streams_started"] == n
         assert calib.get("http.llm_ingress.ext_proc.tbr_calib.stream_msgs_received", 0) == 0
@@ -118,34 +120,34 @@ async def test_unsampled_requests_open_no_calibration_stream_and_a_forged_header
         assert not list(stack.app.store.items())
 
 
-def _one_message_envoy(tmp_path: Path) -> Path:
-    """envoy/envoy.yaml turned into the one-message design (docs/design/004-one-message.md) by the
-    benchmarks' transform: request headers SKIPped, the buffer filter, metadata routes, and the
-    calibration filter selected by the routing answer's dynamic metadata."""
+def _two_message_envoy(tmp_path: Path) -> Path:
+    """envoy/envoy.yaml turned into the two-message design (request headers SEND, the routing
+    header, header routes, the calibration filter selected by ``x-tbr-calib``) by the benchmarks'
+    transform; Envoy Gateway and Istio run that design."""
     import yaml
 
-    from benchmarks.envoy_configs import one_message
+    from benchmarks.envoy_configs import two_messages
 
     cfg = yaml.safe_load((REPO / "envoy" / "envoy.yaml").read_text())
     (listener,) = cfg["static_resources"]["listeners"]
     hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
     (ext_proc,) = [f for f in hcm["http_filters"] if f["name"] == "envoy.filters.http.ext_proc"]
-    one_message(hcm, ext_proc, listener["per_connection_buffer_limit_bytes"])
-    out = tmp_path / "src" / "envoy-1msg.yaml"
+    two_messages(hcm, ext_proc)
+    out = tmp_path / "src" / "envoy-2msgs.yaml"
     out.parent.mkdir()
     out.write_text(yaml.safe_dump(cfg))
     return out
 
 
-async def test_one_message_design_calibrates_from_dynamic_metadata(tmp_path: Path) -> None:
-    """One message per routed request: the sampled ones carry the payload in dynamic metadata, the
-    composite filter runs the observability stream for exactly those, and the router learns from
-    the payload forwarded in ``metadata_context`` (no ``x-tbr-calib`` header anywhere)."""
+async def test_two_message_design_calibrates_off_path_from_the_header(tmp_path: Path) -> None:
+    """Two messages per routed request with ``calibration.off_path``: the sampled ones carry the
+    payload in the ``x-tbr-calib`` header, the composite filter runs the observability stream for
+    exactly those, and the router learns from them; the routing streams never see a response."""
     async with three_pool_stack(
         tmp_path,
-        router_overrides=_router(0.5),
+        router_overrides=_router(0.5, off_path=True),
         pool_limits={"short": 8192, "long": 65536},
-        envoy_source=_one_message_envoy(tmp_path),
+        envoy_source=_two_message_envoy(tmp_path),
     ) as stack:
         c = AsyncOpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=30.0)
         try:
@@ -165,9 +167,30 @@ async def test_one_message_design_calibrates_from_dynamic_metadata(tmp_path: Pat
         assert 0 < sampled < n
         assert sum(s.samples for _, s in stack.app.store.items()) == sampled
         assert routing["http.llm_ingress.ext_proc.tbr.streams_started"] == n
-        assert routing["http.llm_ingress.ext_proc.tbr.stream_msgs_sent"] == n  # one message each
+        assert routing["http.llm_ingress.ext_proc.tbr.stream_msgs_sent"] == 2 * n  # headers + body
         assert calib.get("http.llm_ingress.ext_proc.tbr_calib.stream_msgs_received", 0) == 0
         assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_closed", 0) == 0
         for name in ("failure_mode_allowed", "message_timeouts", "streams_failed"):
             assert routing.get(f"http.llm_ingress.ext_proc.tbr.{name}", 0) == 0
             assert calib.get(f"http.llm_ingress.ext_proc.tbr_calib.{name}", 0) == 0
+
+
+async def test_one_message_design_samples_only_some_requests(tmp_path: Path) -> None:
+    """At sample_rate 0.5 the composite filter runs the observability stream for exactly the sampled
+    requests (the payload travels in dynamic metadata: no ``x-tbr-calib`` header anywhere), without
+    ``off_path`` set, and the router learns from each of them."""
+    async with _stack(tmp_path, 0.5) as (stack, c):
+        n = 12
+        for i in range(n):
+            r = await c.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], max_tokens=8
+            )
+            assert r.usage is not None and r.usage.prompt_tokens > 0
+        routing = stack.envoy.stats("ext_proc.tbr.")
+        calib = stack.envoy.stats("ext_proc.tbr_calib.")
+        sampled = calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_started", 0)
+        assert await _learned(stack.app, sampled) == sampled
+        assert 0 < sampled < n
+        assert sum(s.samples for _, s in stack.app.store.items()) == sampled
+        assert routing["http.llm_ingress.ext_proc.tbr.stream_msgs_sent"] == n  # one message each
+        assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_closed", 0) == 0

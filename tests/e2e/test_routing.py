@@ -91,36 +91,40 @@ def test_envoy_did_not_fail_open(gateway: Gateway, router: RouterEndpoints) -> N
     assert stats["http.llm_ingress.ext_proc.tbr.streams_started"] >= 1
     assert stats["http.llm_ingress.ext_proc.tbr.failure_mode_allowed"] == 0
     assert stats["http.llm_ingress.ext_proc.tbr.message_timeouts"] == 0
-    # The router ends its streams itself (status OK, extproc/adapter/server.py): Envoy counts
-    # them closed, never failed.
+    # The router ends its streams itself with the answer (status OK, extproc/adapter/server.py):
+    # Envoy counts them closed, never failed.
     assert stats.get("http.llm_ingress.ext_proc.tbr.streams_failed", 0) == 0
-    assert stats["http.llm_ingress.ext_proc.tbr.server_half_closed"] >= 1
+    assert stats["http.llm_ingress.ext_proc.tbr.streams_closed"] >= 1
 
 
 def test_router_ends_each_calibrated_stream_itself(gateway: Gateway, router: RouterEndpoints) -> None:
-    """Issue 12 item 6: once a calibrated exchange is over, the router ends the ext_proc call
-    (status OK) instead of answering the last response-body message, so Envoy counts the stream
-    as ended by the server (``server_half_closed``) and never as failed, and the body still
-    reaches the client unchanged (a reset there leaked native memory in grpc.aio)."""
+    """Issue 12 item 6 in the one-message design: the routing stream ends with its one answer (the
+    router sends the status with it), and each sampled response's observability stream is ended by
+    the router at the last body chunk, so Envoy never has to close one at
+    ``deferred_close_timeout`` (``streams_closed`` of ``tbr_calib``), no stream fails, and the body
+    still reaches the client unchanged."""
     text = short_prompt(data_dir())[1]
-    before = gateway.envoy.stats("ext_proc.tbr.")
+    before = {**gateway.envoy.stats("ext_proc.tbr."), **gateway.envoy.stats("ext_proc.tbr_calib.")}
     n = 6
     for i in range(n):
         served = chat(gateway.base_url, text, stream=i % 2 == 1, include_usage=True, max_tokens=4)
         assert (served.status, served.completion_tokens) == (200, 4)
-    after = gateway.envoy.stats("ext_proc.tbr.")
+    after = {**gateway.envoy.stats("ext_proc.tbr."), **gateway.envoy.stats("ext_proc.tbr_calib.")}
 
     def delta(name: str) -> int:
-        key = f"http.llm_ingress.ext_proc.tbr.{name}"
-        return after.get(key, 0) - before.get(key, 0)
+        return after.get(name, 0) - before.get(name, 0)
 
-    assert delta("streams_started") == delta("streams_closed") == n
-    # Every answer arrives and no stream fails; Envoy counts the router's close as
-    # ``server_half_closed`` for all six streams in most runs, for five in about one run of five
-    # (the sixth counted only in ``streams_closed``: seen with the router of main before issue 15
-    # too). A router that does not end its calls gets 0 here (Envoy resets every stream).
-    assert delta("server_half_closed") >= n - 1
-    assert delta("streams_failed") == delta("failure_mode_allowed") == delta("message_timeouts") == 0
+    routing, calib = "http.llm_ingress.ext_proc.tbr.", "http.llm_ingress.ext_proc.tbr_calib."
+    # one message each way per request, every stream closed
+    assert delta(routing + "streams_started") == delta(routing + "streams_closed") == n
+    assert delta(routing + "stream_msgs_sent") == delta(routing + "stream_msgs_received") == n
+    # sample_rate 1: an observability stream per request, answered never, closed by the router
+    assert delta(calib + "streams_started") == n
+    assert delta(calib + "stream_msgs_received") == 0
+    assert delta(calib + "streams_closed") == 0  # counts only deferred-close expiries
+    for prefix in (routing, calib):
+        for name in ("streams_failed", "failure_mode_allowed", "message_timeouts"):
+            assert delta(prefix + name) == 0
 
 
 def test_body_over_one_mebibyte_is_budgeted_not_rejected_by_envoy(
