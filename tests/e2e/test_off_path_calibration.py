@@ -37,14 +37,16 @@ def _router(sample_rate: float, *, off_path: bool = False) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def _stack(tmp_path: Path, sample_rate: float) -> AsyncIterator[tuple[InProcessStack, AsyncOpenAI]]:
-    """Two pools (8,192 / 65,536), the router sampling at ``sample_rate``, envoy/envoy.yaml, and an
-    OpenAI client through it."""
+async def _stack(
+    tmp_path: Path, sample_rate: float, envoy_source: Path | None = None, *, off_path: bool = False
+) -> AsyncIterator[tuple[InProcessStack, AsyncOpenAI]]:
+    """Two pools (8,192 / 65,536), the router sampling at ``sample_rate``, ``envoy_source``
+    (envoy/envoy.yaml by default), and an OpenAI client through it."""
     async with three_pool_stack(
         tmp_path,
-        router_overrides=_router(sample_rate),
+        router_overrides=_router(sample_rate, off_path=off_path),
         pool_limits={"short": 8192, "long": 65536},
-        envoy_source=REPO / "envoy" / "envoy.yaml",
+        envoy_source=envoy_source or REPO / "envoy" / "envoy.yaml",
     ) as stack:
         c = AsyncOpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=30.0)
         try:
@@ -139,40 +141,38 @@ def _two_message_envoy(tmp_path: Path) -> Path:
     return out
 
 
+async def _sample_some(stack: InProcessStack, c: AsyncOpenAI, n: int = 12) -> dict[str, int]:
+    """Send ``n`` chat requests at sample_rate 0.5; check that exactly the sampled ones opened an
+    observability stream, were learned, and that no stream failed or waited for deferred close.
+    Returns the routing filter's stats."""
+    for i in range(n):
+        r = await c.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], max_tokens=8
+        )
+        assert r.usage is not None and r.usage.prompt_tokens > 0
+    routing = stack.envoy.stats("ext_proc.tbr.")
+    calib = stack.envoy.stats("ext_proc.tbr_calib.")
+    sampled = calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_started", 0)
+    assert await _learned(stack.app, sampled) == sampled
+    # seeded draws at sample_rate 0.5 over 12 requests: some sampled, some not
+    assert 0 < sampled < n
+    assert sum(s.samples for _, s in stack.app.store.items()) == sampled
+    assert routing["http.llm_ingress.ext_proc.tbr.streams_started"] == n
+    assert calib.get("http.llm_ingress.ext_proc.tbr_calib.stream_msgs_received", 0) == 0
+    assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_closed", 0) == 0
+    for name in ("failure_mode_allowed", "message_timeouts", "streams_failed"):
+        assert routing.get(f"http.llm_ingress.ext_proc.tbr.{name}", 0) == 0
+        assert calib.get(f"http.llm_ingress.ext_proc.tbr_calib.{name}", 0) == 0
+    return routing
+
+
 async def test_two_message_design_calibrates_off_path_from_the_header(tmp_path: Path) -> None:
     """Two messages per routed request with ``calibration.off_path``: the sampled ones carry the
     payload in the ``x-tbr-calib`` header, the composite filter runs the observability stream for
     exactly those, and the router learns from them; the routing streams never see a response."""
-    async with three_pool_stack(
-        tmp_path,
-        router_overrides=_router(0.5, off_path=True),
-        pool_limits={"short": 8192, "long": 65536},
-        envoy_source=_two_message_envoy(tmp_path),
-    ) as stack:
-        c = AsyncOpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=30.0)
-        try:
-            n = 12
-            for i in range(n):
-                r = await c.chat.completions.create(
-                    model="m", messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], max_tokens=8
-                )
-                assert r.usage is not None and r.usage.prompt_tokens > 0
-        finally:
-            await c.close()
-        routing = stack.envoy.stats("ext_proc.tbr.")
-        calib = stack.envoy.stats("ext_proc.tbr_calib.")
-        sampled = calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_started", 0)
-        assert await _learned(stack.app, sampled) == sampled
-        # seeded draws at sample_rate 0.5 over 12 requests: some sampled, some not
-        assert 0 < sampled < n
-        assert sum(s.samples for _, s in stack.app.store.items()) == sampled
-        assert routing["http.llm_ingress.ext_proc.tbr.streams_started"] == n
-        assert routing["http.llm_ingress.ext_proc.tbr.stream_msgs_sent"] == 2 * n  # headers + body
-        assert calib.get("http.llm_ingress.ext_proc.tbr_calib.stream_msgs_received", 0) == 0
-        assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_closed", 0) == 0
-        for name in ("failure_mode_allowed", "message_timeouts", "streams_failed"):
-            assert routing.get(f"http.llm_ingress.ext_proc.tbr.{name}", 0) == 0
-            assert calib.get(f"http.llm_ingress.ext_proc.tbr_calib.{name}", 0) == 0
+    async with _stack(tmp_path, 0.5, _two_message_envoy(tmp_path), off_path=True) as (stack, c):
+        routing = await _sample_some(stack, c)
+        assert routing["http.llm_ingress.ext_proc.tbr.stream_msgs_sent"] == 2 * 12  # headers + body
 
 
 async def test_one_message_design_samples_only_some_requests(tmp_path: Path) -> None:
@@ -180,17 +180,5 @@ async def test_one_message_design_samples_only_some_requests(tmp_path: Path) -> 
     requests (the payload travels in dynamic metadata: no ``x-tbr-calib`` header anywhere), without
     ``off_path`` set, and the router learns from each of them."""
     async with _stack(tmp_path, 0.5) as (stack, c):
-        n = 12
-        for i in range(n):
-            r = await c.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], max_tokens=8
-            )
-            assert r.usage is not None and r.usage.prompt_tokens > 0
-        routing = stack.envoy.stats("ext_proc.tbr.")
-        calib = stack.envoy.stats("ext_proc.tbr_calib.")
-        sampled = calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_started", 0)
-        assert await _learned(stack.app, sampled) == sampled
-        assert 0 < sampled < n
-        assert sum(s.samples for _, s in stack.app.store.items()) == sampled
-        assert routing["http.llm_ingress.ext_proc.tbr.stream_msgs_sent"] == n  # one message each
-        assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_closed", 0) == 0
+        routing = await _sample_some(stack, c)
+        assert routing["http.llm_ingress.ext_proc.tbr.stream_msgs_sent"] == 12  # one message each
