@@ -60,7 +60,9 @@ class RouterConfig(Strict):
     """Set that serves a model no set names or matches (decision reason ``unknown_model``);
     None = such requests go to the largest pool of all, reason ``unknown_model``."""
     routing_header: str = "x-tbr-pool"
-    """Header the router sets and Envoy routes on. Envoy strips any client copy before routing."""
+    """Header the router sets and Envoy routes on in the two-message design (Envoy Gateway, Istio);
+    Envoy strips any client copy before routing. In the one-message design (envoy/envoy.yaml) the
+    pool's ``header_value`` goes into dynamic metadata ``tbr.pool`` instead, which the routes match."""
     estimator: EstimatorConfig = EstimatorConfig()
     calibration: CalibrationConfig = CalibrationConfig()
     server: ServerConfig = ServerConfig()
