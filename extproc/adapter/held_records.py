@@ -5,7 +5,8 @@ request in the one-message design, docs/design/004-one-message.md) is seen by tw
 the routing stream, which decides and ends at once, and the observability stream, which sees the
 response (status, ``usage``, a misroute retry). The decision log and the per-request telemetry want
 one record per request with both halves. So the routing stream *holds* its record here, keyed by
-Envoy's request id; the observability stream *claims* it when its request headers arrive (a few
+a key it generates per request (:func:`new_record_key`, carried in the calibration payload: a
+client's ``x-request-id`` may repeat); the observability stream *claims* it when its request headers arrive (a few
 milliseconds later) and *releases* it when the response ends, with the function that fills in the
 response half. Either stream may end first (a fast error response can finish the observability
 stream before the routing stream's end is processed): whichever comes second writes the record.
@@ -19,13 +20,25 @@ writer.
 
 from __future__ import annotations
 
+import itertools
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 
 from extproc.core.decision import DecisionRecord
 
-__all__ = ["Completer", "HeldRecords", "RecordWriter"]
+__all__ = ["Completer", "HeldRecords", "RecordWriter", "new_record_key"]
+
+_KEY_PREFIX = secrets.token_hex(6)  # per process: replicas never share a key
+_KEY_SEQ = itertools.count(1)
+
+
+def new_record_key() -> str:
+    """A key no other request of any router process uses: a random per-process prefix and a
+    counter (19+ ASCII characters)."""
+    return f"{_KEY_PREFIX}-{next(_KEY_SEQ):x}"
+
 
 RecordWriter = Callable[[DecisionRecord, str], None]
 """Writes one finished record with its ``traceparent`` (decision log and per-request telemetry)."""

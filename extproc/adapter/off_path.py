@@ -61,7 +61,9 @@ class CalibPayload:
         pool: the pool the request was routed to.
         endpoint: ``chat``, ``completions``, ``responses``, ``messages`` or ``chat_batch``.
         learn: False for ``previous_response_id`` continuations (usage counts stored turns).
-        request_id: Envoy's ``x-request-id`` (logs only).
+        request_id: Envoy's ``x-request-id`` (logs only: a client may reuse it).
+        record_key: pairs the routing stream's decision record with this stream
+            (:mod:`extproc.adapter.held_records`); unique per routed request, "" = none.
     """
 
     budget: TokenBudget
@@ -69,6 +71,7 @@ class CalibPayload:
     endpoint: str
     learn: bool
     request_id: str
+    record_key: str = ""
 
 
 def encode_payload(p: CalibPayload) -> str:
@@ -76,6 +79,8 @@ def encode_payload(p: CalibPayload) -> str:
     b = dataclasses.asdict(p.budget)
     b["key"] = list(p.budget.key)
     doc = {"v": _VERSION, "b": b, "pool": p.pool, "ep": p.endpoint, "learn": p.learn, "id": p.request_id}
+    if p.record_key:
+        doc["k"] = p.record_key
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
 
 
@@ -114,6 +119,9 @@ def decode_payload(value: str) -> CalibPayload | None:
         return None
     if not (isinstance(learn, bool) and isinstance(rid, str)) or set(b) != set(_BUDGET_FIELDS):
         return None
+    record_key = doc.get("k", "")
+    if not isinstance(record_key, str) or len(record_key) > 64:
+        return None
     key = b["key"]
     if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
         return None
@@ -121,7 +129,7 @@ def decode_payload(value: str) -> CalibPayload | None:
         return None
     fields: dict[str, Any] = {n: (float(v) if _BUDGET_FIELDS[n] == "float" else v) for n, v in b.items()}
     fields["key"] = (key[0], key[1])
-    return CalibPayload(TokenBudget(**fields), pool, endpoint, learn, rid[:128])
+    return CalibPayload(TokenBudget(**fields), pool, endpoint, learn, rid[:128], record_key)
 
 
 def route_and_sample(routing: pb.ProcessingResponse, payload: CalibPayload) -> pb.ProcessingResponse:

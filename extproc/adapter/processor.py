@@ -35,6 +35,7 @@ from extproc.adapter import response_phases
 from extproc.adapter import responses as R
 from extproc.adapter.exchange import Exchange
 from extproc.adapter.headers import plain_headers, request_attributes
+from extproc.adapter.held_records import new_record_key
 from extproc.adapter.off_path import (
     CALIB_HEADER,
     CalibPayload,
@@ -92,6 +93,7 @@ class StreamProcessor:
         "pool",
         "prompt_tokens",
         "reason",
+        "record_key",
         "request_id",
         "response_id",
         "retried_to",
@@ -133,6 +135,8 @@ class StreamProcessor:
         self._json: JSONUsageReader | None = None
         self._decoder: StreamDecoder | None = None
         self.off_path_sent = False
+        self.record_key = ""
+        """Pairs this request's decision record across its two streams (off-path calibration)."""
         """This routing stream handed its response to an off-path stream (the payload went out)."""
         self.silent = False
         """An off-path calibration stream (``extproc.adapter.off_path``): Envoy waits for no answer."""
@@ -253,7 +257,8 @@ class StreamProcessor:
             return R.CONTINUE_REQUEST_HEADERS
         self.budget, self.pool, self.endpoint = payload.budget, payload.pool, payload.endpoint
         self.learn, self.request_id, self.sampled = payload.learn, payload.request_id, True
-        self.router.held_records.claim(self.request_id)
+        self.record_key = payload.record_key
+        self.router.held_records.claim(self.record_key)
         self.category = payload.budget.key[1]
         self.exchange = Exchange.RESPONSE_HEADERS
         return R.CONTINUE_REQUEST_HEADERS
@@ -339,7 +344,10 @@ class StreamProcessor:
         if learned is None:
             self.router.observer.calibration("batch_mixed_keys")
             return self._route_answers[self.pool]
-        payload = CalibPayload(learned, self.pool, self.endpoint or "", self.learn, self.request_id)
+        self.record_key = new_record_key()
+        payload = CalibPayload(
+            learned, self.pool, self.endpoint or "", self.learn, self.request_id, self.record_key
+        )
         # The observability stream learns this response; were Envoy to send it here too (response
         # phases configured on a one-message filter), it would be learned twice.
         self.calibrated = True
@@ -471,7 +479,7 @@ class StreamProcessor:
         )
         if self.off_path_sent:
             # the observability stream fills in the response half (extproc.adapter.held_records)
-            r.held_records.hold(self.request_id, record, self.traceparent)
+            r.held_records.hold(self.record_key, record, self.traceparent)
         else:
             r.write_record(record, self.traceparent)
 
@@ -492,4 +500,4 @@ class StreamProcessor:
                 misroute=misroute,
             )
 
-        self.router.held_records.release(self.request_id, complete)
+        self.router.held_records.release(self.record_key, complete)

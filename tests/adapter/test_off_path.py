@@ -234,3 +234,33 @@ async def test_a_misroute_seen_off_path_is_counted_and_ratchets(tmp_path: Path) 
         )
         assert confirmed == 1
         assert app.load.inflight("short") == app.load.inflight("long") == 0
+
+
+async def test_a_reused_request_id_never_mixes_two_requests_records(tmp_path: Path) -> None:
+    """Two sampled requests with the same client ``x-request-id`` (Envoy preserves it): each
+    decision record is completed with its own response, whatever order the streams end in; the
+    pairing key is the router's own (``record_key`` in the payload)."""
+    import json
+
+    cfg = _cfg(1.0)
+    cfg["calibration"] = {"sample_rate": 1.0}
+    log_path = tmp_path / "decisions.jsonl"
+    cfg["decision_log_path"] = str(log_path)
+    async with RouterApp(parse_config(cfg), grpc_port=0) as app:
+        (small,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "dup")])
+        (large,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT * 4), "dup")])
+        for answer, prompt_tokens in ((large, 400), (small, 100)):  # the later request ends first
+            await _silent_stream(
+                app.grpc_port,
+                [
+                    _forwarded(answer),
+                    resp_headers({":status": "200", "content-type": "application/json"}),
+                    resp_body(usage_body(prompt_tokens), eos=True),
+                ],
+            )
+    rows = sorted(
+        (json.loads(line) for line in log_path.read_text().splitlines()),
+        key=lambda r: r["estimated_prompt_tokens"],
+    )
+    assert [r["request_id"] for r in rows] == ["dup", "dup"]
+    assert [r["prompt_tokens"] for r in rows] == [100, 400]

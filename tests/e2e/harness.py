@@ -103,3 +103,18 @@ async def model_sets_stack(
         work_dir, pool_limits=limits, envoy_source=ENVOY_2MODELS, router_overrides=raw, pool_overrides=pools
     ) as stack:
         yield stack
+
+
+async def wait_for_metric(
+    stack: InProcessStack, name: str, labels: dict[str, str], want: float, timeout_s: float = 5.0
+) -> float | None:
+    """The router's metric ``name{labels}`` once it reaches ``want`` (or its value at ``timeout_s``).
+
+    Responses are read off the request path (envoy/envoy.yaml's observability filter): the client
+    can have its whole answer a moment before the router has read the end of it."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        value = stack.app.metrics.registry.get_sample_value(name, labels)
+        if (value is not None and value >= want) or asyncio.get_running_loop().time() > deadline:
+            return value
+        await asyncio.sleep(0.02)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from openai import AsyncOpenAI
 
-from tests.e2e.harness import REPO, stale_ratio_snapshot, three_pool_stack
+from tests.e2e.harness import REPO, stale_ratio_snapshot, three_pool_stack, wait_for_metric
 
 pytestmark = pytest.mark.envoy
 
@@ -37,8 +37,6 @@ async def test_two_pool_forced_underestimate_is_served_by_long(tmp_path: Path) -
         assert (raw.headers["x-served-by-pool"], raw.headers.get("x-envoy-attempt-count")) == ("long", "2")
         short = await stack.pool_stats("short")
         assert short["requests"]["/v1/chat/completions"] == {"400": 1}
-        value = stack.app.metrics.registry.get_sample_value(
-            "tbr_misroutes_total", {"from_pool": "short", "to_pool": "long", "outcome": "recovered"}
-        )
-        assert value == 1
+        labels = {"from_pool": "short", "to_pool": "long", "outcome": "recovered"}
+        assert await wait_for_metric(stack, "tbr_misroutes_total", labels, 1) == 1
         await c.close()

@@ -12,7 +12,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from extproc.core.categories import classify_text
-from tests.e2e.harness import Stack, stale_ratio_snapshot, three_pool_stack
+from tests.e2e.harness import Stack, stale_ratio_snapshot, three_pool_stack, wait_for_metric
 
 pytestmark = pytest.mark.envoy
 
@@ -124,9 +124,11 @@ async def test_forced_underestimate_is_recovered_on_the_next_larger_pool(tmp_pat
         short = await stack.pool_stats("short")
         assert short["requests"]["/v1/chat/completions"] == {"400": 1}  # the rejected first attempt
 
+        ratcheted = {"pool": "short", "outcome": "ratcheted"}
+        await wait_for_metric(stack, "tbr_misroute_calibration_total", ratcheted, 1)
         labels = {"from_pool": "short", "to_pool": "medium", "outcome": "recovered"}
         assert metric(stack, "tbr_misroutes_total", labels) == 1
-        assert metric(stack, "tbr_misroute_calibration_total", {"pool": "short", "outcome": "ratcheted"}) == 1
+        assert metric(stack, "tbr_misroute_calibration_total", ratcheted) == 1
         # the key's routing value is lowered to what the served usage shows (modelled/true ≈ 1),
         # held by the estimator for the next observations, not written to the store (same with Redis)
         ratio, _warm = stack.app.current_router().estimator.routing_ratio(("m", key_category))

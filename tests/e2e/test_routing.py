@@ -101,7 +101,7 @@ def test_router_ends_each_calibrated_stream_itself(gateway: Gateway, router: Rou
     """Issue 12 item 6 in the one-message design: the routing stream ends with its one answer (the
     router sends the status with it), and each sampled response's observability stream is ended by
     the router at the last body chunk, so Envoy never has to close one at
-    ``deferred_close_timeout`` (``streams_closed`` of ``tbr_calib``), no stream fails, and the body
+    ``deferred_close_timeout`` (``streams_closed`` of ``tbr_calib``; no client aborts here), no stream fails, and the body
     still reaches the client unchanged."""
     text = short_prompt(data_dir())[1]
     before = {**gateway.envoy.stats("ext_proc.tbr."), **gateway.envoy.stats("ext_proc.tbr_calib.")}
@@ -121,7 +121,7 @@ def test_router_ends_each_calibrated_stream_itself(gateway: Gateway, router: Rou
     # sample_rate 1: an observability stream per request, answered never, closed by the router
     assert delta(calib + "streams_started") == n
     assert delta(calib + "stream_msgs_received") == 0
-    assert delta(calib + "streams_closed") == 0  # counts only deferred-close expiries
+    assert delta(calib + "streams_closed") == 0  # deferred-close expiries (and client aborts: none here)
     for prefix in (routing, calib):
         for name in ("streams_failed", "failure_mode_allowed", "message_timeouts"):
             assert delta(prefix + name) == 0

@@ -16,7 +16,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.e2e.harness import REPO, stale_ratio_snapshot, three_pool_stack
+from tests.e2e.harness import REPO, stale_ratio_snapshot, three_pool_stack, wait_for_metric
 
 pytestmark = pytest.mark.envoy
 
@@ -57,10 +57,8 @@ async def test_context_length_error_inside_a_200_stream_is_a_misroute(tmp_path: 
         event = orjson.loads(routed.content.split(b"\n\n")[0].removeprefix(b"data: "))
         assert event["error"]["code"] == 400 and "context length" in event["error"]["message"]
         reg = stack.app.metrics.registry
-        misroutes = reg.get_sample_value(
-            "tbr_misroutes_total", {"from_pool": "short", "to_pool": "short", "outcome": "error_in_stream"}
-        )
-        assert misroutes == 1
+        labels = {"from_pool": "short", "to_pool": "short", "outcome": "error_in_stream"}
+        assert await wait_for_metric(stack, "tbr_misroutes_total", labels, 1) == 1
         assert reg.get_sample_value("tbr_calibration_events_total", {"outcome": "error_in_stream"}) == 1
         assert reg.get_sample_value("tbr_calibration_events_total", {"outcome": "applied"}) is None
         assert {k: s.samples for k, s in stack.app.store.items()} == samples_before  # nothing learned
