@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -168,6 +170,19 @@ def _forwarded(answer: pb.ProcessingResponse) -> pb.ProcessingRequest:
     return req
 
 
+def _one_message_logging(tmp_path: Path) -> tuple[dict[str, object], Path]:
+    """Every response sampled, ``off_path`` unset (one message needs none), a decision log."""
+    cfg = _cfg(1.0)
+    cfg["calibration"] = {"sample_rate": 1.0}
+    log_path = tmp_path / "decisions.jsonl"
+    cfg["decision_log_path"] = str(log_path)
+    return cfg, log_path
+
+
+def _rows(log_path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log_path.read_text().splitlines()]
+
+
 async def test_one_message_sample_is_learned_off_path_without_the_flag_and_logged_once(
     tmp_path: Path,
 ) -> None:
@@ -176,12 +191,7 @@ async def test_one_message_sample_is_learned_off_path_without_the_flag_and_logge
     served usage and status (the routing stream's record completed by the observability stream,
     extproc.adapter.held_records); a sampled request whose observability stream never comes is
     still logged, without usage."""
-    import json
-
-    cfg = _cfg(1.0)
-    cfg["calibration"] = {"sample_rate": 1.0}
-    log_path = tmp_path / "decisions.jsonl"
-    cfg["decision_log_path"] = str(log_path)
+    cfg, log_path = _one_message_logging(tmp_path)
     async with RouterApp(parse_config(cfg), grpc_port=0) as app:
         (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "one-a")])
         assert answer.dynamic_metadata.fields["tbr"].struct_value.fields["pool"].string_value == "short"
@@ -199,7 +209,7 @@ async def test_one_message_sample_is_learned_off_path_without_the_flag_and_logge
         assert state.samples == 1
         # the second request's observability stream never comes (no calibration filter)
         await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "one-b")])
-    rows = [json.loads(line) for line in log_path.read_text().splitlines()]
+    rows = _rows(log_path)
     by_id = {r["request_id"]: r for r in rows}
     assert len(rows) == len(by_id) == 2
     a, b = by_id["one-a"], by_id["one-b"]
@@ -240,12 +250,7 @@ async def test_a_reused_request_id_never_mixes_two_requests_records(tmp_path: Pa
     """Two sampled requests with the same client ``x-request-id`` (Envoy preserves it): each
     decision record is completed with its own response, whatever order the streams end in; the
     pairing key is the router's own (``record_key`` in the payload)."""
-    import json
-
-    cfg = _cfg(1.0)
-    cfg["calibration"] = {"sample_rate": 1.0}
-    log_path = tmp_path / "decisions.jsonl"
-    cfg["decision_log_path"] = str(log_path)
+    cfg, log_path = _one_message_logging(tmp_path)
     async with RouterApp(parse_config(cfg), grpc_port=0) as app:
         (small,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "dup")])
         (large,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT * 4), "dup")])
@@ -258,9 +263,6 @@ async def test_a_reused_request_id_never_mixes_two_requests_records(tmp_path: Pa
                     resp_body(usage_body(prompt_tokens), eos=True),
                 ],
             )
-    rows = sorted(
-        (json.loads(line) for line in log_path.read_text().splitlines()),
-        key=lambda r: r["estimated_prompt_tokens"],
-    )
+    rows = sorted(_rows(log_path), key=lambda r: r["estimated_prompt_tokens"])
     assert [r["request_id"] for r in rows] == ["dup", "dup"]
     assert [r["prompt_tokens"] for r in rows] == [100, 400]

@@ -55,6 +55,15 @@ async def _stack(
             await c.close()
 
 
+def _no_stream_failed(routing: dict[str, int], calib: dict[str, int]) -> None:
+    """No fail-open, timeout or failed stream on either filter, and the router ended every
+    observability stream itself: none waited for deferred_close_timeout (no client aborts here)."""
+    assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_closed", 0) == 0
+    for name in ("failure_mode_allowed", "message_timeouts", "streams_failed"):
+        assert routing.get(f"http.llm_ingress.ext_proc.tbr.{name}", 0) == 0
+        assert calib.get(f"http.llm_ingress.ext_proc.tbr_calib.{name}", 0) == 0
+
+
 async def _learned(app: Any, want: int, timeout_s: float = 10.0) -> int:
     """Observations applied by the router, waiting up to ``timeout_s`` for ``want`` of them (the
     observability stream may end after the client already has its response)."""
@@ -96,11 +105,7 @@ async def test_sampled_responses_are_read_by_the_observability_filter(tmp_path: 
         # the observability filter: one stream per sampled request, no answer awaited or failed
         assert calib["http.llm_ingress.ext_proc.tbr_calib.streams_started"] == n
         assert calib.get("http.llm_ingress.ext_proc.tbr_calib.stream_msgs_received", 0) == 0
-        # the router ended every observability stream itself: none waited for deferred_close_timeout
-        assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_closed", 0) == 0
-        for name in ("failure_mode_allowed", "message_timeouts", "streams_failed"):
-            assert routing.get(f"http.llm_ingress.ext_proc.tbr.{name}", 0) == 0
-            assert calib.get(f"http.llm_ingress.ext_proc.tbr_calib.{name}", 0) == 0
+        _no_stream_failed(routing, calib)
 
 
 async def test_unsampled_requests_open_no_calibration_stream_and_a_forged_header_is_stripped(
@@ -159,10 +164,7 @@ async def _sample_some(stack: InProcessStack, c: AsyncOpenAI, n: int = 12) -> di
     assert sum(s.samples for _, s in stack.app.store.items()) == sampled
     assert routing["http.llm_ingress.ext_proc.tbr.streams_started"] == n
     assert calib.get("http.llm_ingress.ext_proc.tbr_calib.stream_msgs_received", 0) == 0
-    assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_closed", 0) == 0
-    for name in ("failure_mode_allowed", "message_timeouts", "streams_failed"):
-        assert routing.get(f"http.llm_ingress.ext_proc.tbr.{name}", 0) == 0
-        assert calib.get(f"http.llm_ingress.ext_proc.tbr_calib.{name}", 0) == 0
+    _no_stream_failed(routing, calib)
     return routing
 
 
