@@ -370,8 +370,9 @@ def main(argv: list[str] | None = None) -> int:
 ## Soak: {args.duration_s / 60:.0f} min at {args.load_fraction:.0%} of max (loopback, `python -m benchmarks.soak --duration-s {args.duration_s:.0f} --window-s {args.window_s:.0f}`)
 
 Front Envoy 1.40 (`envoy/envoy.yaml`, `--concurrency 1`) → router (`tbr serve`, one grpc.aio process) →
-upstream Envoy `direct_response` JSON with `usage` (the router reads every response: 4 ext_proc
-messages/request, the last one answered by ending the call). Load: `hey -c {args.concurrency}` POST of a
+upstream Envoy `direct_response` JSON with `usage` (the router reads every response: one routing
+message per request, answered with the call's end, and an observability stream per request for the
+response, read off the request path). Load: `hey -c {args.concurrency}` POST of a
 {body_path.stat().st_size} B chat body. 2 shared cores; {started} – {ended}, load average (1/5/15 min) {load_start} at the
 start, {load_end} at the end.
 
