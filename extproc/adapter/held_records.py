@@ -47,7 +47,7 @@ Completer = Callable[[DecisionRecord], DecisionRecord]
 
 
 class HeldRecords:
-    """Routing records waiting for their observability stream, by request id.
+    """Routing records waiting for their observability stream, by record key (:func:`new_record_key`).
 
     Args:
         write: where a record goes when it is released, expires or is flushed.
@@ -72,62 +72,62 @@ class HeldRecords:
         self.hold_s = hold_s
         self.max_entries = max_entries
         self._clock = clock
-        # request id -> (record, traceparent, deadline); oldest first
+        # key -> (record, traceparent, deadline); oldest first
         self._unclaimed: OrderedDict[str, tuple[DecisionRecord, str, float]] = OrderedDict()
-        # request id -> (record or None until the routing stream holds it, traceparent)
+        # key -> (record or None until the routing stream holds it, traceparent)
         self._claimed: dict[str, tuple[DecisionRecord | None, str]] = {}
-        # request id -> (completer, deadline): the observability stream ended before the routing one
+        # key -> (completer, deadline): the observability stream ended before the routing one
         self._released: OrderedDict[str, tuple[Completer, float]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._unclaimed) + len(self._claimed) + len(self._released)
 
-    def hold(self, request_id: str, record: DecisionRecord, traceparent: str) -> None:
+    def hold(self, key: str, record: DecisionRecord, traceparent: str) -> None:
         """The routing stream ended: keep ``record`` for the observability stream (written at once
-        when ``request_id`` is empty or already held, since it could not be told apart, and completed
+        when ``key`` is empty or already held, since it could not be told apart, and completed
         at once when that stream has already ended)."""
         self.expire()
-        if not request_id or request_id in self._unclaimed:
+        if not key or key in self._unclaimed:
             self._write(record, traceparent)
             return
-        released = self._released.pop(request_id, None)
+        released = self._released.pop(key, None)
         if released is not None:
-            self._claimed.pop(request_id, None)
+            self._claimed.pop(key, None)
             self._write(released[0](record), traceparent)
             return
-        claimed = self._claimed.get(request_id)
+        claimed = self._claimed.get(key)
         if claimed is not None:
             if claimed[0] is None:
-                self._claimed[request_id] = (record, traceparent)
+                self._claimed[key] = (record, traceparent)
             else:
                 self._write(record, traceparent)
             return
-        self._unclaimed[request_id] = (record, traceparent, self._clock() + self.hold_s)
+        self._unclaimed[key] = (record, traceparent, self._clock() + self.hold_s)
         while len(self) > self.max_entries and self._unclaimed:
             old, tp, _ = self._unclaimed.popitem(last=False)[1]
             self._write(old, tp)
 
-    def claim(self, request_id: str) -> None:
-        """The observability stream of ``request_id`` started: its record waits for :meth:`release`
+    def claim(self, key: str) -> None:
+        """The observability stream of ``key`` started: its record waits for :meth:`release`
         (also when the routing stream has not ended yet)."""
-        if not request_id or request_id in self._claimed:
+        if not key or key in self._claimed:
             return
-        held = self._unclaimed.pop(request_id, None)
-        self._claimed[request_id] = (held[0], held[1]) if held is not None else (None, "")
+        held = self._unclaimed.pop(key, None)
+        self._claimed[key] = (held[0], held[1]) if held is not None else (None, "")
         self.expire()
 
-    def release(self, request_id: str, complete: Completer) -> None:
-        """The observability stream of ``request_id`` ended: write its record completed by
+    def release(self, key: str, complete: Completer) -> None:
+        """The observability stream of ``key`` ended: write its record completed by
         ``complete``, now or when the routing stream holds it (within ``hold_s``; never, when that
         stream writes no record: no decision log)."""
-        entry = self._claimed.pop(request_id, None)
+        entry = self._claimed.pop(key, None)
         self.expire()
-        if not request_id:
+        if not key:
             return
         if entry is not None and entry[0] is not None:
             self._write(complete(entry[0]), entry[1])
             return
-        self._released[request_id] = (complete, self._clock() + self.hold_s)
+        self._released[key] = (complete, self._clock() + self.hold_s)
         while len(self) > self.max_entries and self._released:
             self._released.popitem(last=False)
 
@@ -136,16 +136,16 @@ class HeldRecords:
         did not come within it."""
         now = self._clock()
         while self._unclaimed:
-            rid, (record, tp, deadline) = next(iter(self._unclaimed.items()))
+            k, (record, tp, deadline) = next(iter(self._unclaimed.items()))
             if deadline > now:
                 break
-            del self._unclaimed[rid]
+            del self._unclaimed[k]
             self._write(record, tp)
         while self._released:
-            rid, (_, deadline) = next(iter(self._released.items()))
+            k, (_, deadline) = next(iter(self._released.items()))
             if deadline > now:
                 break
-            del self._released[rid]
+            del self._released[k]
 
     def flush(self) -> None:
         """Write every held record as it is (shutdown)."""

@@ -88,7 +88,6 @@ class StreamProcessor:
         "learn",
         "method",
         "misroute",
-        "off_path_sent",
         "path",
         "pool",
         "prompt_tokens",
@@ -134,10 +133,9 @@ class StreamProcessor:
         self._sse: SSEUsageReader | None = None
         self._json: JSONUsageReader | None = None
         self._decoder: StreamDecoder | None = None
-        self.off_path_sent = False
         self.record_key = ""
-        """Pairs this request's decision record across its two streams (off-path calibration)."""
-        """This routing stream handed its response to an off-path stream (the payload went out)."""
+        """Pairs this request's decision record across its two streams (off-path calibration); set
+        on a routing stream once the payload went out, on an observability stream from it."""
         self.silent = False
         """An off-path calibration stream (``extproc.adapter.off_path``): Envoy waits for no answer."""
         self.t_start = time.time()
@@ -351,7 +349,6 @@ class StreamProcessor:
         # The observability stream learns this response; were Envoy to send it here too (response
         # phases configured on a one-message filter), it would be learned twice.
         self.calibrated = True
-        self.off_path_sent = True
         return route_and_sample(self._route_answers[self.pool], payload)
 
     def _estimate(self, features: RequestFeatures) -> TokenBudget:
@@ -477,7 +474,7 @@ class StreamProcessor:
             retried_to_pool=self.retried_to,
             misroute=self.misroute,
         )
-        if self.off_path_sent:
+        if self.record_key:
             # the observability stream fills in the response half (extproc.adapter.held_records)
             r.held_records.hold(self.record_key, record, self.traceparent)
         else:
