@@ -81,65 +81,92 @@ static __attribute__((noinline)) void blob_test(int ukind, const void *data, Py_
 #define BLOB_MIN 20
 #define F_WS 1u    /* space or newline: ends a chunk */
 #define F_SPACE 2u /* the space kind */
-#define F_DIGIT 4u
-#define F_ALNUM 8u /* ASCII letter or digit */
+#define F_SOD 4u   /* the space or the digit kind (what may follow a gap's last space) */
 
-static unsigned char flags_of[MAX_KINDS];
+/* Per kind: its flags and its increment of the packed running totals (digits in the low 32 bits,
+   ASCII letters + digits in the high 32: n < 2^32, so neither half carries into the other). */
+typedef struct {
+    uint64_t inc;
+    unsigned flags;
+} KindInfo;
+static KindInfo kinfo[MAX_KINDS];
+/* gap_lut[h]: h holds (space, space-or-digit) of the last three characters, two bits each, the
+   newest lowest; 1 when the middle one is a space that starts a run (the oldest is not a space) and
+   the newest is a space or a digit: a space run of >= 2, or of 1 before a digit, costs a token. */
+static unsigned char gap_lut[64];
 
-/* One branch-free pass per character: the kind and its flags (one look-up each), whether a run
-   starts (its kind's run count), the character count (both in LANES interleaved histograms, so
-   that repeated kinds do not wait on each other's stores), the whitespace gaps, and the current
-   chunk's length, digits and letters+digits; only a chunk of >= 20 characters that ends takes a
-   branch into the blob test. */
-#define SCAN_BODY(CHAR_T)                                                                          \
+/* The kind of a Latin-1 or BMP character (one look-up), or of any code point (kind_of). */
+#define KIND_NARROW(c) ((unsigned)table[(c)])
+#define KIND_WIDE(c) ((unsigned)kind_of(c))
+
+/* One character at index I in histogram lane LANE: its kind and flags (one look-up each); its
+   character count and, when a run starts, its kind's run count, in one add to a packed 64-bit
+   counter (characters low, runs high) of the lane's histogram (LANES interleaved histograms, so that
+   repeated kinds do not wait on each other's stores); the whitespace gaps by a look-up of the last
+   three characters' flags; the running digit and letter+digit totals; at whitespace, the chunk that
+   ends there enters the blob test when it has >= 20 characters (the only branch), and the next chunk
+   starts after it. */
+#define STEP(KIND, LANE, I)                                                                        \
+    {                                                                                              \
+        unsigned k = KIND(s[I]);                                                                   \
+        const KindInfo *ki = &kinfo[k];                                                            \
+        unsigned f = ki->flags;                                                                    \
+        hist[LANE][k] += 1u | ((uint64_t)(k != prev) << 32);                                       \
+        h = ((h << 2) | ((f >> 1) & 3u)) & 63u;                                                    \
+        gaps += gap_lut[h];                                                                        \
+        tot += ki->inc;                                                                            \
+        if ((f & F_WS) && (I) - start >= BLOB_MIN) {                                               \
+            uint64_t d = tot - tot0;                                                               \
+            blob_test(ukind, data, start, (I), (int64_t)(uint32_t)d, (int64_t)(d >> 32), out);     \
+        }                                                                                          \
+        start = (f & F_WS) ? (I) + 1 : start;                                                      \
+        tot0 = (f & F_WS) ? tot : tot0;                                                            \
+        prev = k;                                                                                  \
+    }
+
+#define SCAN_BODY(CHAR_T, KIND)                                                                    \
     {                                                                                              \
         const CHAR_T *s = (const CHAR_T *)data;                                                    \
-        unsigned prev = MAX_KINDS, pf = 0, ppf = 0; /* previous kind, its flags, the one before */ \
-        int64_t chunk = 0, cdig = 0, calnum = 0;    /* since the last whitespace */               \
-        for (Py_ssize_t i = 0; i < n; i++) {                                                       \
-            unsigned k = (unsigned)kind_of(s[i]);                                                  \
-            unsigned f = flags_of[k];                                                              \
-            uint32_t *h = hist[i & (LANES - 1)];                                                   \
-            h[k] += 1u;                                                                            \
-            h[MAX_KINDS + k] += (k != prev);                                                       \
-            /* a space run of >= 2, or of 1 before a digit: its last space costs a token */         \
-            gaps += (pf >> 1) & ~(ppf >> 1) & ((f >> 1) | (f >> 2)) & 1u;                          \
-            if ((f & F_WS) && chunk >= BLOB_MIN) blob_test(ukind, data, i - chunk, i, cdig, calnum, out); \
-            int64_t keep = (int64_t)(f & F_WS) - 1; /* 0 at whitespace, else all ones */          \
-            chunk = (chunk + 1) & keep;                                                            \
-            cdig = (cdig + ((f >> 2) & 1u)) & keep;                                                \
-            calnum = (calnum + ((f >> 3) & 1u)) & keep;                                            \
-            ppf = pf;                                                                              \
-            pf = f;                                                                                \
-            prev = k;                                                                              \
+        unsigned prev = MAX_KINDS, h = 0;                                                          \
+        Py_ssize_t start = 0, i = 0;  /* the current chunk starts at start */                      \
+        uint64_t tot = 0, tot0 = 0;   /* packed digit and letter+digit totals: now, at start */    \
+        for (; i + LANES <= n; i += LANES) {                                                       \
+            STEP(KIND, 0, i)                                                                       \
+            STEP(KIND, 1, i + 1)                                                                   \
+            STEP(KIND, 2, i + 2)                                                                   \
+            STEP(KIND, 3, i + 3)                                                                   \
         }                                                                                          \
-        if (chunk >= BLOB_MIN) blob_test(ukind, data, n - chunk, n, cdig, calnum, out);            \
+        for (; i < n; i++) STEP(KIND, 0, i)                                                        \
+        if (n - start >= BLOB_MIN) {                                                               \
+            uint64_t d = tot - tot0;                                                               \
+            blob_test(ukind, data, start, n, (int64_t)(uint32_t)d, (int64_t)(d >> 32), out);       \
+        }                                                                                          \
     }
 
 static void scan(PyObject *text, Counts *out) {
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     int ukind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
-    uint32_t hist[LANES][2 * MAX_KINDS]; /* characters, then runs, of each kind (n < 2^32) */
+    uint64_t hist[LANES][MAX_KINDS]; /* per kind: characters (low 32 bits), runs (high 32); n < 2^32 */
     int64_t gaps = 0;
     memset(out, 0, sizeof(*out));
     memset(hist, 0, sizeof(hist));
     switch (ukind) {
     case PyUnicode_1BYTE_KIND:
-        SCAN_BODY(Py_UCS1)
+        SCAN_BODY(Py_UCS1, KIND_NARROW)
         break;
     case PyUnicode_2BYTE_KIND:
-        SCAN_BODY(Py_UCS2)
+        SCAN_BODY(Py_UCS2, KIND_NARROW)
         break;
     default:
-        SCAN_BODY(Py_UCS4)
+        SCAN_BODY(Py_UCS4, KIND_WIDE)
         break;
     }
     /* blob_test subtracted from out->runs / out->chars; add the histograms */
     for (int k = 0; k < n_kinds; k++) {
         for (int l = 0; l < LANES; l++) {
-            out->chars[k] += hist[l][k];
-            out->runs[k] += hist[l][MAX_KINDS + k];
+            out->chars[k] += (int64_t)(hist[l][k] & 0xFFFFFFFFu);
+            out->runs[k] += (int64_t)(hist[l][k] >> 32);
         }
     }
     out->gaps = gaps;
@@ -176,11 +203,16 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
     }
     memcpy(table, t, 0x10000);
     PyBuffer_Release(&tbl);
-    memset(flags_of, 0, sizeof(flags_of));
-    flags_of[K_SPACE] = F_WS | F_SPACE;
-    flags_of[K_NEWLINE] = F_WS;
-    flags_of[K_DIGIT] = F_DIGIT | F_ALNUM;
-    flags_of[K_LETTER] = F_ALNUM;
+    memset(kinfo, 0, sizeof(kinfo));
+    kinfo[K_SPACE].flags = F_WS | F_SPACE | F_SOD;
+    kinfo[K_NEWLINE].flags = F_WS;
+    kinfo[K_DIGIT].flags = F_SOD;
+    kinfo[K_DIGIT].inc = 1u | ((uint64_t)1 << 32);
+    kinfo[K_LETTER].inc = (uint64_t)1 << 32;
+    for (unsigned hh = 0; hh < 64; hh++) {
+        unsigned newest_sod = (hh >> 1) & 1u, mid_space = (hh >> 2) & 1u, oldest_space = (hh >> 4) & 1u;
+        gap_lut[hh] = (unsigned char)(mid_space & ~oldest_space & newest_sod & 1u);
+    }
     n_kinds = nk;
     configured = 1;
     Py_RETURN_NONE;
