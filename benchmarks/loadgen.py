@@ -37,6 +37,8 @@ class HeyResult:
     p99_ms: float
     non_200: int
     command: str
+    latencies_ms: tuple[float, ...] = ()
+    """Every counted request's latency, in completion order (pooled across slices by the caller)."""
 
 
 def write_wrk_script(path: Path, body_path: Path, headers: dict[str, str]) -> None:
@@ -114,9 +116,13 @@ def hey(
     rate_rps: float,
     workers: int,
     duration_s: float,
+    skip_first: bool = False,
 ) -> HeyResult:
     """Run hey at ``rate_rps`` total (``workers`` × per-worker ``-q``) and compute percentiles
     from its per-request CSV.
+
+    ``skip_first``: leave out each worker's first request, the one that dials its connection (hey's
+    ``response-time`` includes the dial), so that short runs measure the steady state only.
 
     Raises:
         RuntimeError: hey failed or completed no request.
@@ -146,10 +152,12 @@ def hey(
     lat: list[float] = []
     non200 = 0
     last_offset = 0.0
-    for line in out.stdout.splitlines()[1:]:
-        parts = line.split(",")
-        if len(parts) < 8:
-            continue
+    rows = [p for p in (line.split(",") for line in out.stdout.splitlines()[1:]) if len(p) >= 8]
+    if skip_first:  # the `workers` earliest-started requests that dialed (DNS+dialup > 0)
+        dialed = sorted((float(p[7]), i) for i, p in enumerate(rows) if float(p[1]) > 0.0)[:workers]
+        first = {i for _, i in dialed}
+        rows = [p for i, p in enumerate(rows) if i not in first]
+    for parts in rows:
         lat.append(float(parts[0]) * 1000.0)
         if parts[6] != "200":
             non200 += 1
@@ -163,4 +171,5 @@ def hey(
         p99_ms=percentile(lat, 0.99),
         non_200=non200,
         command=" ".join([*cmd[:-1], "URL"]),
+        latencies_ms=tuple(lat),
     )

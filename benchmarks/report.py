@@ -12,6 +12,11 @@ TARGETS = {"rps_vs_floor": 0.9, "cpu_vs_floor": 1.2, "p99_ms": 1.5, "l80_p99_vs_
 """Issue 15: the router against the do-nothing floor with the same number of messages (1 KB body)."""
 
 
+def _slice_s(p: dict[str, Any]) -> float:
+    """Seconds of one unloaded hey run (older results: one ``hey_s`` run per repetition)."""
+    return float(p.get("unloaded_s", p["hey_s"])) / int(p.get("unloaded_slices", 1))
+
+
 def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -225,8 +230,9 @@ def render(res: dict[str, Any]) -> str:
         "- setup: front Envoy `--concurrency 1` with one listener per variant (same ext_proc settings as envoy/envoy.yaml),"
         " upstream = a second Envoy `--concurrency 1` answering `direct_response` JSON with the body's true `usage`,"
         " each router variant in its own process(es); loopback only",
-        f"- load: `wrk -t1 -c16 -d{p['wrk_s']:g}s --latency -s post.lua` (throughput, CPU), `hey -z {p['hey_s']:g}s -c 1 -q 200 -o csv`"
-        f" (unloaded), `hey -c 8 -q <0.8×capacity/8>` (80 % load, back to back with bare at the same rate);"
+        f"- load: `wrk -t1 -c16 -d{p['wrk_s']:g}s --latency -s post.lua` (throughput, CPU), `hey -z {_slice_s(p):.3g}s -c 1 -q 200 -o csv`"
+        f" (unloaded: {p.get('unloaded_slices', 1)} interleaved rounds of every variant per repetition, each pair's"
+        " samples pooled over its rounds, each run's first request, which dials, left out), `hey -c 8 -q <0.8×capacity/8>` (80 % load, back to back with bare at the same rate);"
         f" {p['reps']} throughput and {p.get('latency_reps', p['reps'])} unloaded-latency and 80 %-load repetition(s);"
         " every variant in every repetition, in a seeded shuffled order; medians shown",
         "- CPU per request = Δ(utime+stime) of the process(es) from /proc/<pid>/stat ÷ completed requests, during the"

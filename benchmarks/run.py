@@ -31,7 +31,7 @@ from typing import Any
 
 from benchmarks.bodies import build_bodies, load_prompts
 from benchmarks.convergence import replay
-from benchmarks.e2e import run_suite
+from benchmarks.e2e import UNLOADED_SLICES, run_suite
 from benchmarks.external import run_external
 from benchmarks.loadgen import write_wrk_script, wrk
 from benchmarks.memory import run_memory
@@ -224,7 +224,14 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine,
         "quick": quick,
-        "params": {"reps": reps, "wrk_s": wrk_s, "hey_s": hey_s, "latency_reps": latency_reps},
+        "params": {
+            "reps": reps,
+            "wrk_s": wrk_s,
+            "hey_s": hey_s,
+            "unloaded_s": 2 * hey_s,
+            "unloaded_slices": UNLOADED_SLICES,
+            "latency_reps": latency_reps,
+        },
         "bodies": [
             {"label": b.label, "bytes": len(b.body), "prompt_tokens": b.prompt_tokens, "source": b.source}
             for b in bodies
@@ -237,7 +244,13 @@ def main(argv: list[str] | None = None) -> int:
         log(f"starting stack in {work}")
         with Stack(work, variants(), bodies) as stack:
             results["e2e"] = run_suite(
-                stack, reps=reps, wrk_s=wrk_s, hey_s=hey_s, latency_reps=latency_reps, log=log
+                stack,
+                reps=reps,
+                wrk_s=wrk_s,
+                hey_s=hey_s,
+                latency_reps=latency_reps,
+                log=log,
+                unloaded_s=2 * hey_s,
             )
             script = work / "wrk_prof.lua"
             write_wrk_script(script, stack.body_files["1KB"], stack.headers("1KB"))

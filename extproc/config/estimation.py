@@ -220,6 +220,7 @@ class EstimatorConfig(Strict):
     """``runs``: modelled tokens from the run counts of all template text (docs/estimator.md), the
     learned value of a key is modelled/true tokens; ``bytes``: the paper's bytes/token ratio per
     category (kept for the baselines of the evaluation)."""
+
     min_model_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
     """Plausibility floor of a ``runs`` key (modelled/true tokens): no learning step and no misroute
     recovery budgets text above 1/this times its modelled tokens."""
@@ -240,6 +241,13 @@ class EstimatorConfig(Strict):
     the key (then ordinary learning owns it again)."""
     max_media_tokens: Annotated[int, Field(ge=1)] = 65536
     """Largest per-item media budget learned from observations or misroute recovery."""
+
+    @property
+    def parse_sample_bytes(self) -> int:
+        """Text the request parser keeps as the classifier's sample: :attr:`sample_bytes` under the
+        ``bytes`` cost model, none under ``runs``, which reads the run counts of all the text and never
+        the sample (encoding a 16 KiB sample cost ~5-15 µs per request for nothing)."""
+        return self.sample_bytes if self.cost_model == "bytes" else 0
 
 
 class CalibrationConfig(Strict):

@@ -21,10 +21,20 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#define BLOCKS 1 /* the 16-character fast path below (SSE2: every x86-64) */
+#else
+#define BLOCKS 0
+#endif
 
 #define MAX_KINDS 64
 
 static unsigned char table[0x10000];
+/* iv_lo[c], iv_hi[c]: the widest interval of BMP code points around c that all have c's kind */
+static uint16_t iv_lo[0x10000], iv_hi[0x10000];
+static int fold_letters; /* A-Z and a-z are all K_LETTER: one case-folded range test finds them */
+static int blocks_on;    /* ' ' is K_SPACE: the fast path may run */
 static int configured = 0;
 static int n_kinds = 0;
 static int K_LETTER, K_DIGIT, K_PUNCT, K_SPACE, K_NEWLINE, K_BLOB, K_EMOJI, K_HAN, K_OTHER;
@@ -124,12 +134,148 @@ static unsigned char gap_lut[64];
         prev = k;                                                                                  \
     }
 
-#define SCAN_BODY(CHAR_T, KIND)                                                                    \
+#if BLOCKS
+/* The 16-character fast path. Prose is mostly blocks of 16 characters that are each a space or of
+   one kind K whose characters fill one interval of code points (a script's letters; ASCII letters
+   of both cases by one case-folded test): for such a block, SIMD compares give two 16-bit masks,
+   and every count of the scalar steps follows from them by shifts and popcounts, exactly (the
+   equality tests of tests/core/test_runscan.py hold it to the numpy reference). A block with any
+   other character, or where a chunk of >= 20 characters ends (the blob test), takes the scalar
+   steps. masks_*: bit t of *sp: character t is ' '; of *in: it is in [lo, lo + span] (case-folded
+   when fold). */
+static inline unsigned mask_of(__m128i bytes) { return (unsigned)_mm_movemask_epi8(bytes); }
+
+static inline void masks_ucs1(const Py_UCS1 *p, unsigned lo, unsigned span, int fold, unsigned *sp, unsigned *in) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    *sp = mask_of(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')));
+    if (fold) v = _mm_or_si128(v, _mm_set1_epi8(0x20));
+    __m128i x = _mm_subs_epu8(_mm_sub_epi8(v, _mm_set1_epi8((char)lo)), _mm_set1_epi8((char)span));
+    *in = mask_of(_mm_cmpeq_epi8(x, _mm_setzero_si128()));
+}
+
+static inline void masks_ucs2(const Py_UCS2 *p, unsigned lo, unsigned span, int fold, unsigned *sp, unsigned *in) {
+    __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
+    __m128i blank = _mm_set1_epi16(' ');
+    *sp = mask_of(_mm_packs_epi16(_mm_cmpeq_epi16(a, blank), _mm_cmpeq_epi16(b, blank)));
+    if (fold) {
+        a = _mm_or_si128(a, _mm_set1_epi16(0x20));
+        b = _mm_or_si128(b, _mm_set1_epi16(0x20));
+    }
+    __m128i l = _mm_set1_epi16((short)lo), w = _mm_set1_epi16((short)span), z = _mm_setzero_si128();
+    __m128i xa = _mm_cmpeq_epi16(_mm_subs_epu16(_mm_sub_epi16(a, l), w), z);
+    __m128i xb = _mm_cmpeq_epi16(_mm_subs_epu16(_mm_sub_epi16(b, l), w), z);
+    *in = mask_of(_mm_packs_epi16(xa, xb));
+}
+
+static inline __m128i in_range4(__m128i v, __m128i l, __m128i w, int fold) {
+    if (fold) v = _mm_or_si128(v, _mm_set1_epi32(0x20));
+    __m128i x = _mm_sub_epi32(v, l); /* code points < 2^21: no overflow */
+    return _mm_andnot_si128(_mm_cmpgt_epi32(x, w), _mm_cmpgt_epi32(x, _mm_set1_epi32(-1)));
+}
+
+static inline void masks_ucs4(const Py_UCS4 *p, unsigned lo, unsigned span, int fold, unsigned *sp, unsigned *in) {
+    __m128i v0 = _mm_loadu_si128((const __m128i *)p), v1 = _mm_loadu_si128((const __m128i *)(p + 4));
+    __m128i v2 = _mm_loadu_si128((const __m128i *)(p + 8)), v3 = _mm_loadu_si128((const __m128i *)(p + 12));
+    __m128i blank = _mm_set1_epi32(' ');
+    __m128i s01 = _mm_packs_epi32(_mm_cmpeq_epi32(v0, blank), _mm_cmpeq_epi32(v1, blank));
+    __m128i s23 = _mm_packs_epi32(_mm_cmpeq_epi32(v2, blank), _mm_cmpeq_epi32(v3, blank));
+    *sp = mask_of(_mm_packs_epi16(s01, s23));
+    __m128i l = _mm_set1_epi32((int)lo), w = _mm_set1_epi32((int)span);
+    __m128i i01 = _mm_packs_epi32(in_range4(v0, l, w, fold), in_range4(v1, l, w, fold));
+    __m128i i23 = _mm_packs_epi32(in_range4(v2, l, w, fold), in_range4(v3, l, w, fold));
+    *in = mask_of(_mm_packs_epi16(i01, i23));
+}
+
+/* The fast path on the characters from index I: counts the longest prefix (up to 16) of spaces and
+   characters of one kind K (the first non-space's, when its characters fill an interval), stopping
+   before a character that needs the scalar step: another kind, or a space that ends a chunk of >= 20
+   characters (the blob test). Sets j to the prefix's length (0..16). MASKS: masks_ucs1/2/4; MAXC: the
+   largest code point of the storage width. */
+#ifndef BACKOFF_MAX
+#define BACKOFF_MAX 64
+#endif
+#ifndef JUMP_MIN
+#define JUMP_MIN 8u
+#endif
+#define BLOCK_PREFIX(MASKS, MAXC, I, j)                                                            \
+    {                                                                                              \
+        unsigned sp = 0, in = 0, k0 = 0, alnum = 0;                                                \
+        Py_UCS4 c0 = s[(I)] != ' ' ? s[(I)] : s[(I) + 1]; /* K: the kind of the first non-space */ \
+        j = 0;                                                                                     \
+        if (c0 != ' ' && c0 < 0x10000u && kinfo[table[c0]].flags == 0) {                          \
+            k0 = table[c0];                                                                        \
+            int fold = fold_letters && k0 == (unsigned)K_LETTER && c0 < 0x80u;                     \
+            unsigned lo = fold ? 'a' : iv_lo[c0];                                                  \
+            unsigned hi = fold ? 'z' : (iv_hi[c0] < (MAXC) ? iv_hi[c0] : (MAXC));                  \
+            MASKS(s + (I), lo, hi - lo, fold, &sp, &in);                                           \
+            unsigned bad = ~(sp | in) & 0xFFFFu;                                                   \
+            j = bad ? (unsigned)__builtin_ctz(bad) : 16u;                                          \
+            alnum = (unsigned)(kinfo[k0].inc >> 32);                                               \
+        }                                                                                          \
+        unsigned lim = j == 16u ? 0xFFFFu : (1u << j) - 1u;                                        \
+        sp &= lim;                                                                                 \
+        if (sp && (I) + (Py_ssize_t)__builtin_ctz(sp) - start >= BLOB_MIN) {                       \
+            j = (unsigned)__builtin_ctz(sp); /* that space takes the scalar step */                \
+            lim = (1u << j) - 1u;                                                                  \
+            sp &= lim;                                                                             \
+        }                                                                                          \
+        if (j) {                                                                                   \
+            unsigned mk = in & ~sp & lim;                                                          \
+            unsigned nk = (unsigned)__builtin_popcount(mk), ns = (unsigned)__builtin_popcount(sp); \
+            unsigned rk = (unsigned)__builtin_popcount(mk & ~((mk << 1) | (prev == k0)));          \
+            unsigned rs = (unsigned)__builtin_popcount(sp & ~((sp << 1) | (prev == (unsigned)K_SPACE))); \
+            /* bit t of e: character I - 2 + t is a space (the two before it from h) */            \
+            unsigned e = (sp << 2) | ((h & 1u) << 1) | ((h >> 2) & 1u);                            \
+            gaps += __builtin_popcount((e >> 2) & (e >> 1) & ~e & lim);                            \
+            if (sp) {                                                                              \
+                unsigned last = 31u - (unsigned)__builtin_clz(sp);                                 \
+                tot0 = tot + ((uint64_t)(alnum * (unsigned)__builtin_popcount(mk & ((1u << last) - 1u))) << 32); \
+                start = (I) + (Py_ssize_t)last + 1;                                                \
+            }                                                                                      \
+            tot += (uint64_t)(alnum * nk) << 32;                                                   \
+            hist[0][k0] += nk | ((uint64_t)rk << 32);                                              \
+            hist[0][K_SPACE] += ns | ((uint64_t)rs << 32);                                         \
+            unsigned x = (sp << 3) | ((h >> 4) & 1u) | (((h >> 2) & 1u) << 1) | ((h & 1u) << 2);  \
+            h = ((x >> j) & 1u) * 48u | ((x >> (j + 1u)) & 1u) * 12u | ((x >> (j + 2u)) & 1u) * 3u; \
+            prev = (sp >> (j - 1u)) & 1u ? (unsigned)K_SPACE : k0;                                 \
+        }                                                                                          \
+    }
+#else
+#define BLOCK_PREFIX(MASKS, MAXC, I, j) j = 0;
+#endif
+
+#define SCAN_BODY(CHAR_T, KIND, MASKS, MAXC)                                                                    \
     {                                                                                              \
         const CHAR_T *s = (const CHAR_T *)data;                                                    \
         unsigned prev = MAX_KINDS, h = 0;                                                          \
         Py_ssize_t start = 0, i = 0;  /* the current chunk starts at start */                      \
         uint64_t tot = 0, tot0 = 0;   /* packed digit and letter+digit totals: now, at start */    \
+        if (BLOCKS && blocks_on) {                                                                 \
+            Py_ssize_t backoff = 16;                                                               \
+            while (i + 16 <= n) {                                                                  \
+                unsigned j;                                                                        \
+                BLOCK_PREFIX(MASKS, MAXC, i, j)                                                    \
+                i += j;                                                                            \
+                if (j == 16u) {                                                                    \
+                    backoff = 16;                                                                  \
+                    continue;                                                                      \
+                }                                                                                  \
+                if (j >= JUMP_MIN) { /* one character for the scalar step, then try again */       \
+                    STEP(KIND, 0, i)                                                               \
+                    i++;                                                                           \
+                    continue;                                                                      \
+                }                                                                                  \
+                /* dense text: scalar steps, longer after each failure in a row (16 .. 256) */     \
+                Py_ssize_t e4 = i + backoff <= n ? i + backoff : i + ((n - i) & ~(Py_ssize_t)(LANES - 1)); \
+                for (; i < e4; i += LANES) {                                                       \
+                    STEP(KIND, 0, i)                                                               \
+                    STEP(KIND, 1, i + 1)                                                           \
+                    STEP(KIND, 2, i + 2)                                                           \
+                    STEP(KIND, 3, i + 3)                                                           \
+                }                                                                                  \
+                backoff = backoff < BACKOFF_MAX ? 2 * backoff : BACKOFF_MAX;                                      \
+            }                                                                                      \
+        }                                                                                          \
         for (; i + LANES <= n; i += LANES) {                                                       \
             STEP(KIND, 0, i)                                                                       \
             STEP(KIND, 1, i + 1)                                                                   \
@@ -143,34 +289,47 @@ static unsigned char gap_lut[64];
         }                                                                                          \
     }
 
-static void scan(PyObject *text, Counts *out) {
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
-    int ukind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    uint64_t hist[LANES][MAX_KINDS]; /* per kind: characters (low 32 bits), runs (high 32); n < 2^32 */
-    int64_t gaps = 0;
-    memset(out, 0, sizeof(*out));
-    memset(hist, 0, sizeof(hist));
-    switch (ukind) {
-    case PyUnicode_1BYTE_KIND:
-        SCAN_BODY(Py_UCS1, KIND_NARROW)
-        break;
-    case PyUnicode_2BYTE_KIND:
-        SCAN_BODY(Py_UCS2, KIND_NARROW)
-        break;
-    default:
-        SCAN_BODY(Py_UCS4, KIND_WIDE)
-        break;
+/* The whole pass; defined twice: for the baseline ISA, and with the POPCNT instruction (every x86-64
+   CPU since 2008; the fast path's masks are counted by popcounts, which are library calls without
+   it), chosen at configure() by what the CPU reports. */
+#define SCAN_DEF(NAME, ATTR)                                                                       \
+    static ATTR void NAME(PyObject *text, Counts *out) {                                           \
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);                                                     \
+    int ukind = PyUnicode_KIND(text);                                                              \
+    const void *data = PyUnicode_DATA(text);                                                       \
+    uint64_t hist[LANES][MAX_KINDS]; /* per kind: characters (low 32 bits), runs (high 32); n < 2^32 */\
+    int64_t gaps = 0;                                                                              \
+    memset(out, 0, sizeof(*out));                                                                  \
+    memset(hist, 0, sizeof(hist));                                                                 \
+    switch (ukind) {                                                                               \
+    case PyUnicode_1BYTE_KIND:                                                                     \
+        SCAN_BODY(Py_UCS1, KIND_NARROW, masks_ucs1, 0xFFu)                                         \
+        break;                                                                                     \
+    case PyUnicode_2BYTE_KIND:                                                                     \
+        SCAN_BODY(Py_UCS2, KIND_NARROW, masks_ucs2, 0xFFFFu)                                       \
+        break;                                                                                     \
+    default:                                                                                       \
+        SCAN_BODY(Py_UCS4, KIND_WIDE, masks_ucs4, 0xFFFFu)                                         \
+        break;                                                                                     \
+    }                                                                                              \
+    /* blob_test subtracted from out->runs / out->chars; add the histograms */                     \
+    for (int k = 0; k < n_kinds; k++) {                                                            \
+        for (int l = 0; l < LANES; l++) {                                                          \
+            out->chars[k] += (int64_t)(hist[l][k] & 0xFFFFFFFFu);                                  \
+            out->runs[k] += (int64_t)(hist[l][k] >> 32);                                           \
+        }                                                                                          \
+    }                                                                                              \
+    out->gaps = gaps;                                                                              \
     }
-    /* blob_test subtracted from out->runs / out->chars; add the histograms */
-    for (int k = 0; k < n_kinds; k++) {
-        for (int l = 0; l < LANES; l++) {
-            out->chars[k] += (int64_t)(hist[l][k] & 0xFFFFFFFFu);
-            out->runs[k] += (int64_t)(hist[l][k] >> 32);
-        }
-    }
-    out->gaps = gaps;
-}
+
+#if BLOCKS && defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define HAVE_POPCNT_VARIANT 1
+SCAN_DEF(scan_popcnt, __attribute__((target("popcnt"))))
+#else
+#define HAVE_POPCNT_VARIANT 0
+#endif
+SCAN_DEF(scan_base, )
+static void (*scan)(PyObject *, Counts *) = scan_base;
 
 static PyObject *py_configure(PyObject *self, PyObject *args) {
     Py_buffer tbl;
@@ -209,6 +368,17 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
     kinfo[K_DIGIT].flags = F_SOD;
     kinfo[K_DIGIT].inc = 1u | ((uint64_t)1 << 32);
     kinfo[K_LETTER].inc = (uint64_t)1 << 32;
+    for (unsigned c = 0; c < 0x10000u; c++) iv_lo[c] = (uint16_t)(c && table[c] == table[c - 1] ? iv_lo[c - 1] : c);
+    for (unsigned c = 0x10000u; c-- > 0;) iv_hi[c] = (uint16_t)(c < 0xFFFFu && table[c] == table[c + 1] ? iv_hi[c + 1] : c);
+    fold_letters = 1;
+    for (unsigned c = 'A'; c <= 'z'; c++) {
+        if ((c <= 'Z' || c >= 'a') && table[c] != (unsigned char)K_LETTER) fold_letters = 0;
+    }
+    blocks_on = table[' '] == (unsigned char)K_SPACE;
+#if HAVE_POPCNT_VARIANT
+    __builtin_cpu_init();
+    scan = __builtin_cpu_supports("popcnt") ? scan_popcnt : scan_base;
+#endif
     for (unsigned hh = 0; hh < 64; hh++) {
         unsigned newest_sod = (hh >> 1) & 1u, mid_space = (hh >> 2) & 1u, oldest_space = (hh >> 4) & 1u;
         gap_lut[hh] = (unsigned char)(mid_space & ~oldest_space & newest_sod & 1u);
@@ -260,12 +430,177 @@ static PyObject *py_utf8_length(PyObject *self, PyObject *arg) {
         for (Py_ssize_t i = 0; i < n; i++) total += s[i] >> 7;
     } else if (ukind == PyUnicode_2BYTE_KIND) {
         const Py_UCS2 *s = (const Py_UCS2 *)data;
-        for (Py_ssize_t i = 0; i < n; i++) total += (s[i] >= 0x80) + (s[i] >= 0x800);
+        Py_ssize_t i = 0;
+#if BLOCKS
+        /* 8 characters per step: 2 bytes more than one, less 1 per character below U+0080 and 1 per
+           character below U+0800 (16-bit lane counts, added up before they could overflow) */
+        const __m128i zero = _mm_setzero_si128();
+        while (n - i >= 8) {
+            Py_ssize_t begin = i, end = n - i >= 8 * 16384 ? i + 8 * 16384 : i + ((n - i) & ~(Py_ssize_t)7);
+            __m128i below80 = zero, below800 = zero; /* minus the count of such characters, per lane */
+            for (; i < end; i += 8) {
+                __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
+                below80 = _mm_add_epi16(below80, _mm_cmpeq_epi16(_mm_srli_epi16(v, 7), zero));
+                below800 = _mm_add_epi16(below800, _mm_cmpeq_epi16(_mm_srli_epi16(v, 11), zero));
+            }
+            uint16_t a[8], b[8];
+            _mm_storeu_si128((__m128i *)a, below80);
+            _mm_storeu_si128((__m128i *)b, below800);
+            total += 2 * (int64_t)(end - begin);
+            for (int l = 0; l < 8; l++) total -= (int64_t)(uint16_t)(0u - a[l]) + (int64_t)(uint16_t)(0u - b[l]);
+        }
+#endif
+        for (; i < n; i++) total += (s[i] >= 0x80) + (s[i] >= 0x800);
     } else {
         const Py_UCS4 *s = (const Py_UCS4 *)data;
-        for (Py_ssize_t i = 0; i < n; i++) total += (s[i] >= 0x80) + (s[i] >= 0x800) + (s[i] >= 0x10000);
+        Py_ssize_t i = 0;
+#if BLOCKS
+        /* 4 characters per step: 3 bytes more than one, less 1 per character below U+0080, U+0800 and
+           U+10000 each (32-bit lane counts) */
+        const __m128i zero = _mm_setzero_si128();
+        while (n - i >= 4) { /* chunks of <= 2^28 characters: the lane counts stay below 2^31 */
+            Py_ssize_t begin = i, end = n - i >= ((Py_ssize_t)1 << 28) ? i + ((Py_ssize_t)1 << 28) : i + ((n - i) & ~(Py_ssize_t)3);
+            __m128i below = zero; /* minus the count of (character, bound) pairs below the bound, per lane */
+            for (; i < end; i += 4) {
+                __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
+                below = _mm_add_epi32(below, _mm_cmpeq_epi32(_mm_srli_epi32(v, 7), zero));
+                below = _mm_add_epi32(below, _mm_cmpeq_epi32(_mm_srli_epi32(v, 11), zero));
+                below = _mm_add_epi32(below, _mm_cmpeq_epi32(_mm_srli_epi32(v, 16), zero));
+            }
+            int32_t c[4];
+            _mm_storeu_si128((__m128i *)c, below);
+            total += 3 * (int64_t)(end - begin) + (int64_t)c[0] + c[1] + c[2] + c[3];
+        }
+#endif
+        for (; i < n; i++) total += (s[i] >= 0x80) + (s[i] >= 0x800) + (s[i] >= 0x10000);
     }
     return PyLong_FromLongLong((long long)total);
+}
+
+/* ---- The language tests' window (extproc/core/run_languages.py; the Python code there is the
+   reference these equal, tests/core/test_runscan.py). ---- */
+
+#define WORD_SETS 4
+#define MAX_WORDS 128
+#define MAX_WORD_LEN 16
+typedef struct {
+    int n;
+    int len[MAX_WORDS];
+    Py_UCS4 ch[MAX_WORDS][MAX_WORD_LEN];
+} WordSet;
+static WordSet word_sets[WORD_SETS];
+
+/* Whether the token [a, b) of the window (storage ukind/data) is word w of set ws. */
+static inline int token_is(int ukind, const void *data, Py_ssize_t a, Py_ssize_t b, const WordSet *ws, int w) {
+    if (ws->len[w] != b - a) return 0;
+    for (Py_ssize_t t = 0; t < b - a; t++) {
+        if (PyUnicode_READ(ukind, data, a + t) != ws->ch[w][t]) return 0;
+    }
+    return 1;
+}
+
+/* run_languages._spaced_word_count: occurrences of " w " for the words w of a set, as str.count
+   counts them per word (consecutive equal words share their space: every second is not counted). */
+static PyObject *py_spaced_word_count(PyObject *self, PyObject *args) {
+    PyObject *window;
+    int set_id;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Ui", &window, &set_id)) return NULL;
+    if (set_id < 0 || set_id >= WORD_SETS) {
+        PyErr_SetString(PyExc_ValueError, "spaced_word_count: unknown word set");
+        return NULL;
+    }
+    const WordSet *ws = &word_sets[set_id];
+    Py_ssize_t n = PyUnicode_GET_LENGTH(window);
+    int ukind = PyUnicode_KIND(window);
+    const void *data = PyUnicode_DATA(window);
+    long count = 0;
+    Py_ssize_t prev_space = -1;               /* the last space seen */
+    Py_ssize_t token = -1;                    /* index of the token that ends at the current space */
+    Py_ssize_t last_tok = -2, last_a = 0, last_b = 0; /* the last counted token */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyUnicode_READ(ukind, data, i) != ' ') continue;
+        token++;
+        if (prev_space >= 0) { /* the token (prev_space, i) has a space on both sides */
+            Py_ssize_t a = prev_space + 1, b = i;
+            if (b - a >= 1 && b - a <= MAX_WORD_LEN) {
+                for (int w = 0; w < ws->n; w++) {
+                    if (!token_is(ukind, data, a, b, ws, w)) continue;
+                    int same = token == last_tok + 1 && last_b - last_a == b - a;
+                    for (Py_ssize_t t = 0; same && t < b - a; t++)
+                        same = PyUnicode_READ(ukind, data, a + t) == PyUnicode_READ(ukind, data, last_a + t);
+                    if (!same) {
+                        count++;
+                        last_tok = token;
+                        last_a = a;
+                        last_b = b;
+                    }
+                    break;
+                }
+            }
+        }
+        prev_space = i;
+    }
+    return PyLong_FromLong(count);
+}
+
+static PyObject *py_configure_words(PyObject *self, PyObject *args) {
+    int set_id;
+    PyObject *words;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "iO!", &set_id, &PyTuple_Type, &words)) return NULL;
+    Py_ssize_t nw = PyTuple_GET_SIZE(words);
+    if (set_id < 0 || set_id >= WORD_SETS || nw > MAX_WORDS) {
+        PyErr_SetString(PyExc_ValueError, "configure_words: set 0..3 of at most 128 words");
+        return NULL;
+    }
+    WordSet ws;
+    memset(&ws, 0, sizeof(ws));
+    for (Py_ssize_t w = 0; w < nw; w++) {
+        PyObject *word = PyTuple_GET_ITEM(words, w);
+        if (!PyUnicode_Check(word) || PyUnicode_GET_LENGTH(word) < 1 || PyUnicode_GET_LENGTH(word) > MAX_WORD_LEN) {
+            PyErr_SetString(PyExc_ValueError, "configure_words: words of 1..16 characters");
+            return NULL;
+        }
+        ws.len[w] = (int)PyUnicode_GET_LENGTH(word);
+        for (Py_ssize_t t = 0; t < ws.len[w]; t++) {
+            ws.ch[w][t] = PyUnicode_READ_CHAR(word, t);
+            if (ws.ch[w][t] == ' ') {
+                PyErr_SetString(PyExc_ValueError, "configure_words: a word without spaces");
+                return NULL;
+            }
+        }
+    }
+    ws.n = (int)nw;
+    word_sets[set_id] = ws;
+    Py_RETURN_NONE;
+}
+
+/* run_languages.english_like's punctuation test on the kinds of the first n characters of text:
+   (letter runs, letter-space-letter triples). */
+static PyObject *py_window_letters(PyObject *self, PyObject *args) {
+    PyObject *text;
+    Py_ssize_t limit;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "Un", &text, &limit)) return NULL;
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "window_letters: configure() first");
+        return NULL;
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (limit < n) n = limit < 0 ? 0 : limit;
+    int ukind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    long runs = 0, prose = 0;
+    int k2 = -1, k1 = -1; /* the kinds of the two characters before */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int k = kind_of(PyUnicode_READ(ukind, data, i));
+        runs += k == K_LETTER && k1 != K_LETTER;
+        prose += k == K_LETTER && k1 == K_SPACE && k2 == K_LETTER;
+        k2 = k1;
+        k1 = k;
+    }
+    return Py_BuildValue("ll", runs, prose);
 }
 
 static PyMethodDef methods[] = {
@@ -276,6 +611,13 @@ static PyMethodDef methods[] = {
     {"count_runs", py_count_runs, METH_O,
      "count_runs(text: str) -> bytes: runs[n_kinds], chars[n_kinds], gaps as native int64."},
     {"utf8_length", py_utf8_length, METH_O, "utf8_length(text: str) -> int: UTF-8 bytes (surrogatepass)."},
+    {"configure_words", py_configure_words, METH_VARARGS,
+     "configure_words(set_id: int, words: tuple[str, ...]) -> None: word set 0..3 (words without spaces)."},
+    {"spaced_word_count", py_spaced_word_count, METH_VARARGS,
+     "spaced_word_count(window: str, set_id: int) -> int: occurrences of ' w ' of the set's words, as "
+     "sum(window.count(f' {w} ')) counts them."},
+    {"window_letters", py_window_letters, METH_VARARGS,
+     "window_letters(text: str, n: int) -> (letter_runs, letter_space_letter): of the first n characters."},
     {NULL, NULL, 0, NULL},
 };
 

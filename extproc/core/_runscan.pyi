@@ -24,3 +24,26 @@ def count_runs(text: str, /) -> bytes:
 
 def utf8_length(text: str, /) -> int:
     """UTF-8 bytes of ``text``, a lone surrogate counting 3 (``surrogatepass``)."""
+
+def configure_words(set_id: int, words: tuple[str, ...], /) -> None:
+    """Word set ``set_id`` (0..3) of up to 128 words of 1..16 characters without spaces.
+
+    Raises:
+        ValueError: a set id, word count or word out of range.
+    """
+
+def spaced_word_count(window: str, set_id: int, /) -> int:
+    """Occurrences of ``" w "`` in ``window`` for the words ``w`` of set ``set_id``, as
+    ``sum(window.count(f" {w} ") for w in words)`` counts them (``run_languages._spaced_word_count``).
+
+    Raises:
+        ValueError: an unknown set id.
+    """
+
+def window_letters(text: str, n: int, /) -> tuple[int, int]:
+    """``(letter runs, letter-space-letter triples)`` among the kinds of the first ``n`` characters
+    of ``text`` (``run_languages.window_letters_of``).
+
+    Raises:
+        RuntimeError: :func:`configure` was not called.
+    """

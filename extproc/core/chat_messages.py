@@ -253,6 +253,11 @@ def _messages(
     for msg in messages:
         if not isinstance(msg, dict):
             raise UnreadableRequest("bad_field_type", "message")
+        if len(msg) == 2 and "role" in msg:  # the common message: a role and a string content
+            content = msg.get("content")
+            if type(content) is str:
+                text.add(content)
+                continue
         _message(msg, text, counts, reasoning, images)
     return len(messages)
 

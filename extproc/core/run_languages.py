@@ -1,8 +1,8 @@
 """Which language a text's letters belong to, for the run kinds of :mod:`extproc.core.runs`: English-like
 ASCII letters (English prose, code, markup, data) or those of other Latin-script languages, split into
 Western European ones and the rest; Arabic-script letters as Arabic, Persian or Urdu. Each test reads the
-first 4,096 characters of the text (methods and thresholds in the docstrings; measurements in
-docs/estimator.md)."""
+first 4,096 characters of the text, lower-cased once (:func:`window_of`; methods and thresholds in the
+docstrings; measurements in docs/estimator.md)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,19 @@ import numpy as np
 
 from extproc.core.run_kinds import kind_index as _K
 
+try:  # the C word counts (extproc/core/_runscan.c); the Python below is their reference
+    from extproc.core import _runscan as _c
+except ImportError:  # built without a C compiler
+    _c = None  # type: ignore[assignment]
+
 __all__ = [
     "MIN_WORDS_FOR_LANGUAGE",
     "WINDOW_CHARS",
     "arabic_script_language",
     "english_like",
     "western_european",
+    "window_letters_of",
+    "window_of",
 ]
 
 _PUNCT_K, _LETTER_K, _LATIN_EXT_K, _SPACE_K = _K["punct"], _K["letter"], _K["latin_ext"], _K["space"]
@@ -34,8 +41,14 @@ dense text is prose (measured on the broad corpus: YAML, logs, SQL, CSV 0.00–0
 percentile, code 0.51; non-English prose 0.34 at the 10th, median 0.49)."""
 
 
+def window_of(text: str) -> str:
+    """What every test reads: the first :data:`WINDOW_CHARS` characters of ``text``, lower-cased
+    (``str.lower``; the Arabic-script letters have no case)."""
+    return text[:WINDOW_CHARS].lower()
+
+
 def english_like(
-    text: str, window_kinds: Callable[[], np.ndarray], runs: np.ndarray, chars: np.ndarray
+    window: str, window_letters: Callable[[], tuple[int, int]], runs: np.ndarray, chars: np.ndarray
 ) -> bool:
     """True unless the text reads as prose of another Latin-script language.
 
@@ -45,23 +58,36 @@ def english_like(
     identifiers, keys and log fields rather than sentences) count as English too unless accented
     letters make ≥ 1 % of the letters: the word cost of English and of identifiers is the same, other
     languages cost 1.5–3× more per word. Markdown in Uzbek, Indonesian or Dutch is punctuation-dense
-    but made of sentences: not English. ``window_kinds()``: the character kinds of the window
-    (:func:`extproc.core.runs._classes`), asked for only when the punctuation test is reached.
+    but made of sentences: not English. ``window``: :func:`window_of` the text; ``window_letters()``:
+    ``(letter runs, letter-space-letter triples)`` of the text's first :data:`WINDOW_CHARS` characters
+    (:func:`window_letters_of` their kinds, or the C count), asked for only when the punctuation test
+    is reached.
     """
-    window = text[:WINDOW_CHARS].lower()
     words = window.count(" ") + 1
-    found = 0
-    for w in _FUNCTION_WORDS:  # stop at the threshold: " the " alone usually meets it
-        found += window.count(w)
-        if found * 50 >= words:
-            return True
+    if _c is not None:
+        found = _c.spaced_word_count(window, _EN_SET_ID)
+    else:
+        found = 0
+        for w in _FUNCTION_WORDS:  # stop at the threshold: " the " alone usually meets it
+            found += window.count(w)
+            if found * 50 >= words:
+                break
+    if found * 50 >= words:
+        return True
     if runs[_PUNCT_K] < 0.6 * runs[_LETTER_K] or chars[_LATIN_EXT_K] * 100 >= chars[_LETTER_K]:
         return False
-    kinds = window_kinds()[:WINDOW_CHARS]
+    letter_runs, prose = window_letters()
+    return bool(prose < _MAX_CODE_PROSE * letter_runs)
+
+
+def window_letters_of(kinds: np.ndarray) -> tuple[int, int]:
+    """``(letter runs, letter-space-letter triples)`` among the character kinds ``kinds`` (the first
+    :data:`WINDOW_CHARS` of a text; non-empty): what :func:`english_like`'s punctuation test reads."""
+    kinds = kinds[:WINDOW_CHARS]
     is_letter = kinds == _LETTER_K
     letter_runs = np.count_nonzero(is_letter[1:] & ~is_letter[:-1]) + int(is_letter[0])
     prose = np.count_nonzero((kinds[1:-1] == _SPACE_K) & is_letter[:-2] & is_letter[2:])
-    return bool(prose < _MAX_CODE_PROSE * letter_runs)
+    return int(letter_runs), int(prose)
 
 
 _EURO_WORDS = (
@@ -74,16 +100,26 @@ Scandinavian languages (not of Indonesian, Polish, Czech, Turkish, Swahili... wh
 " la ", which Swahili uses as much as the Romance languages)."""
 
 
-def western_european(text: str) -> bool:
-    """True when the function words of :data:`_EURO_WORDS` make ≥ 4 % of the words of the text's first
-    4,096 characters: Western European languages (with Romanian), whose words cost 10–30 % fewer tokens than those
-    of other Latin-script languages on every measured tokenizer (docs/estimator.md)."""
-    window = text[:WINDOW_CHARS].lower()
+def western_european(window: str) -> bool:
+    """True when the function words of :data:`_EURO_WORDS` make ≥ 4 % of the words of ``window``
+    (:func:`window_of` the text): Western European languages (with Romanian), whose words cost 10–30 %
+    fewer tokens than those of other Latin-script languages on every measured tokenizer
+    (docs/estimator.md)."""
     words = window.count(" ") + 1
-    return _spaced_word_count(window, _EURO_WORD_SET) * 25 >= words
+    found = (
+        _c.spaced_word_count(window, _EURO_SET_ID)
+        if _c is not None
+        else _spaced_word_count(window, _EURO_WORD_SET)
+    )
+    return bool(found * 25 >= words)
 
 
 _EURO_WORD_SET = frozenset(w.strip(" ") for w in _EURO_WORDS)
+_EN_WORD_SET = frozenset(w.strip(" ") for w in _FUNCTION_WORDS)
+_EN_SET_ID, _EURO_SET_ID = 0, 1
+if _c is not None:
+    _c.configure_words(_EN_SET_ID, tuple(sorted(_EN_WORD_SET)))
+    _c.configure_words(_EURO_SET_ID, tuple(sorted(_EURO_WORD_SET)))
 
 
 def _spaced_word_count(window: str, words: frozenset[str]) -> int:
@@ -111,12 +147,11 @@ _PERSIAN_LETTERS = ("\u067e", "\u0686", "\u0698", "\u06af", "\u06a9", "\u06cc")
 _URDU_LETTERS = ("\u0679", "\u0688", "\u0691", "\u06ba", "\u06be", "\u06d2")
 
 
-def arabic_script_language(text: str) -> int:
+def arabic_script_language(window: str) -> int:
     """Run kind of Arabic-script text: ``urdu`` when Urdu's own letters (ٹ ڈ ڑ ں ھ ے) make ≥ 1 % of a
-    4,096-character window, ``persian`` when Persian/Urdu letters (پ چ ژ گ ک ی) make ≥ 2 %, else
-    ``arabic``. Tokenizers learned the three very differently (Llama-3: Persian costs 0.8×, Urdu 1.4×
-    the tokens of Arabic per character)."""
-    window = text[:WINDOW_CHARS]
+    4,096-character ``window`` (:func:`window_of` the text), ``persian`` when Persian/Urdu letters
+    (پ چ ژ گ ک ی) make ≥ 2 %, else ``arabic``. Tokenizers learned the three very differently (Llama-3:
+    Persian costs 0.8×, Urdu 1.4× the tokens of Arabic per character)."""
     n = max(1, len(window))
     if sum(window.count(c) for c in _URDU_LETTERS) * 100 >= n:
         return _K["urdu"]

@@ -54,6 +54,8 @@ from extproc.core.run_languages import (
     arabic_script_language,
     english_like,
     western_european,
+    window_letters_of,
+    window_of,
 )
 
 __all__ = [
@@ -410,7 +412,7 @@ def count_runs(text: str, codes: np.ndarray | None = None) -> RunCounts:
     raw = np.frombuffer(_runscan.count_runs(text), dtype=np.int64)
     runs = raw[:N_KINDS].astype(np.float64)
     chars = raw[N_KINDS : 2 * N_KINDS].astype(np.float64)
-    _languages(text, runs, chars, lambda: _classes(code_points(text[:WINDOW_CHARS])))
+    _languages(text, runs, chars, lambda: _runscan.window_letters(text, WINDOW_CHARS))
     return RunCounts(runs, chars, float(raw[-1]))
 
 
@@ -463,19 +465,25 @@ _SHORT_TEXT_CHARS = 2048
 
 
 def _languages(
-    text: str, runs: np.ndarray, chars: np.ndarray, window_kinds: Callable[[], np.ndarray]
+    text: str, runs: np.ndarray, chars: np.ndarray, window_letters: Callable[[], tuple[int, int]]
 ) -> None:
     """Move Arabic-script letters to ``persian`` / ``urdu`` and non-English ASCII letters to
     ``letter_euro`` / ``letter_other`` (in place) by the language tests of
-    :mod:`extproc.core.run_languages`; ``window_kinds()``: the character kinds of the first
-    :data:`WINDOW_CHARS` characters (computed only when the English test needs them)."""
+    :mod:`extproc.core.run_languages`; ``window_letters()``: the letter runs and letter-space-letter
+    triples of the first :data:`WINDOW_CHARS` characters (computed only when the English test needs
+    them)."""
+    window = ""  # window_of(text), lower-cased once when a test needs it
     if chars[_ARABIC_K]:
-        lang = arabic_script_language(text)
+        window = window_of(text)
+        lang = arabic_script_language(window)
         if lang != _ARABIC_K:
             runs[lang], runs[_ARABIC_K] = runs[_ARABIC_K], 0.0
             chars[lang], chars[_ARABIC_K] = chars[_ARABIC_K], 0.0
-    if runs[_LETTER_K] >= MIN_WORDS_FOR_LANGUAGE and not english_like(text, window_kinds, runs, chars):
-        other = _LETTER_EURO_K if western_european(text) else _LETTER_OTHER_K
+    if runs[_LETTER_K] < MIN_WORDS_FOR_LANGUAGE:
+        return
+    window = window or window_of(text)
+    if not english_like(window, window_letters, runs, chars):
+        other = _LETTER_EURO_K if western_european(window) else _LETTER_OTHER_K
         runs[other], runs[_LETTER_K] = runs[_LETTER_K], 0.0
         chars[other], chars[_LETTER_K] = chars[_LETTER_K], 0.0
 
@@ -494,7 +502,7 @@ def _finish(
     rl = np.diff(bounds)
     if cls.size >= _BLOB_MIN_CHARS and chars[_DIGIT_K] >= _BLOB_MIN_DIGITS:
         _blobs(codes, bounds, rl, run_cls, runs, chars)
-    _languages(text, runs, chars, lambda: cls[:WINDOW_CHARS])
+    _languages(text, runs, chars, lambda: window_letters_of(cls[:WINDOW_CHARS]))
     # Whitespace that costs its own token: a space run of ≥ 2 characters (pre-tokenisers split
     # "\s+(?!\S)" off the last space), or a single space before digits (digits take no leading space).
     gaps = 0.0

@@ -10,6 +10,7 @@ import json
 import random
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -70,6 +71,8 @@ def _adversarial() -> list[str]:
         "😀👍🏽‍♂️" * 100,
         "\t\t\n\n  \r\n" * 100,
         "a1" * 5000 + " " + "Zz9" * 3000,
+        "привет мир " * 14000 + "x",  # past one 2-byte chunk of the UTF-8 length (131,072 characters)
+        "😀 a " * 40000,
     ]
 
 
@@ -125,3 +128,86 @@ def test_shared_prompts_count_alike() -> None:
         if r.tools:
             body["tools"] = list(r.tools)
         _same(parse_request_body(json.dumps(body, ensure_ascii=False).encode(), "chat").prompt_text)
+
+
+def _c() -> Any:
+    """The C extension (imported here: the module is skipped where it was not built)."""
+    from extproc.core import _runscan
+
+    return _runscan
+
+
+def _windows() -> list[str]:
+    """Language-test windows: adversarial word patterns and the starts of every third shared prompt."""
+    from extproc.core.run_languages import window_of
+
+    out = [
+        "",
+        " ",
+        " de ",
+        " de de de de ",
+        " de le de  de  le le ",
+        "x the the  and of of you that with is is y",
+        " è é à și în não är för è è ",
+        " la de la de la ",
+        " desde de des ded de\tde de\nde ",
+        " DE De de ",
+        " " + "de " * 3000,
+        " pentru pentrux xpentru pentru ",
+    ]
+    if (SHARED / "text").is_dir():
+        for r in load_requests(SHARED)[::3]:
+            text = "\n".join(str(m.get("content") or "") for m in r.messages)
+            out.append(window_of(text))
+    return out
+
+
+def test_word_counts_match_the_python_reference() -> None:
+    from extproc.core import run_languages as L
+
+    for window in _windows():
+        assert _c().spaced_word_count(window, L._EURO_SET_ID) == L._spaced_word_count(
+            window, L._EURO_WORD_SET
+        ), window[:80]
+        assert _c().spaced_word_count(window, L._EN_SET_ID) == sum(
+            window.count(w) for w in L._FUNCTION_WORDS
+        ), window[:80]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    st.lists(st.sampled_from(["de", "le", "the", "è", "și", " ", "  ", "x", "des", "\n", "DE"]), max_size=60)
+)
+def test_generated_word_counts_match(parts: list[str]) -> None:
+    from extproc.core import run_languages as L
+
+    window = " ".join(parts)
+    assert _c().spaced_word_count(window, L._EURO_SET_ID) == L._spaced_word_count(window, L._EURO_WORD_SET)
+    assert _c().spaced_word_count(window, L._EN_SET_ID) == sum(window.count(w) for w in L._FUNCTION_WORDS)
+
+
+@pytest.mark.parametrize(
+    "text", [*_adversarial()[1:], "ab cd, ef gh: ij kl" * 300, "a b c d e " * 900 + "x y"]
+)
+def test_window_letters_match_the_numpy_kinds(text: str) -> None:
+    from extproc.core.run_languages import WINDOW_CHARS, window_letters_of
+
+    kinds = runs._classes(runs.code_points(text[:WINDOW_CHARS]))
+    assert _c().window_letters(text, WINDOW_CHARS) == window_letters_of(kinds)
+
+
+def test_language_tests_without_the_extension_decide_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pure-Python word counts (a build without a C compiler) decide every window alike."""
+    from extproc.core import run_languages as L
+
+    texts = _windows()[1:]
+    fixed = [(L.western_european(w), _english(L, w)) for w in texts]
+    monkeypatch.setattr(L, "_c", None)
+    assert [(L.western_european(w), _english(L, w)) for w in texts] == fixed
+
+
+def _english(L: Any, window: str) -> bool:
+    from extproc.core.run_kinds import N_KINDS
+
+    zero = np.zeros(N_KINDS)
+    return bool(L.english_like(window, lambda: (1, 0), zero, zero))
