@@ -483,63 +483,99 @@ static PyObject *py_utf8_length(PyObject *self, PyObject *arg) {
 #define WORD_SETS 4
 #define MAX_WORDS 128
 #define MAX_WORD_LEN 16
+#define WORD_BUCKETS 256
 typedef struct {
-    int n;
+    int n, max_len;
     int len[MAX_WORDS];
     Py_UCS4 ch[MAX_WORDS][MAX_WORD_LEN];
+    int head[WORD_BUCKETS]; /* first word of each hash bucket, -1 when none */
+    int next[MAX_WORDS];    /* the next word of the same bucket, -1 at the end */
 } WordSet;
 static WordSet word_sets[WORD_SETS];
 
-/* Whether the token [a, b) of the window (storage ukind/data) is word w of set ws. */
-static inline int token_is(int ukind, const void *data, Py_ssize_t a, Py_ssize_t b, const WordSet *ws, int w) {
-    if (ws->len[w] != b - a) return 0;
-    for (Py_ssize_t t = 0; t < b - a; t++) {
-        if (PyUnicode_READ(ukind, data, a + t) != ws->ch[w][t]) return 0;
-    }
-    return 1;
+static inline unsigned word_hash(const Py_UCS4 *w, Py_ssize_t len) {
+    unsigned hsh = (unsigned)len * 2654435761u;
+    for (Py_ssize_t t = 0; t < len; t++) hsh = (hsh ^ (unsigned)w[t]) * 16777619u;
+    return (hsh >> 8) & (WORD_BUCKETS - 1);
 }
 
-/* run_languages._spaced_word_count: occurrences of " w " for the words w of a set, as str.count
-   counts them per word (consecutive equal words share their space: every second is not counted). */
+/* Whether the lower-cased token tok[0..len) is a word of ws. */
+static inline int in_set(const WordSet *ws, const Py_UCS4 *tok, Py_ssize_t len) {
+    for (int w = ws->head[word_hash(tok, len)]; w >= 0; w = ws->next[w]) {
+        if (ws->len[w] == len && memcmp(ws->ch[w], tok, sizeof(Py_UCS4) * (size_t)len) == 0) return 1;
+    }
+    return 0;
+}
+
+/* The word scan of py_spaced_word_count over the storage of one width (CHAR_T). */
+#define WORD_SCAN(CHAR_T)                                                                          \
+    {                                                                                              \
+        const CHAR_T *w_ = (const CHAR_T *)data;                                                   \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                       \
+            if (w_[i] != ' ') continue;                                                            \
+            Py_ssize_t len = i - prev_space - 1; /* the token between two spaces, when there was one */\
+            if (prev_space >= 0 && len >= 1 && len <= ws->max_len) {                               \
+                int word_like = 1;                                                                 \
+                for (Py_ssize_t t = 0; t < len; t++) {                                             \
+                    Py_UCS4 c = w_[prev_space + 1 + t];                                            \
+                    if (c < 0x80) {                                                                \
+                        tok[t] = c - 'A' < 26u ? c + 32u : c;                                      \
+                    } else if (c == 0x130 || c == 0x3A3) {                                         \
+                        word_like = 0;                                                             \
+                        break;                                                                     \
+                    } else {                                                                       \
+                        tok[t] = Py_UNICODE_TOLOWER(c);                                            \
+                    }                                                                              \
+                }                                                                                  \
+                if (word_like && in_set(ws, tok, len)) {                                           \
+                    int same = token == last_tok + 1 && last_len == len && memcmp(last, tok, sizeof(Py_UCS4) * (size_t)len) == 0;\
+                    if (!same) {                                                                   \
+                        count++;                                                                   \
+                        last_tok = token;                                                          \
+                        last_len = len;                                                            \
+                        memcpy(last, tok, sizeof(Py_UCS4) * (size_t)len);                          \
+                    }                                                                              \
+                }                                                                                  \
+            }                                                                                      \
+            token++;                                                                               \
+            prev_space = i;                                                                        \
+        }                                                                                          \
+    }
+
+/* run_languages._spaced_word_count(text[:n].lower(), words): occurrences of " w " for the words w of
+   a set in the lower-cased first n characters, as str.count counts them per word (consecutive equal
+   words share their space: every second one is not counted). Characters are lower-cased one by one
+   (Py_UNICODE_TOLOWER); str.lower differs from that only for U+0130 (to "i" + U+0307) and a final
+   sigma (to U+03C2), neither in any word: a token holding them is no word either way. */
 static PyObject *py_spaced_word_count(PyObject *self, PyObject *args) {
-    PyObject *window;
+    PyObject *text;
+    Py_ssize_t limit;
     int set_id;
     (void)self;
-    if (!PyArg_ParseTuple(args, "Ui", &window, &set_id)) return NULL;
+    if (!PyArg_ParseTuple(args, "Uni", &text, &limit, &set_id)) return NULL;
     if (set_id < 0 || set_id >= WORD_SETS) {
         PyErr_SetString(PyExc_ValueError, "spaced_word_count: unknown word set");
         return NULL;
     }
     const WordSet *ws = &word_sets[set_id];
-    Py_ssize_t n = PyUnicode_GET_LENGTH(window);
-    int ukind = PyUnicode_KIND(window);
-    const void *data = PyUnicode_DATA(window);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (limit < n) n = limit < 0 ? 0 : limit;
+    int ukind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
     long count = 0;
-    Py_ssize_t prev_space = -1;               /* the last space seen */
-    Py_ssize_t token = -1;                    /* index of the token that ends at the current space */
-    Py_ssize_t last_tok = -2, last_a = 0, last_b = 0; /* the last counted token */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (PyUnicode_READ(ukind, data, i) != ' ') continue;
-        token++;
-        if (prev_space >= 0) { /* the token (prev_space, i) has a space on both sides */
-            Py_ssize_t a = prev_space + 1, b = i;
-            if (b - a >= 1 && b - a <= MAX_WORD_LEN) {
-                for (int w = 0; w < ws->n; w++) {
-                    if (!token_is(ukind, data, a, b, ws, w)) continue;
-                    int same = token == last_tok + 1 && last_b - last_a == b - a;
-                    for (Py_ssize_t t = 0; same && t < b - a; t++)
-                        same = PyUnicode_READ(ukind, data, a + t) == PyUnicode_READ(ukind, data, last_a + t);
-                    if (!same) {
-                        count++;
-                        last_tok = token;
-                        last_a = a;
-                        last_b = b;
-                    }
-                    break;
-                }
-            }
-        }
-        prev_space = i;
+    Py_ssize_t token = 0, last_tok = -2; /* index of the token a space ends; of the last counted one */
+    Py_ssize_t prev_space = -1, last_len = 0;
+    Py_UCS4 tok[MAX_WORD_LEN], last[MAX_WORD_LEN];
+    switch (ukind) {
+    case PyUnicode_1BYTE_KIND:
+        WORD_SCAN(Py_UCS1)
+        break;
+    case PyUnicode_2BYTE_KIND:
+        WORD_SCAN(Py_UCS2)
+        break;
+    default:
+        WORD_SCAN(Py_UCS4)
+        break;
     }
     return PyLong_FromLong(count);
 }
@@ -572,6 +608,13 @@ static PyObject *py_configure_words(PyObject *self, PyObject *args) {
         }
     }
     ws.n = (int)nw;
+    for (int w = 0; w < ws.n; w++) ws.max_len = ws.len[w] > ws.max_len ? ws.len[w] : ws.max_len;
+    for (int bkt = 0; bkt < WORD_BUCKETS; bkt++) ws.head[bkt] = -1;
+    for (int w = (int)nw - 1; w >= 0; w--) {
+        unsigned bkt = word_hash(ws.ch[w], ws.len[w]);
+        ws.next[w] = ws.head[bkt];
+        ws.head[bkt] = w;
+    }
     word_sets[set_id] = ws;
     Py_RETURN_NONE;
 }
@@ -603,6 +646,39 @@ static PyObject *py_window_letters(PyObject *self, PyObject *args) {
     return Py_BuildValue("ll", runs, prose);
 }
 
+/* sum(text[:n].count(c) for c in chars): characters of text's first n that are among chars (a str of
+   at most 16 characters; run_languages.arabic_script_language). */
+static PyObject *py_count_chars(PyObject *self, PyObject *args) {
+    PyObject *text, *chars;
+    Py_ssize_t limit;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "UnU", &text, &limit, &chars)) return NULL;
+    Py_ssize_t nc = PyUnicode_GET_LENGTH(chars);
+    if (nc > 16) {
+        PyErr_SetString(PyExc_ValueError, "count_chars: at most 16 characters");
+        return NULL;
+    }
+    Py_UCS4 set[16];
+    for (Py_ssize_t t = 0; t < nc; t++) set[t] = PyUnicode_READ_CHAR(chars, t);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (limit < n) n = limit < 0 ? 0 : limit;
+    int ukind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    long count = 0;
+    if (ukind != PyUnicode_1BYTE_KIND || nc == 0) { /* Latin-1 text holds none of the letters asked */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_UCS4 c = PyUnicode_READ(ukind, data, i);
+            for (Py_ssize_t t = 0; t < nc; t++) count += c == set[t];
+        }
+    } else {
+        const Py_UCS1 *w = (const Py_UCS1 *)data;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            for (Py_ssize_t t = 0; t < nc; t++) count += w[i] == set[t];
+        }
+    }
+    return PyLong_FromLong(count);
+}
+
 static PyMethodDef methods[] = {
     {"configure", py_configure, METH_VARARGS,
      "configure(table: bytes, n_kinds: int, (letter, digit, punct, space, newline, blob, emoji, han, "
@@ -614,8 +690,10 @@ static PyMethodDef methods[] = {
     {"configure_words", py_configure_words, METH_VARARGS,
      "configure_words(set_id: int, words: tuple[str, ...]) -> None: word set 0..3 (words without spaces)."},
     {"spaced_word_count", py_spaced_word_count, METH_VARARGS,
-     "spaced_word_count(window: str, set_id: int) -> int: occurrences of ' w ' of the set's words, as "
-     "sum(window.count(f' {w} ')) counts them."},
+     "spaced_word_count(text: str, n: int, set_id: int) -> int: occurrences of ' w ' of the set's words in "
+     "text[:n].lower(), as sum(window.count(f' {w} ')) counts them."},
+    {"count_chars", py_count_chars, METH_VARARGS,
+     "count_chars(text: str, n: int, chars: str) -> int: characters of text[:n] among chars (<= 16)."},
     {"window_letters", py_window_letters, METH_VARARGS,
      "window_letters(text: str, n: int) -> (letter_runs, letter_space_letter): of the first n characters."},
     {NULL, NULL, 0, NULL},

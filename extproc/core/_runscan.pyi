@@ -32,8 +32,8 @@ def configure_words(set_id: int, words: tuple[str, ...], /) -> None:
         ValueError: a set id, word count or word out of range.
     """
 
-def spaced_word_count(window: str, set_id: int, /) -> int:
-    """Occurrences of ``" w "`` in ``window`` for the words ``w`` of set ``set_id``, as
+def spaced_word_count(text: str, n: int, set_id: int, /) -> int:
+    """Occurrences of ``" w "`` in ``text[:n].lower()`` for the words ``w`` of set ``set_id``, as
     ``sum(window.count(f" {w} ") for w in words)`` counts them (``run_languages._spaced_word_count``).
 
     Raises:
@@ -46,4 +46,11 @@ def window_letters(text: str, n: int, /) -> tuple[int, int]:
 
     Raises:
         RuntimeError: :func:`configure` was not called.
+    """
+
+def count_chars(text: str, n: int, chars: str, /) -> int:
+    """``sum(text[:n].count(c) for c in chars)`` (``chars``: at most 16 characters).
+
+    Raises:
+        ValueError: more than 16 characters.
     """

@@ -1,8 +1,8 @@
 """Which language a text's letters belong to, for the run kinds of :mod:`extproc.core.runs`: English-like
 ASCII letters (English prose, code, markup, data) or those of other Latin-script languages, split into
 Western European ones and the rest; Arabic-script letters as Arabic, Persian or Urdu. Each test reads the
-first 4,096 characters of the text, lower-cased once (:func:`window_of`; methods and thresholds in the
-docstrings; measurements in docs/estimator.md)."""
+first 4,096 characters of the text (the word tests lower-cased, :func:`window_of`; methods and thresholds
+in the docstrings; measurements in docs/estimator.md)."""
 
 from __future__ import annotations
 
@@ -42,13 +42,13 @@ percentile, code 0.51; non-English prose 0.34 at the 10th, median 0.49)."""
 
 
 def window_of(text: str) -> str:
-    """What every test reads: the first :data:`WINDOW_CHARS` characters of ``text``, lower-cased
-    (``str.lower``; the Arabic-script letters have no case)."""
+    """What the word tests read: the first :data:`WINDOW_CHARS` characters of ``text``, lower-cased
+    (``str.lower``; the C word counts lower-case character by character, to the same tokens)."""
     return text[:WINDOW_CHARS].lower()
 
 
 def english_like(
-    window: str, window_letters: Callable[[], tuple[int, int]], runs: np.ndarray, chars: np.ndarray
+    text: str, window_letters: Callable[[], tuple[int, int]], runs: np.ndarray, chars: np.ndarray
 ) -> bool:
     """True unless the text reads as prose of another Latin-script language.
 
@@ -58,15 +58,16 @@ def english_like(
     identifiers, keys and log fields rather than sentences) count as English too unless accented
     letters make ≥ 1 % of the letters: the word cost of English and of identifiers is the same, other
     languages cost 1.5–3× more per word. Markdown in Uzbek, Indonesian or Dutch is punctuation-dense
-    but made of sentences: not English. ``window``: :func:`window_of` the text; ``window_letters()``:
+    but made of sentences: not English. ``window_letters()``:
     ``(letter runs, letter-space-letter triples)`` of the text's first :data:`WINDOW_CHARS` characters
     (:func:`window_letters_of` their kinds, or the C count), asked for only when the punctuation test
     is reached.
     """
-    words = window.count(" ") + 1
+    words = text.count(" ", 0, WINDOW_CHARS) + 1
     if _c is not None:
-        found = _c.spaced_word_count(window, _EN_SET_ID)
+        found = _c.spaced_word_count(text, WINDOW_CHARS, _EN_SET_ID)
     else:
+        window = window_of(text)
         found = 0
         for w in _FUNCTION_WORDS:  # stop at the threshold: " the " alone usually meets it
             found += window.count(w)
@@ -100,17 +101,16 @@ Scandinavian languages (not of Indonesian, Polish, Czech, Turkish, Swahili... wh
 " la ", which Swahili uses as much as the Romance languages)."""
 
 
-def western_european(window: str) -> bool:
-    """True when the function words of :data:`_EURO_WORDS` make ≥ 4 % of the words of ``window``
-    (:func:`window_of` the text): Western European languages (with Romanian), whose words cost 10–30 %
+def western_european(text: str) -> bool:
+    """True when the function words of :data:`_EURO_WORDS` make ≥ 4 % of the words of the text's
+    window (:func:`window_of`): Western European languages (with Romanian), whose words cost 10–30 %
     fewer tokens than those of other Latin-script languages on every measured tokenizer
     (docs/estimator.md)."""
-    words = window.count(" ") + 1
-    found = (
-        _c.spaced_word_count(window, _EURO_SET_ID)
-        if _c is not None
-        else _spaced_word_count(window, _EURO_WORD_SET)
-    )
+    words = text.count(" ", 0, WINDOW_CHARS) + 1
+    if _c is not None:
+        found = _c.spaced_word_count(text, WINDOW_CHARS, _EURO_SET_ID)
+    else:
+        found = _spaced_word_count(window_of(text), _EURO_WORD_SET)
     return bool(found * 25 >= words)
 
 
@@ -143,18 +143,26 @@ def _spaced_word_count(window: str, words: frozenset[str]) -> int:
     return count
 
 
-_PERSIAN_LETTERS = ("\u067e", "\u0686", "\u0698", "\u06af", "\u06a9", "\u06cc")
-_URDU_LETTERS = ("\u0679", "\u0688", "\u0691", "\u06ba", "\u06be", "\u06d2")
+_PERSIAN_LETTERS = "\u067e\u0686\u0698\u06af\u06a9\u06cc"
+_URDU_LETTERS = "\u0679\u0688\u0691\u06ba\u06be\u06d2"
 
 
-def arabic_script_language(window: str) -> int:
+def arabic_script_language(text: str) -> int:
     """Run kind of Arabic-script text: ``urdu`` when Urdu's own letters (ٹ ڈ ڑ ں ھ ے) make ≥ 1 % of a
-    4,096-character ``window`` (:func:`window_of` the text), ``persian`` when Persian/Urdu letters
+    4,096-character window (the start of the text), ``persian`` when Persian/Urdu letters
     (پ چ ژ گ ک ی) make ≥ 2 %, else ``arabic``. Tokenizers learned the three very differently (Llama-3:
     Persian costs 0.8×, Urdu 1.4× the tokens of Arabic per character)."""
-    n = max(1, len(window))
-    if sum(window.count(c) for c in _URDU_LETTERS) * 100 >= n:
+    n = max(1, min(len(text), WINDOW_CHARS))
+    if _letters_in_window(text, _URDU_LETTERS) * 100 >= n:
         return _K["urdu"]
-    if sum(window.count(c) for c in _PERSIAN_LETTERS) * 50 >= n:
+    if _letters_in_window(text, _PERSIAN_LETTERS) * 50 >= n:
         return _PERSIAN_K
     return _ARABIC_K
+
+
+def _letters_in_window(text: str, letters: str) -> int:
+    """Occurrences of the characters ``letters`` in the first :data:`WINDOW_CHARS` characters."""
+    if _c is not None:
+        return _c.count_chars(text, WINDOW_CHARS, letters)
+    window = text[:WINDOW_CHARS]
+    return sum(window.count(c) for c in letters)

@@ -55,7 +55,6 @@ from extproc.core.run_languages import (
     english_like,
     western_european,
     window_letters_of,
-    window_of,
 )
 
 __all__ = [
@@ -472,18 +471,13 @@ def _languages(
     :mod:`extproc.core.run_languages`; ``window_letters()``: the letter runs and letter-space-letter
     triples of the first :data:`WINDOW_CHARS` characters (computed only when the English test needs
     them)."""
-    window = ""  # window_of(text), lower-cased once when a test needs it
     if chars[_ARABIC_K]:
-        window = window_of(text)
-        lang = arabic_script_language(window)
+        lang = arabic_script_language(text)
         if lang != _ARABIC_K:
             runs[lang], runs[_ARABIC_K] = runs[_ARABIC_K], 0.0
             chars[lang], chars[_ARABIC_K] = chars[_ARABIC_K], 0.0
-    if runs[_LETTER_K] < MIN_WORDS_FOR_LANGUAGE:
-        return
-    window = window or window_of(text)
-    if not english_like(window, window_letters, runs, chars):
-        other = _LETTER_EURO_K if western_european(window) else _LETTER_OTHER_K
+    if runs[_LETTER_K] >= MIN_WORDS_FOR_LANGUAGE and not english_like(text, window_letters, runs, chars):
+        other = _LETTER_EURO_K if western_european(text) else _LETTER_OTHER_K
         runs[other], runs[_LETTER_K] = runs[_LETTER_K], 0.0
         chars[other], chars[_LETTER_K] = chars[_LETTER_K], 0.0
 

@@ -139,8 +139,6 @@ def _c() -> Any:
 
 def _windows() -> list[str]:
     """Language-test windows: adversarial word patterns and the starts of every third shared prompt."""
-    from extproc.core.run_languages import window_of
-
     out = [
         "",
         " ",
@@ -157,33 +155,55 @@ def _windows() -> list[str]:
     ]
     if (SHARED / "text").is_dir():
         for r in load_requests(SHARED)[::3]:
-            text = "\n".join(str(m.get("content") or "") for m in r.messages)
-            out.append(window_of(text))
+            out.append("\n".join(str(m.get("content") or "") for m in r.messages))
     return out
 
 
-def test_word_counts_match_the_python_reference() -> None:
+def _assert_word_counts(text: str) -> None:
     from extproc.core import run_languages as L
 
-    for window in _windows():
-        assert _c().spaced_word_count(window, L._EURO_SET_ID) == L._spaced_word_count(
-            window, L._EURO_WORD_SET
-        ), window[:80]
-        assert _c().spaced_word_count(window, L._EN_SET_ID) == sum(
-            window.count(w) for w in L._FUNCTION_WORDS
-        ), window[:80]
+    window = L.window_of(text)
+    euro = L._spaced_word_count(window, L._EURO_WORD_SET)
+    assert _c().spaced_word_count(text, L.WINDOW_CHARS, L._EURO_SET_ID) == euro, window[:80]
+    en = sum(window.count(w) for w in L._FUNCTION_WORDS)
+    assert _c().spaced_word_count(text, L.WINDOW_CHARS, L._EN_SET_ID) == en, window[:80]
+
+
+def test_word_counts_match_the_python_reference() -> None:
+    """The C counts of the lower-cased window equal the Python counts of ``str.lower`` of it."""
+    for text in _windows():
+        _assert_word_counts(text)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(
-    st.lists(st.sampled_from(["de", "le", "the", "è", "și", " ", "  ", "x", "des", "\n", "DE"]), max_size=60)
+    st.lists(
+        st.sampled_from(
+            [
+                "de",
+                "le",
+                "the",
+                "è",
+                "È",
+                "și",
+                "Și",
+                " ",
+                "  ",
+                "x",
+                "des",
+                "\n",
+                "DE",
+                "İl",
+                "ΣΑΣ",
+                "ß",
+                "The",
+            ]
+        ),
+        max_size=60,
+    )
 )
 def test_generated_word_counts_match(parts: list[str]) -> None:
-    from extproc.core import run_languages as L
-
-    window = " ".join(parts)
-    assert _c().spaced_word_count(window, L._EURO_SET_ID) == L._spaced_word_count(window, L._EURO_WORD_SET)
-    assert _c().spaced_word_count(window, L._EN_SET_ID) == sum(window.count(w) for w in L._FUNCTION_WORDS)
+    _assert_word_counts(" ".join(parts))
 
 
 @pytest.mark.parametrize(
@@ -211,3 +231,12 @@ def _english(L: Any, window: str) -> bool:
 
     zero = np.zeros(N_KINDS)
     return bool(L.english_like(window, lambda: (1, 0), zero, zero))
+
+
+def test_arabic_letter_counts_match_str_count() -> None:
+    from extproc.core import run_languages as L
+
+    for text in [*_windows(), "پچژگکی ٹڈڑںھے" * 400, "\u06cc" * 5000, "é" * 10]:
+        for letters in (L._URDU_LETTERS, L._PERSIAN_LETTERS):
+            window = text[: L.WINDOW_CHARS]
+            assert _c().count_chars(text, L.WINDOW_CHARS, letters) == sum(window.count(c) for c in letters)
