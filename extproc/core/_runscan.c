@@ -33,8 +33,7 @@
 static unsigned char table[0x10000];
 /* iv_lo[c], iv_hi[c]: the widest interval of BMP code points around c that all have c's kind */
 static uint16_t iv_lo[0x10000], iv_hi[0x10000];
-static int fold_letters; /* A-Z and a-z are all K_LETTER: one case-folded range test finds them */
-static int blocks_on;    /* ' ' is K_SPACE: the fast path may run */
+static int blocks_on; /* the ASCII kinds are runs.py's (the fast path computes them by compares) */
 static int configured = 0;
 static int n_kinds = 0;
 static int K_LETTER, K_DIGIT, K_PUNCT, K_SPACE, K_NEWLINE, K_BLOB, K_EMOJI, K_HAN, K_OTHER;
@@ -135,116 +134,207 @@ static unsigned char gap_lut[64];
     }
 
 #if BLOCKS
-/* The 16-character fast path. Prose is mostly blocks of 16 characters that are each a space or of
-   one kind K whose characters fill one interval of code points (a script's letters; ASCII letters
-   of both cases by one case-folded test): for such a block, SIMD compares give two 16-bit masks,
-   and every count of the scalar steps follows from them by shifts and popcounts, exactly (the
-   equality tests of tests/core/test_runscan.py hold it to the numpy reference). A block with any
-   other character, or where a chunk of >= 20 characters ends (the blob test), takes the scalar
-   steps. masks_*: bit t of *sp: character t is ' '; of *in: it is in [lo, lo + span] (case-folded
-   when fold). */
+/* The 16-character fast path. Most text is long stretches of ASCII letters, digits, punctuation,
+   spaces and newlines mixed with characters of one other kind K whose characters fill one interval
+   of code points (a script's letters). For 16 such characters, SIMD compares give one 16-bit mask
+   per kind, and every count of the scalar steps follows from the masks by shifts and popcounts,
+   exactly (tests/core/test_runscan.py holds it to the numpy reference): a kind's characters are its
+   mask's popcount, its run starts those of the mask less the mask shifted by one, the gaps and the
+   chunk bounds those of the space and whitespace masks. The prefix stops before any other character,
+   and before a whitespace that ends a chunk of >= 20 characters (the blob test's turn); those take
+   the scalar step. Needs the ASCII kinds of runs.py (checked at configure(): ascii_canonical). */
+typedef struct {
+    unsigned ascii, nl, sp, dig, let; /* bit t: character t is ASCII / of that kind */
+} Masks;
+
 static inline unsigned mask_of(__m128i bytes) { return (unsigned)_mm_movemask_epi8(bytes); }
 
-static inline void masks_ucs1(const Py_UCS1 *p, unsigned lo, unsigned span, int fold, unsigned *sp, unsigned *in) {
-    __m128i v = _mm_loadu_si128((const __m128i *)p);
-    *sp = mask_of(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')));
-    if (fold) v = _mm_or_si128(v, _mm_set1_epi8(0x20));
-    __m128i x = _mm_subs_epu8(_mm_sub_epi8(v, _mm_set1_epi8((char)lo)), _mm_set1_epi8((char)span));
-    *in = mask_of(_mm_cmpeq_epi8(x, _mm_setzero_si128()));
-}
+#define CLASSES(W, v, ASCII_MAX_TEST, LE, EQ, OR)                                                  \
+    __m128i nl##W = OR(EQ(v, 0x0A), EQ(v, 0x0D));                                                  \
+    __m128i as##W = LE(v, 0x7F);                                                                   \
+    __m128i sp##W = OR(_mm_andnot_si128(nl##W, LE(v, 0x1F)), OR(EQ(v, 0x20), EQ(v, 0x7F)));        \
+    __m128i dg##W = LE(SUB(v, '0'), 9);                                                            \
+    __m128i lt##W = LE(SUB(_mm_or_si128(v, SET(0x20)), 'a'), 25);
 
-static inline void masks_ucs2(const Py_UCS2 *p, unsigned lo, unsigned span, int fold, unsigned *sp, unsigned *in) {
-    __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
-    __m128i blank = _mm_set1_epi16(' ');
-    *sp = mask_of(_mm_packs_epi16(_mm_cmpeq_epi16(a, blank), _mm_cmpeq_epi16(b, blank)));
-    if (fold) {
-        a = _mm_or_si128(a, _mm_set1_epi16(0x20));
-        b = _mm_or_si128(b, _mm_set1_epi16(0x20));
+/* The interval [*lo, *lo + *span] of code points around the non-ASCII c0 that all have its kind *k,
+   when that kind can be a K (no flags, not counted as letters or digits, not punctuation: those are
+   the ASCII kinds' masks); 0 otherwise. Beyond U+FFFF: the emoji and Han ranges of kind_of. */
+static inline int k_interval(Py_UCS4 c0, Py_UCS4 maxc, unsigned *lo, unsigned *span, unsigned *k) {
+    unsigned l, hgh;
+    if (c0 < 0x10000u) {
+        *k = table[c0];
+        l = iv_lo[c0] < 0x80u ? 0x80u : iv_lo[c0];
+        hgh = iv_hi[c0];
+    } else if (c0 >= EMOJI_LO && c0 < EMOJI_HI) {
+        *k = (unsigned)K_EMOJI;
+        l = EMOJI_LO;
+        hgh = EMOJI_HI - 1u;
+    } else if (c0 >= HAN_EXT_LO && c0 <= HAN_EXT_HI) {
+        *k = (unsigned)K_HAN;
+        l = HAN_EXT_LO;
+        hgh = HAN_EXT_HI;
+    } else {
+        return 0;
     }
-    __m128i l = _mm_set1_epi16((short)lo), w = _mm_set1_epi16((short)span), z = _mm_setzero_si128();
-    __m128i xa = _mm_cmpeq_epi16(_mm_subs_epu16(_mm_sub_epi16(a, l), w), z);
-    __m128i xb = _mm_cmpeq_epi16(_mm_subs_epu16(_mm_sub_epi16(b, l), w), z);
-    *in = mask_of(_mm_packs_epi16(xa, xb));
+    if (kinfo[*k].flags != 0 || kinfo[*k].inc != 0 || *k == (unsigned)K_PUNCT) return 0;
+    if (hgh > maxc) hgh = maxc;
+    *lo = l;
+    *span = hgh - l;
+    return 1;
 }
 
-static inline __m128i in_range4(__m128i v, __m128i l, __m128i w, int fold) {
-    if (fold) v = _mm_or_si128(v, _mm_set1_epi32(0x20));
-    __m128i x = _mm_sub_epi32(v, l); /* code points < 2^21: no overflow */
-    return _mm_andnot_si128(_mm_cmpgt_epi32(x, w), _mm_cmpgt_epi32(x, _mm_set1_epi32(-1)));
+/* 8-bit lanes (Latin-1) */
+#define SET(c) _mm_set1_epi8((char)(c))
+#define SUB(v, c) _mm_sub_epi8((v), SET(c))
+#define LE8(v, c) _mm_cmpeq_epi8(_mm_subs_epu8((v), SET(c)), _mm_setzero_si128())
+#define EQ8(v, c) _mm_cmpeq_epi8((v), SET(c))
+#define OR_(a, b) _mm_or_si128((a), (b))
+static inline Masks masks_ucs1(const Py_UCS1 *p) {
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    CLASSES(0, v, 0, LE8, EQ8, OR_)
+    Masks m = {mask_of(as0), mask_of(nl0), mask_of(sp0), mask_of(dg0), mask_of(lt0)};
+    return m;
 }
+static inline unsigned kmask_ucs1(const Py_UCS1 *p, Py_UCS4 c0, unsigned *k) {
+    unsigned lo, span;
+    if (!k_interval(c0, 0xFFu, &lo, &span, k)) return 0;
+    __m128i v = _mm_loadu_si128((const __m128i *)p);
+    return mask_of(LE8(SUB(v, lo), span));
+}
+#undef SET
+#undef SUB
 
-static inline void masks_ucs4(const Py_UCS4 *p, unsigned lo, unsigned span, int fold, unsigned *sp, unsigned *in) {
+/* 16-bit lanes (BMP) */
+#define SET(c) _mm_set1_epi16((short)(c))
+#define SUB(v, c) _mm_sub_epi16((v), SET(c))
+#define LE16(v, c) _mm_cmpeq_epi16(_mm_subs_epu16((v), SET(c)), _mm_setzero_si128())
+#define EQ16(v, c) _mm_cmpeq_epi16((v), SET(c))
+#define PK16(x, y) mask_of(_mm_packs_epi16((x), (y)))
+static inline Masks masks_ucs2(const Py_UCS2 *p) {
+    __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
+    CLASSES(0, a, 0, LE16, EQ16, OR_)
+    CLASSES(1, b, 0, LE16, EQ16, OR_)
+    Masks m = {PK16(as0, as1), PK16(nl0, nl1), PK16(sp0, sp1), PK16(dg0, dg1), PK16(lt0, lt1)};
+    return m;
+}
+static inline unsigned kmask_ucs2(const Py_UCS2 *p, Py_UCS4 c0, unsigned *k) {
+    unsigned lo, span;
+    if (!k_interval(c0, 0xFFFFu, &lo, &span, k)) return 0;
+    __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
+    return PK16(LE16(SUB(a, lo), span), LE16(SUB(b, lo), span));
+}
+#undef SET
+#undef SUB
+
+/* 32-bit lanes (any code point < 2^21: signed compares hold) */
+#define SET(c) _mm_set1_epi32((int)(c))
+#define SUB(v, c) _mm_sub_epi32((v), SET(c))
+#define LE32(v, c) _mm_andnot_si128(_mm_cmpgt_epi32((v), SET(c)), _mm_cmpgt_epi32((v), SET(-1)))
+#define EQ32(v, c) _mm_cmpeq_epi32((v), SET(c))
+#define PK32(x0, x1, x2, x3) mask_of(_mm_packs_epi16(_mm_packs_epi32((x0), (x1)), _mm_packs_epi32((x2), (x3))))
+static inline Masks masks_ucs4(const Py_UCS4 *p) {
     __m128i v0 = _mm_loadu_si128((const __m128i *)p), v1 = _mm_loadu_si128((const __m128i *)(p + 4));
     __m128i v2 = _mm_loadu_si128((const __m128i *)(p + 8)), v3 = _mm_loadu_si128((const __m128i *)(p + 12));
-    __m128i blank = _mm_set1_epi32(' ');
-    __m128i s01 = _mm_packs_epi32(_mm_cmpeq_epi32(v0, blank), _mm_cmpeq_epi32(v1, blank));
-    __m128i s23 = _mm_packs_epi32(_mm_cmpeq_epi32(v2, blank), _mm_cmpeq_epi32(v3, blank));
-    *sp = mask_of(_mm_packs_epi16(s01, s23));
-    __m128i l = _mm_set1_epi32((int)lo), w = _mm_set1_epi32((int)span);
-    __m128i i01 = _mm_packs_epi32(in_range4(v0, l, w, fold), in_range4(v1, l, w, fold));
-    __m128i i23 = _mm_packs_epi32(in_range4(v2, l, w, fold), in_range4(v3, l, w, fold));
-    *in = mask_of(_mm_packs_epi16(i01, i23));
+    CLASSES(0, v0, 0, LE32, EQ32, OR_)
+    CLASSES(1, v1, 0, LE32, EQ32, OR_)
+    CLASSES(2, v2, 0, LE32, EQ32, OR_)
+    CLASSES(3, v3, 0, LE32, EQ32, OR_)
+    Masks m = {PK32(as0, as1, as2, as3), PK32(nl0, nl1, nl2, nl3), PK32(sp0, sp1, sp2, sp3),
+               PK32(dg0, dg1, dg2, dg3), PK32(lt0, lt1, lt2, lt3)};
+    return m;
 }
+static inline unsigned kmask_ucs4(const Py_UCS4 *p, Py_UCS4 c0, unsigned *k) {
+    unsigned lo, span;
+    if (!k_interval(c0, 0x10FFFFu, &lo, &span, k)) return 0;
+    __m128i v0 = _mm_loadu_si128((const __m128i *)p), v1 = _mm_loadu_si128((const __m128i *)(p + 4));
+    __m128i v2 = _mm_loadu_si128((const __m128i *)(p + 8)), v3 = _mm_loadu_si128((const __m128i *)(p + 12));
+    return PK32(LE32(SUB(v0, lo), span), LE32(SUB(v1, lo), span), LE32(SUB(v2, lo), span),
+                LE32(SUB(v3, lo), span));
+}
+#undef SET
+#undef SUB
 
-/* The fast path on the characters from index I: counts the longest prefix (up to 16) of spaces and
-   characters of one kind K (the first non-space's, when its characters fill an interval), stopping
-   before a character that needs the scalar step: another kind, or a space that ends a chunk of >= 20
-   characters (the blob test). Sets j to the prefix's length (0..16). MASKS: masks_ucs1/2/4; MAXC: the
-   largest code point of the storage width. */
 #ifndef BACKOFF_MAX
 #define BACKOFF_MAX 64
 #endif
 #ifndef JUMP_MIN
 #define JUMP_MIN 8u
 #endif
-#define BLOCK_PREFIX(MASKS, MAXC, I, j)                                                            \
+
+/* Count one kind's characters and run starts among the prefix (mask m, bits < j, lim = those bits) */
+#define KIND_ADD(kind, m)                                                                          \
+    if (m) {                                                                                       \
+        unsigned rs_ = (unsigned)__builtin_popcount((m) & ~(((m) << 1) | (prev == (unsigned)(kind)))); \
+        hist[0][kind] += (unsigned)__builtin_popcount(m) | ((uint64_t)rs_ << 32);                  \
+    }
+
+/* The fast path on the characters from index I: counts the longest prefix (up to 16) that needs no
+   scalar step and sets j to its length (0..16). MASKS / KMASK: masks_ucs1/2/4, kmask_ucs1/2/4; MAXC:
+   the largest code point of the storage width. */
+#define BLOCK_PREFIX(MASKS, KMASK, MAXC, I, j)                                                     \
     {                                                                                              \
-        unsigned sp = 0, in = 0, k0 = 0, alnum = 0;                                                \
-        Py_UCS4 c0 = s[(I)] != ' ' ? s[(I)] : s[(I) + 1]; /* K: the kind of the first non-space */ \
-        j = 0;                                                                                     \
-        if (c0 != ' ' && c0 < 0x10000u && kinfo[table[c0]].flags == 0) {                          \
-            k0 = table[c0];                                                                        \
-            int fold = fold_letters && k0 == (unsigned)K_LETTER && c0 < 0x80u;                     \
-            unsigned lo = fold ? 'a' : iv_lo[c0];                                                  \
-            unsigned hi = fold ? 'z' : (iv_hi[c0] < (MAXC) ? iv_hi[c0] : (MAXC));                  \
-            MASKS(s + (I), lo, hi - lo, fold, &sp, &in);                                           \
-            unsigned bad = ~(sp | in) & 0xFFFFu;                                                   \
-            j = bad ? (unsigned)__builtin_ctz(bad) : 16u;                                          \
-            alnum = (unsigned)(kinfo[k0].inc >> 32);                                               \
+        Masks m_ = MASKS(s + (I));                                                                 \
+        unsigned other = ~m_.ascii & 0xFFFFu, mk = 0, k0 = 0, mk1 = 0, k1 = 0;                     \
+        if (other) { /* K: the kind of the first non-ASCII character */                            \
+            mk = KMASK(s + (I), s[(I) + (unsigned)__builtin_ctz(other)], &k0) & other;             \
+            unsigned rest = other & ~mk;                                                           \
+            if (rest) { /* a second kind: of the first non-ASCII character not of the first */     \
+                mk1 = KMASK(s + (I), s[(I) + (unsigned)__builtin_ctz(rest)], &k1) & rest;          \
+                if (k1 == k0) { /* two intervals of one kind: one mask */                          \
+                    mk |= mk1;                                                                     \
+                    mk1 = 0;                                                                       \
+                }                                                                                  \
+            }                                                                                      \
         }                                                                                          \
+        unsigned bad = other & ~mk & ~mk1;                                                         \
+        j = bad ? (unsigned)__builtin_ctz(bad) : 16u;                                              \
         unsigned lim = j == 16u ? 0xFFFFu : (1u << j) - 1u;                                        \
-        sp &= lim;                                                                                 \
-        if (sp && (I) + (Py_ssize_t)__builtin_ctz(sp) - start >= BLOB_MIN) {                       \
-            j = (unsigned)__builtin_ctz(sp); /* that space takes the scalar step */                \
+        unsigned ws = (m_.sp | m_.nl) & lim;                                                       \
+        if (ws && (I) + (Py_ssize_t)__builtin_ctz(ws) - start >= BLOB_MIN) {                       \
+            j = (unsigned)__builtin_ctz(ws); /* that whitespace takes the scalar step */           \
             lim = (1u << j) - 1u;                                                                  \
-            sp &= lim;                                                                             \
+            ws &= lim;                                                                             \
         }                                                                                          \
         if (j) {                                                                                   \
-            unsigned mk = in & ~sp & lim;                                                          \
-            unsigned nk = (unsigned)__builtin_popcount(mk), ns = (unsigned)__builtin_popcount(sp); \
-            unsigned rk = (unsigned)__builtin_popcount(mk & ~((mk << 1) | (prev == k0)));          \
-            unsigned rs = (unsigned)__builtin_popcount(sp & ~((sp << 1) | (prev == (unsigned)K_SPACE))); \
-            /* bit t of e: character I - 2 + t is a space (the two before it from h) */            \
+            unsigned sp = m_.sp & lim, nl = m_.nl & lim, dg = m_.dig & lim, lt = m_.let & lim;    \
+            unsigned pu = m_.ascii & lim & ~(sp | nl | dg | lt);                                   \
+            mk &= lim;                                                                             \
+            mk1 &= lim;                                                                            \
+            /* bit t of e: character I - 2 + t is of the space kind (the two before it from h) */  \
             unsigned e = (sp << 2) | ((h & 1u) << 1) | ((h >> 2) & 1u);                            \
-            gaps += __builtin_popcount((e >> 2) & (e >> 1) & ~e & lim);                            \
-            if (sp) {                                                                              \
-                unsigned last = 31u - (unsigned)__builtin_clz(sp);                                 \
-                tot0 = tot + ((uint64_t)(alnum * (unsigned)__builtin_popcount(mk & ((1u << last) - 1u))) << 32); \
+            gaps += __builtin_popcount((e >> 1) & ~e & (sp | dg));                                 \
+            unsigned an = dg | lt;                                                                 \
+            if (ws) {                                                                              \
+                unsigned last = 31u - (unsigned)__builtin_clz(ws), below = (1u << last) - 1u;     \
+                tot0 = tot + (unsigned)__builtin_popcount(dg & below) +                            \
+                       ((uint64_t)(unsigned)__builtin_popcount(an & below) << 32);                 \
                 start = (I) + (Py_ssize_t)last + 1;                                                \
             }                                                                                      \
-            tot += (uint64_t)(alnum * nk) << 32;                                                   \
-            hist[0][k0] += nk | ((uint64_t)rk << 32);                                              \
-            hist[0][K_SPACE] += ns | ((uint64_t)rs << 32);                                         \
-            unsigned x = (sp << 3) | ((h >> 4) & 1u) | (((h >> 2) & 1u) << 1) | ((h & 1u) << 2);  \
-            h = ((x >> j) & 1u) * 48u | ((x >> (j + 1u)) & 1u) * 12u | ((x >> (j + 2u)) & 1u) * 3u; \
-            prev = (sp >> (j - 1u)) & 1u ? (unsigned)K_SPACE : k0;                                 \
+            tot += (unsigned)__builtin_popcount(dg) + ((uint64_t)(unsigned)__builtin_popcount(an) << 32); \
+            KIND_ADD(K_SPACE, sp)                                                                  \
+            KIND_ADD(K_NEWLINE, nl)                                                                \
+            KIND_ADD(K_DIGIT, dg)                                                                  \
+            KIND_ADD(K_LETTER, lt)                                                                 \
+            KIND_ADD(K_PUNCT, pu)                                                                  \
+            KIND_ADD(k0, mk)                                                                       \
+            KIND_ADD(k1, mk1)                                                                      \
+            for (unsigned t = j > 3u ? j - 3u : 0u; t < j; t++)                                    \
+                h = ((h << 2) | ((sp >> t) & 1u) | ((((sp | dg) >> t) & 1u) << 1)) & 63u;          \
+            unsigned top = 1u << (j - 1u);                                                         \
+            prev = sp & top   ? (unsigned)K_SPACE                                                  \
+                   : nl & top ? (unsigned)K_NEWLINE                                                \
+                   : dg & top ? (unsigned)K_DIGIT                                                  \
+                   : lt & top ? (unsigned)K_LETTER                                                 \
+                   : pu & top ? (unsigned)K_PUNCT                                                  \
+                   : mk & top ? k0                                                                 \
+                              : k1;                                                                \
         }                                                                                          \
     }
 #else
-#define BLOCK_PREFIX(MASKS, MAXC, I, j) j = 0;
+#define BLOCK_PREFIX(MASKS, KMASK, MAXC, I, j) j = 0;
 #endif
 
-#define SCAN_BODY(CHAR_T, KIND, MASKS, MAXC)                                                                    \
+#define SCAN_BODY(CHAR_T, KIND, MASKS, KMASK, MAXC)                                                                    \
     {                                                                                              \
         const CHAR_T *s = (const CHAR_T *)data;                                                    \
         unsigned prev = MAX_KINDS, h = 0;                                                          \
@@ -254,7 +344,7 @@ static inline void masks_ucs4(const Py_UCS4 *p, unsigned lo, unsigned span, int 
             Py_ssize_t backoff = 16;                                                               \
             while (i + 16 <= n) {                                                                  \
                 unsigned j;                                                                        \
-                BLOCK_PREFIX(MASKS, MAXC, i, j)                                                    \
+                BLOCK_PREFIX(MASKS, KMASK, MAXC, i, j)                                                    \
                 i += j;                                                                            \
                 if (j == 16u) {                                                                    \
                     backoff = 16;                                                                  \
@@ -303,13 +393,13 @@ static inline void masks_ucs4(const Py_UCS4 *p, unsigned lo, unsigned span, int 
     memset(hist, 0, sizeof(hist));                                                                 \
     switch (ukind) {                                                                               \
     case PyUnicode_1BYTE_KIND:                                                                     \
-        SCAN_BODY(Py_UCS1, KIND_NARROW, masks_ucs1, 0xFFu)                                         \
+        SCAN_BODY(Py_UCS1, KIND_NARROW, masks_ucs1, kmask_ucs1, 0xFFu)                                         \
         break;                                                                                     \
     case PyUnicode_2BYTE_KIND:                                                                     \
-        SCAN_BODY(Py_UCS2, KIND_NARROW, masks_ucs2, 0xFFFFu)                                       \
+        SCAN_BODY(Py_UCS2, KIND_NARROW, masks_ucs2, kmask_ucs2, 0xFFFFu)                                       \
         break;                                                                                     \
     default:                                                                                       \
-        SCAN_BODY(Py_UCS4, KIND_WIDE, masks_ucs4, 0xFFFFu)                                         \
+        SCAN_BODY(Py_UCS4, KIND_WIDE, masks_ucs4, kmask_ucs4, 0xFFFFu)                                         \
         break;                                                                                     \
     }                                                                                              \
     /* blob_test subtracted from out->runs / out->chars; add the histograms */                     \
@@ -370,11 +460,15 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
     kinfo[K_LETTER].inc = (uint64_t)1 << 32;
     for (unsigned c = 0; c < 0x10000u; c++) iv_lo[c] = (uint16_t)(c && table[c] == table[c - 1] ? iv_lo[c - 1] : c);
     for (unsigned c = 0x10000u; c-- > 0;) iv_hi[c] = (uint16_t)(c < 0xFFFFu && table[c] == table[c + 1] ? iv_hi[c + 1] : c);
-    fold_letters = 1;
-    for (unsigned c = 'A'; c <= 'z'; c++) {
-        if ((c <= 'Z' || c >= 'a') && table[c] != (unsigned char)K_LETTER) fold_letters = 0;
+    blocks_on = 1;
+    for (unsigned c = 0; c < 0x80u; c++) {
+        int want = c == '\n' || c == '\r'                            ? K_NEWLINE
+                   : c <= 0x20u || c == 0x7Fu                          ? K_SPACE
+                   : c - '0' < 10u                                     ? K_DIGIT
+                   : (c | 0x20u) - 'a' < 26u                           ? K_LETTER
+                                                                       : K_PUNCT;
+        if (table[c] != (unsigned char)want) blocks_on = 0;
     }
-    blocks_on = table[' '] == (unsigned char)K_SPACE;
 #if HAVE_POPCNT_VARIANT
     __builtin_cpu_init();
     scan = __builtin_cpu_supports("popcnt") ? scan_popcnt : scan_base;

@@ -240,3 +240,43 @@ def test_arabic_letter_counts_match_str_count() -> None:
         for letters in (L._URDU_LETTERS, L._PERSIAN_LETTERS):
             window = text[: L.WINDOW_CHARS]
             assert _c().count_chars(text, L.WINDOW_CHARS, letters) == sum(window.count(c) for c in letters)
+
+
+_PIECES = st.sampled_from(
+    [
+        "the ",
+        "Quick ",
+        "brown, ",
+        "fox.\n",
+        "  ",
+        "\t",
+        "42 ",
+        " 7",
+        "привет ",
+        "мир, ",
+        "漢字",
+        "かな",
+        "한국어 ",
+        "हिन्दी ",
+        "مرحبا ",
+        "😀",
+        "\u200d",
+        "\ufe0f",
+        "\U00020001",
+        "é",
+        "ab12CD34ef56GH78ij90KL",
+        "0123456789abcdef0123",
+        "x" * 25,
+        '{"k": [1, 2]}',
+        "\r\n",
+        "\x00",
+    ]
+)
+
+
+@settings(max_examples=600, deadline=None, derandomize=True)
+@given(st.lists(_PIECES, min_size=4, max_size=120))
+def test_generated_mixed_script_texts_count_alike(parts: list[str]) -> None:
+    """Long mixed texts: every width, two non-ASCII kinds in one 16-character block, chunks of >= 20
+    characters ending inside a block, gaps across block edges (the fast path's branches)."""
+    _same("".join(parts))
