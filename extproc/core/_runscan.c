@@ -258,7 +258,7 @@ static inline unsigned kmask_ucs4(const Py_UCS4 *p, Py_UCS4 c0, unsigned *k) {
 #define BACKOFF_MAX 64
 #endif
 #ifndef JUMP_MIN
-#define JUMP_MIN 8u
+#define JUMP_MIN 2u
 #endif
 
 /* Count one kind's characters and run starts among the prefix (mask m, bits < j, lim = those bits) */
@@ -773,6 +773,22 @@ static PyObject *py_count_chars(PyObject *self, PyObject *args) {
     return PyLong_FromLong(count);
 }
 
+/* Which pass count_runs runs: "sse2+popcnt", "sse2" (the 16-character fast path, with POPCNT or
+   without) or "scalar" (no SSE2, or another ASCII layout than runs.py's). */
+static PyObject *py_fast_path(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    if (!configured) {
+        PyErr_SetString(PyExc_RuntimeError, "fast_path: configure() first");
+        return NULL;
+    }
+    if (!BLOCKS || !blocks_on) return PyUnicode_FromString("scalar");
+#if HAVE_POPCNT_VARIANT
+    if (scan == scan_popcnt) return PyUnicode_FromString("sse2+popcnt");
+#endif
+    return PyUnicode_FromString("sse2");
+}
+
 static PyMethodDef methods[] = {
     {"configure", py_configure, METH_VARARGS,
      "configure(table: bytes, n_kinds: int, (letter, digit, punct, space, newline, blob, emoji, han, "
@@ -786,6 +802,8 @@ static PyMethodDef methods[] = {
     {"spaced_word_count", py_spaced_word_count, METH_VARARGS,
      "spaced_word_count(text: str, n: int, set_id: int) -> int: occurrences of ' w ' of the set's words in "
      "text[:n].lower(), as sum(window.count(f' {w} ')) counts them."},
+    {"fast_path", py_fast_path, METH_NOARGS,
+     "fast_path() -> str: 'sse2+popcnt', 'sse2' or 'scalar', the pass count_runs runs."},
     {"count_chars", py_count_chars, METH_VARARGS,
      "count_chars(text: str, n: int, chars: str) -> int: characters of text[:n] among chars (<= 16)."},
     {"window_letters", py_window_letters, METH_VARARGS,

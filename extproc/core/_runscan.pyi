@@ -54,3 +54,10 @@ def count_chars(text: str, n: int, chars: str, /) -> int:
     Raises:
         ValueError: more than 16 characters.
     """
+
+def fast_path() -> str:
+    """``"sse2+popcnt"``, ``"sse2"`` (the 16-character SIMD fast path) or ``"scalar"``.
+
+    Raises:
+        RuntimeError: :func:`configure` was not called.
+    """

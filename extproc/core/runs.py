@@ -60,6 +60,7 @@ from extproc.core.run_languages import (
 __all__ = [
     "CONTENT_KINDS",
     "RUNSCAN",
+    "RUNSCAN_PASS",
     "RUN_KINDS",
     "RunCounts",
     "code_points",
@@ -189,10 +190,14 @@ try:
         (_EMOJI_LO, _EMOJI_HI, _HAN_EXT_LO, _HAN_EXT_HI),
     )
     RUNSCAN = "c"
+    RUNSCAN_PASS = _runscan.fast_path()
 except ImportError:  # built without a C compiler: the numpy reference counts
     _runscan = None  # type: ignore[assignment]
     RUNSCAN = "numpy"
-"""Which implementation :func:`count_runs` runs: ``"c"`` (:mod:`extproc.core._runscan`) or ``"numpy"``."""
+    RUNSCAN_PASS = "numpy"
+"""Which implementation :func:`count_runs` runs: ``"c"`` (:mod:`extproc.core._runscan`) or ``"numpy"``.
+``RUNSCAN_PASS``: the C pass, ``"sse2+popcnt"`` / ``"sse2"`` (its 16-character SIMD fast path) or
+``"scalar"``, else ``"numpy"``."""
 
 _SHORT_ENCODE_CHARS = 4096
 """Without the extension, :func:`text_utf8_length` encodes a non-ASCII text up to this long to UTF-8:

@@ -24,7 +24,7 @@ from prometheus_client import (
 )
 
 from extproc.core.decision import DecisionRecord
-from extproc.core.runs import RUNSCAN
+from extproc.core.runs import RUNSCAN, RUNSCAN_PASS
 from extproc.service.load_metrics import LoadMetrics
 from extproc.service.otel import OtelRecorder
 
@@ -64,8 +64,9 @@ class RouterMetrics:
         self.build_info = Gauge(
             "tbr_build_info",
             "Build of the running router (always 1): package version, source revision, Python version, "
-            "run counter (c: the C extension; numpy: built without a C compiler).",
-            ["version", "revision", "python_version", "run_counter"],
+            "run counter (c: the C extension; numpy: built without a C compiler) and its pass "
+            "(sse2+popcnt, sse2: the SIMD fast path; scalar; numpy).",
+            ["version", "revision", "python_version", "run_counter", "run_counter_pass"],
             registry=r,
         )
         self.build_info.labels(
@@ -73,6 +74,7 @@ class RouterMetrics:
             os.environ.get("TBR_BUILD_REVISION", "unknown"),
             platform.python_version(),
             RUNSCAN,
+            RUNSCAN_PASS,
         ).set(1)
         self.load = LoadMetrics(r)
         """Counters of pool load events (scrapes, saturation, spillover, misroutes)."""

@@ -54,7 +54,7 @@ def test_platform_telemetry_and_no_created_series() -> None:
 
     from prometheus_client import generate_latest
 
-    from extproc.core.runs import RUNSCAN
+    from extproc.core.runs import RUNSCAN, RUNSCAN_PASS
     from extproc.service.metrics import RouterMetrics, build_version
 
     text = generate_latest(RouterMetrics().registry).decode()
@@ -62,7 +62,7 @@ def test_platform_telemetry_and_no_created_series() -> None:
         assert family in text, family
     assert (
         f'tbr_build_info{{python_version="{platform.python_version()}",revision="unknown",'
-        f'run_counter="{RUNSCAN}",version="{build_version()}"}} 1.0' in text
+        f'run_counter="{RUNSCAN}",run_counter_pass="{RUNSCAN_PASS}",version="{build_version()}"}} 1.0' in text
     )
     assert build_version() != "unknown"
     assert "_created" not in text
