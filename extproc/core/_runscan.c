@@ -23,7 +23,7 @@
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
-#define BLOCKS 1 /* the 16-character fast path below (SSE2: every x86-64) */
+#define BLOCKS 1 /* the 32-character fast path below (SSE2: every x86-64) */
 #else
 #define BLOCKS 0
 #endif
@@ -134,15 +134,15 @@ static unsigned char gap_lut[64];
     }
 
 #if BLOCKS
-/* The 16-character fast path. Most text is long stretches of ASCII letters, digits, punctuation,
-   spaces and newlines mixed with characters of one other kind K whose characters fill one interval
-   of code points (a script's letters). For 16 such characters, SIMD compares give one 16-bit mask
+/* The 32-character fast path. Most text is long stretches of ASCII letters, digits, punctuation,
+   spaces and newlines mixed with characters of up to two other kinds, each filling an interval of
+   code points around the first character of it in the block (a script's letters; emoji). For 32 such characters, SIMD compares give one 32-bit mask
    per kind, and every count of the scalar steps follows from the masks by shifts and popcounts,
    exactly (tests/core/test_runscan.py holds it to the numpy reference): a kind's characters are its
    mask's popcount, its run starts those of the mask less the mask shifted by one, the gaps and the
    chunk bounds those of the space and whitespace masks. The prefix stops before any other character,
    and before a whitespace that ends a chunk of >= 20 characters (the blob test's turn); those take
-   the scalar step. Needs the ASCII kinds of runs.py (checked at configure(): ascii_canonical). */
+   the scalar step. Needs the ASCII kinds of runs.py (checked at configure(): blocks_on). */
 typedef struct {
     unsigned ascii, nl, sp, dig, let; /* bit t: character t is ASCII / of that kind */
 } Masks;
@@ -189,15 +189,13 @@ static inline int k_interval(Py_UCS4 c0, Py_UCS4 maxc, unsigned *lo, unsigned *s
 #define LE8(v, c) _mm_cmpeq_epi8(_mm_subs_epu8((v), SET(c)), _mm_setzero_si128())
 #define EQ8(v, c) _mm_cmpeq_epi8((v), SET(c))
 #define OR_(a, b) _mm_or_si128((a), (b))
-static inline Masks masks_ucs1(const Py_UCS1 *p) {
+static inline Masks masks16_ucs1(const Py_UCS1 *p) {
     __m128i v = _mm_loadu_si128((const __m128i *)p);
     CLASSES(0, v, 0, LE8, EQ8, OR_)
     Masks m = {mask_of(as0), mask_of(nl0), mask_of(sp0), mask_of(dg0), mask_of(lt0)};
     return m;
 }
-static inline unsigned kmask_ucs1(const Py_UCS1 *p, Py_UCS4 c0, unsigned *k) {
-    unsigned lo, span;
-    if (!k_interval(c0, 0xFFu, &lo, &span, k)) return 0;
+static inline unsigned kmask16_ucs1(const Py_UCS1 *p, unsigned lo, unsigned span) {
     __m128i v = _mm_loadu_si128((const __m128i *)p);
     return mask_of(LE8(SUB(v, lo), span));
 }
@@ -210,16 +208,14 @@ static inline unsigned kmask_ucs1(const Py_UCS1 *p, Py_UCS4 c0, unsigned *k) {
 #define LE16(v, c) _mm_cmpeq_epi16(_mm_subs_epu16((v), SET(c)), _mm_setzero_si128())
 #define EQ16(v, c) _mm_cmpeq_epi16((v), SET(c))
 #define PK16(x, y) mask_of(_mm_packs_epi16((x), (y)))
-static inline Masks masks_ucs2(const Py_UCS2 *p) {
+static inline Masks masks16_ucs2(const Py_UCS2 *p) {
     __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
     CLASSES(0, a, 0, LE16, EQ16, OR_)
     CLASSES(1, b, 0, LE16, EQ16, OR_)
     Masks m = {PK16(as0, as1), PK16(nl0, nl1), PK16(sp0, sp1), PK16(dg0, dg1), PK16(lt0, lt1)};
     return m;
 }
-static inline unsigned kmask_ucs2(const Py_UCS2 *p, Py_UCS4 c0, unsigned *k) {
-    unsigned lo, span;
-    if (!k_interval(c0, 0xFFFFu, &lo, &span, k)) return 0;
+static inline unsigned kmask16_ucs2(const Py_UCS2 *p, unsigned lo, unsigned span) {
     __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
     return PK16(LE16(SUB(a, lo), span), LE16(SUB(b, lo), span));
 }
@@ -232,7 +228,7 @@ static inline unsigned kmask_ucs2(const Py_UCS2 *p, Py_UCS4 c0, unsigned *k) {
 #define LE32(v, c) _mm_andnot_si128(_mm_cmpgt_epi32((v), SET(c)), _mm_cmpgt_epi32((v), SET(-1)))
 #define EQ32(v, c) _mm_cmpeq_epi32((v), SET(c))
 #define PK32(x0, x1, x2, x3) mask_of(_mm_packs_epi16(_mm_packs_epi32((x0), (x1)), _mm_packs_epi32((x2), (x3))))
-static inline Masks masks_ucs4(const Py_UCS4 *p) {
+static inline Masks masks16_ucs4(const Py_UCS4 *p) {
     __m128i v0 = _mm_loadu_si128((const __m128i *)p), v1 = _mm_loadu_si128((const __m128i *)(p + 4));
     __m128i v2 = _mm_loadu_si128((const __m128i *)(p + 8)), v3 = _mm_loadu_si128((const __m128i *)(p + 12));
     CLASSES(0, v0, 0, LE32, EQ32, OR_)
@@ -243,9 +239,7 @@ static inline Masks masks_ucs4(const Py_UCS4 *p) {
                PK32(dg0, dg1, dg2, dg3), PK32(lt0, lt1, lt2, lt3)};
     return m;
 }
-static inline unsigned kmask_ucs4(const Py_UCS4 *p, Py_UCS4 c0, unsigned *k) {
-    unsigned lo, span;
-    if (!k_interval(c0, 0x10FFFFu, &lo, &span, k)) return 0;
+static inline unsigned kmask16_ucs4(const Py_UCS4 *p, unsigned lo, unsigned span) {
     __m128i v0 = _mm_loadu_si128((const __m128i *)p), v1 = _mm_loadu_si128((const __m128i *)(p + 4));
     __m128i v2 = _mm_loadu_si128((const __m128i *)(p + 8)), v3 = _mm_loadu_si128((const __m128i *)(p + 12));
     return PK32(LE32(SUB(v0, lo), span), LE32(SUB(v1, lo), span), LE32(SUB(v2, lo), span),
@@ -254,12 +248,31 @@ static inline unsigned kmask_ucs4(const Py_UCS4 *p, Py_UCS4 c0, unsigned *k) {
 #undef SET
 #undef SUB
 
+/* 32 characters: two 16-character halves (bit t of each mask: character t) */
+#define MASKS32(W, CHAR_T, MAXC)                                                                         \
+    static inline Masks masks_##W(const CHAR_T *p) {                                               \
+        Masks a = masks16_##W(p), b = masks16_##W(p + 16);                                         \
+        Masks m = {a.ascii | b.ascii << 16, a.nl | b.nl << 16, a.sp | b.sp << 16, a.dig | b.dig << 16, \
+                   a.let | b.let << 16};                                                           \
+        return m;                                                                                  \
+    }                                                                                              \
+    static inline unsigned kmask_##W(const CHAR_T *p, Py_UCS4 c0, unsigned *k) {                  \
+        unsigned lo, span;                                                                         \
+        if (!k_interval(c0, MAXC, &lo, &span, k)) return 0;                                        \
+        return kmask16_##W(p, lo, span) | kmask16_##W(p + 16, lo, span) << 16;                     \
+    }
+MASKS32(ucs1, Py_UCS1, 0xFFu)
+MASKS32(ucs2, Py_UCS2, 0xFFFFu)
+MASKS32(ucs4, Py_UCS4, 0x10FFFFu)
+
 #ifndef BACKOFF_MAX
 #define BACKOFF_MAX 64
 #endif
 #ifndef JUMP_MIN
 #define JUMP_MIN 2u
 #endif
+
+#define BLOCK_CHARS 32u /* characters of one fast-path block (bits of a mask) */
 
 /* Count one kind's characters and run starts among the prefix (mask m, bits < j, lim = those bits) */
 #define KIND_ADD(kind, m)                                                                          \
@@ -268,13 +281,13 @@ static inline unsigned kmask_ucs4(const Py_UCS4 *p, Py_UCS4 c0, unsigned *k) {
         hist[0][kind] += (unsigned)__builtin_popcount(m) | ((uint64_t)rs_ << 32);                  \
     }
 
-/* The fast path on the characters from index I: counts the longest prefix (up to 16) that needs no
-   scalar step and sets j to its length (0..16). MASKS / KMASK: masks_ucs1/2/4, kmask_ucs1/2/4; MAXC:
+/* The fast path on the characters from index I: counts the longest prefix (up to 32) that needs no
+   scalar step and sets j to its length (0..32). MASKS / KMASK: masks_ucs1/2/4, kmask_ucs1/2/4; MAXC:
    the largest code point of the storage width. */
 #define BLOCK_PREFIX(MASKS, KMASK, MAXC, I, j)                                                     \
     {                                                                                              \
         Masks m_ = MASKS(s + (I));                                                                 \
-        unsigned other = ~m_.ascii & 0xFFFFu, mk = 0, k0 = 0, mk1 = 0, k1 = 0;                     \
+        unsigned other = ~m_.ascii, mk = 0, k0 = 0, mk1 = 0, k1 = 0;                     \
         if (other) { /* K: the kind of the first non-ASCII character */                            \
             mk = KMASK(s + (I), s[(I) + (unsigned)__builtin_ctz(other)], &k0) & other;             \
             unsigned rest = other & ~mk;                                                           \
@@ -287,13 +300,22 @@ static inline unsigned kmask_ucs4(const Py_UCS4 *p, Py_UCS4 c0, unsigned *k) {
             }                                                                                      \
         }                                                                                          \
         unsigned bad = other & ~mk & ~mk1;                                                         \
-        j = bad ? (unsigned)__builtin_ctz(bad) : 16u;                                              \
-        unsigned lim = j == 16u ? 0xFFFFu : (1u << j) - 1u;                                        \
+        j = bad ? (unsigned)__builtin_ctz(bad) : BLOCK_CHARS;                                              \
+        unsigned lim = j == BLOCK_CHARS ? 0xFFFFFFFFu : (1u << j) - 1u;                                        \
         unsigned ws = (m_.sp | m_.nl) & lim;                                                       \
-        if (ws && (I) + (Py_ssize_t)__builtin_ctz(ws) - start >= BLOB_MIN) {                       \
-            j = (unsigned)__builtin_ctz(ws); /* that whitespace takes the scalar step */           \
-            lim = (1u << j) - 1u;                                                                  \
-            ws &= lim;                                                                             \
+        if (ws) { /* the first whitespace that ends a chunk of >= 20 takes the scalar step */      \
+            uint64_t x = ~ws & 0xFFFFFFFFu, y = x & (x >> 1); /* y: x's ones starting runs of >= 20 */ \
+            y &= y >> 2;                                                                           \
+            y &= y >> 4;                                                                           \
+            y &= y >> 8;                                                                           \
+            y &= y >> 4;                                                                           \
+            unsigned ends = (unsigned)((y << BLOB_MIN) & ws); /* whitespace after 20 others */     \
+            if ((I) + (Py_ssize_t)__builtin_ctz(ws) - start >= BLOB_MIN) ends |= ws & -ws;         \
+            if (ends) {                                                                            \
+                j = (unsigned)__builtin_ctz(ends);                                                 \
+                lim = (1u << j) - 1u;                                                              \
+                ws &= lim;                                                                         \
+            }                                                                                      \
         }                                                                                          \
         if (j) {                                                                                   \
             unsigned sp = m_.sp & lim, nl = m_.nl & lim, dg = m_.dig & lim, lt = m_.let & lim;    \
@@ -301,8 +323,8 @@ static inline unsigned kmask_ucs4(const Py_UCS4 *p, Py_UCS4 c0, unsigned *k) {
             mk &= lim;                                                                             \
             mk1 &= lim;                                                                            \
             /* bit t of e: character I - 2 + t is of the space kind (the two before it from h) */  \
-            unsigned e = (sp << 2) | ((h & 1u) << 1) | ((h >> 2) & 1u);                            \
-            gaps += __builtin_popcount((e >> 1) & ~e & (sp | dg));                                 \
+            uint64_t e = ((uint64_t)sp << 2) | ((h & 1u) << 1) | ((h >> 2) & 1u);                            \
+            gaps += __builtin_popcount((unsigned)((e >> 1) & ~e) & (sp | dg));                                 \
             unsigned an = dg | lt;                                                                 \
             if (ws) {                                                                              \
                 unsigned last = 31u - (unsigned)__builtin_clz(ws), below = (1u << last) - 1u;     \
@@ -342,11 +364,11 @@ static inline unsigned kmask_ucs4(const Py_UCS4 *p, Py_UCS4 c0, unsigned *k) {
         uint64_t tot = 0, tot0 = 0;   /* packed digit and letter+digit totals: now, at start */    \
         if (BLOCKS && blocks_on) {                                                                 \
             Py_ssize_t backoff = 16;                                                               \
-            while (i + 16 <= n) {                                                                  \
+            while (i + (Py_ssize_t)BLOCK_CHARS <= n) {                                             \
                 unsigned j;                                                                        \
                 BLOCK_PREFIX(MASKS, KMASK, MAXC, i, j)                                                    \
                 i += j;                                                                            \
-                if (j == 16u) {                                                                    \
+                if (j == BLOCK_CHARS) {                                                            \
                     backoff = 16;                                                                  \
                     continue;                                                                      \
                 }                                                                                  \
@@ -773,7 +795,7 @@ static PyObject *py_count_chars(PyObject *self, PyObject *args) {
     return PyLong_FromLong(count);
 }
 
-/* Which pass count_runs runs: "sse2+popcnt", "sse2" (the 16-character fast path, with POPCNT or
+/* Which pass count_runs runs: "sse2+popcnt", "sse2" (the 32-character fast path, with POPCNT or
    without) or "scalar" (no SSE2, or another ASCII layout than runs.py's). */
 static PyObject *py_fast_path(PyObject *self, PyObject *unused) {
     (void)self;

@@ -56,7 +56,7 @@ def count_chars(text: str, n: int, chars: str, /) -> int:
     """
 
 def fast_path() -> str:
-    """``"sse2+popcnt"``, ``"sse2"`` (the 16-character SIMD fast path) or ``"scalar"``.
+    """``"sse2+popcnt"``, ``"sse2"`` (the 32-character SIMD fast path) or ``"scalar"``.
 
     Raises:
         RuntimeError: :func:`configure` was not called.

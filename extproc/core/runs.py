@@ -196,7 +196,7 @@ except ImportError:  # built without a C compiler: the numpy reference counts
     RUNSCAN = "numpy"
     RUNSCAN_PASS = "numpy"
 """Which implementation :func:`count_runs` runs: ``"c"`` (:mod:`extproc.core._runscan`) or ``"numpy"``.
-``RUNSCAN_PASS``: the C pass, ``"sse2+popcnt"`` / ``"sse2"`` (its 16-character SIMD fast path) or
+``RUNSCAN_PASS``: the C pass, ``"sse2+popcnt"`` / ``"sse2"`` (its 32-character SIMD fast path) or
 ``"scalar"``, else ``"numpy"``."""
 
 _SHORT_ENCODE_CHARS = 4096
