@@ -133,6 +133,14 @@ static unsigned char gap_lut[64];
         prev = k;                                                                                  \
     }
 
+#define BLOCK_CHARS 32u /* characters of one fast-path block (bits of a mask) */
+#ifndef BACKOFF_MAX
+#define BACKOFF_MAX 64 /* the most scalar steps after a failed block in a row (dense mixed text) */
+#endif
+#ifndef JUMP_MIN
+#define JUMP_MIN 2u /* a prefix at least this long retries after one scalar step */
+#endif
+
 #if BLOCKS
 /* The 32-character fast path. Most text is long stretches of ASCII letters, digits, punctuation,
    spaces and newlines mixed with characters of up to two other kinds, each filling an interval of
@@ -265,14 +273,7 @@ MASKS32(ucs1, Py_UCS1, 0xFFu)
 MASKS32(ucs2, Py_UCS2, 0xFFFFu)
 MASKS32(ucs4, Py_UCS4, 0x10FFFFu)
 
-#ifndef BACKOFF_MAX
-#define BACKOFF_MAX 64
-#endif
-#ifndef JUMP_MIN
-#define JUMP_MIN 2u
-#endif
 
-#define BLOCK_CHARS 32u /* characters of one fast-path block (bits of a mask) */
 
 /* Count one kind's characters and run starts among the prefix (mask m, bits < j, lim = those bits) */
 #define KIND_ADD(kind, m)                                                                          \

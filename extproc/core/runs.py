@@ -178,17 +178,19 @@ _LATIN1_BYTES = bytes(_TABLE[:256].tolist())
 _STR_HEADER = sys.getsizeof("\xe9") - 2
 """Bytes of a compact non-ASCII ``str`` besides its characters (and their terminating NUL)."""
 
+_CONFIGURE_ARGS = (
+    _TABLE_BMP.tobytes(),
+    N_KINDS,
+    tuple(_K[k] for k in ("letter", "digit", "punct", "space", "newline", "blob", "emoji", "han", "other")),
+    (_EMOJI_LO, _EMOJI_HI, _HAN_EXT_LO, _HAN_EXT_HI),
+)
+"""What ``_runscan.configure`` is given: the kind table of the BMP, the kind count, the kind codes and
+the astral ranges."""
+
 try:
     from extproc.core import _runscan
 
-    _runscan.configure(
-        _TABLE_BMP.tobytes(),
-        N_KINDS,
-        tuple(
-            _K[k] for k in ("letter", "digit", "punct", "space", "newline", "blob", "emoji", "han", "other")
-        ),
-        (_EMOJI_LO, _EMOJI_HI, _HAN_EXT_LO, _HAN_EXT_HI),
-    )
+    _runscan.configure(*_CONFIGURE_ARGS)
     RUNSCAN = "c"
     RUNSCAN_PASS = _runscan.fast_path()
 except ImportError:  # built without a C compiler: the numpy reference counts

@@ -280,3 +280,38 @@ def test_generated_mixed_script_texts_count_alike(parts: list[str]) -> None:
     """Long mixed texts: every width, two non-ASCII kinds in one 16-character block, chunks of >= 20
     characters ending inside a block, gaps across block edges (the fast path's branches)."""
     _same("".join(parts))
+
+
+def test_the_scalar_pass_counts_alike(tmp_path: Path) -> None:
+    """A build without SSE2 (aarch64 and other CPUs: ``fast_path() == "scalar"``) gives the same
+    counts and UTF-8 lengths: the extension rebuilt with ``-U__SSE2__`` against the installed one."""
+    import importlib.machinery
+    import importlib.util
+    import shutil
+    import subprocess
+    import sysconfig
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler to build the scalar pass")
+    so = tmp_path / "_runscan_scalar.so"
+    src = ROOT / "extproc" / "core" / "_runscan.c"
+    inc = sysconfig.get_paths()["include"]
+    subprocess.run(
+        [cc, "-O2", "-std=c11", "-fPIC", "-shared", "-U__SSE2__", f"-I{inc}", str(src), "-o", str(so)],
+        check=True,
+        capture_output=True,
+    )
+    loader = importlib.machinery.ExtensionFileLoader("extproc.core._runscan", str(so))
+    spec = importlib.util.spec_from_loader("extproc.core._runscan", loader)
+    assert spec is not None
+    scalar = importlib.util.module_from_spec(spec)
+    loader.exec_module(scalar)
+    scalar.configure(*runs._CONFIGURE_ARGS)
+    assert scalar.fast_path() == "scalar"
+    rng = random.Random(7)
+    pieces = [*_adversarial(), *_windows()[:200]]
+    pieces += ["".join(rng.choice(pieces[1:30])[:40] for _ in range(200)) for _ in range(50)]
+    for text in pieces:
+        assert scalar.count_runs(text) == _c().count_runs(text), text[:60]
+        assert scalar.utf8_length(text) == _c().utf8_length(text)
