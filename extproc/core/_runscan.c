@@ -157,10 +157,12 @@ typedef struct {
 
 static inline unsigned mask_of(__m128i bytes) { return (unsigned)_mm_movemask_epi8(bytes); }
 
-#define CLASSES(W, v, ASCII_MAX_TEST, LE, EQ, OR)                                                  \
-    __m128i nl##W = OR(EQ(v, 0x0A), EQ(v, 0x0D));                                                  \
+/* The ASCII kinds' lane masks of the vector v (W: a suffix for their names; LE, EQ: the unsigned
+   <= and == compares of the lane width; SET and SUB of that width in scope) */
+#define CLASSES(W, v, LE, EQ)                                                                      \
+    __m128i nl##W = _mm_or_si128(EQ(v, 0x0A), EQ(v, 0x0D));                                        \
     __m128i as##W = LE(v, 0x7F);                                                                   \
-    __m128i sp##W = OR(_mm_andnot_si128(nl##W, LE(v, 0x1F)), OR(EQ(v, 0x20), EQ(v, 0x7F)));        \
+    __m128i sp##W = _mm_or_si128(_mm_andnot_si128(nl##W, LE(v, 0x1F)), _mm_or_si128(EQ(v, 0x20), EQ(v, 0x7F))); \
     __m128i dg##W = LE(SUB(v, '0'), 9);                                                            \
     __m128i lt##W = LE(SUB(_mm_or_si128(v, SET(0x20)), 'a'), 25);
 
@@ -196,10 +198,9 @@ static inline int k_interval(Py_UCS4 c0, Py_UCS4 maxc, unsigned *lo, unsigned *s
 #define SUB(v, c) _mm_sub_epi8((v), SET(c))
 #define LE8(v, c) _mm_cmpeq_epi8(_mm_subs_epu8((v), SET(c)), _mm_setzero_si128())
 #define EQ8(v, c) _mm_cmpeq_epi8((v), SET(c))
-#define OR_(a, b) _mm_or_si128((a), (b))
 static inline Masks masks16_ucs1(const Py_UCS1 *p) {
     __m128i v = _mm_loadu_si128((const __m128i *)p);
-    CLASSES(0, v, 0, LE8, EQ8, OR_)
+    CLASSES(0, v, LE8, EQ8)
     Masks m = {mask_of(as0), mask_of(nl0), mask_of(sp0), mask_of(dg0), mask_of(lt0)};
     return m;
 }
@@ -218,8 +219,8 @@ static inline unsigned kmask16_ucs1(const Py_UCS1 *p, unsigned lo, unsigned span
 #define PK16(x, y) mask_of(_mm_packs_epi16((x), (y)))
 static inline Masks masks16_ucs2(const Py_UCS2 *p) {
     __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
-    CLASSES(0, a, 0, LE16, EQ16, OR_)
-    CLASSES(1, b, 0, LE16, EQ16, OR_)
+    CLASSES(0, a, LE16, EQ16)
+    CLASSES(1, b, LE16, EQ16)
     Masks m = {PK16(as0, as1), PK16(nl0, nl1), PK16(sp0, sp1), PK16(dg0, dg1), PK16(lt0, lt1)};
     return m;
 }
@@ -239,10 +240,10 @@ static inline unsigned kmask16_ucs2(const Py_UCS2 *p, unsigned lo, unsigned span
 static inline Masks masks16_ucs4(const Py_UCS4 *p) {
     __m128i v0 = _mm_loadu_si128((const __m128i *)p), v1 = _mm_loadu_si128((const __m128i *)(p + 4));
     __m128i v2 = _mm_loadu_si128((const __m128i *)(p + 8)), v3 = _mm_loadu_si128((const __m128i *)(p + 12));
-    CLASSES(0, v0, 0, LE32, EQ32, OR_)
-    CLASSES(1, v1, 0, LE32, EQ32, OR_)
-    CLASSES(2, v2, 0, LE32, EQ32, OR_)
-    CLASSES(3, v3, 0, LE32, EQ32, OR_)
+    CLASSES(0, v0, LE32, EQ32)
+    CLASSES(1, v1, LE32, EQ32)
+    CLASSES(2, v2, LE32, EQ32)
+    CLASSES(3, v3, LE32, EQ32)
     Masks m = {PK32(as0, as1, as2, as3), PK32(nl0, nl1, nl2, nl3), PK32(sp0, sp1, sp2, sp3),
                PK32(dg0, dg1, dg2, dg3), PK32(lt0, lt1, lt2, lt3)};
     return m;
@@ -273,8 +274,6 @@ MASKS32(ucs1, Py_UCS1, 0xFFu)
 MASKS32(ucs2, Py_UCS2, 0xFFFFu)
 MASKS32(ucs4, Py_UCS4, 0x10FFFFu)
 
-
-
 /* Count one kind's characters and run starts among the prefix (mask m, bits < j, lim = those bits) */
 #define KIND_ADD(kind, m)                                                                          \
     if (m) {                                                                                       \
@@ -283,9 +282,8 @@ MASKS32(ucs4, Py_UCS4, 0x10FFFFu)
     }
 
 /* The fast path on the characters from index I: counts the longest prefix (up to 32) that needs no
-   scalar step and sets j to its length (0..32). MASKS / KMASK: masks_ucs1/2/4, kmask_ucs1/2/4; MAXC:
-   the largest code point of the storage width. */
-#define BLOCK_PREFIX(MASKS, KMASK, MAXC, I, j)                                                     \
+   scalar step and sets j to its length (0..32). MASKS / KMASK: masks_ucs1/2/4, kmask_ucs1/2/4. */
+#define BLOCK_PREFIX(MASKS, KMASK, I, j)                                                     \
     {                                                                                              \
         Masks m_ = MASKS(s + (I));                                                                 \
         unsigned other = ~m_.ascii, mk = 0, k0 = 0, mk1 = 0, k1 = 0;                     \
@@ -354,10 +352,10 @@ MASKS32(ucs4, Py_UCS4, 0x10FFFFu)
         }                                                                                          \
     }
 #else
-#define BLOCK_PREFIX(MASKS, KMASK, MAXC, I, j) j = 0;
+#define BLOCK_PREFIX(MASKS, KMASK, I, j) j = 0;
 #endif
 
-#define SCAN_BODY(CHAR_T, KIND, MASKS, KMASK, MAXC)                                                                    \
+#define SCAN_BODY(CHAR_T, KIND, MASKS, KMASK)                                                      \
     {                                                                                              \
         const CHAR_T *s = (const CHAR_T *)data;                                                    \
         unsigned prev = MAX_KINDS, h = 0;                                                          \
@@ -367,7 +365,7 @@ MASKS32(ucs4, Py_UCS4, 0x10FFFFu)
             Py_ssize_t backoff = 16;                                                               \
             while (i + (Py_ssize_t)BLOCK_CHARS <= n) {                                             \
                 unsigned j;                                                                        \
-                BLOCK_PREFIX(MASKS, KMASK, MAXC, i, j)                                                    \
+                BLOCK_PREFIX(MASKS, KMASK, i, j)                                                   \
                 i += j;                                                                            \
                 if (j == BLOCK_CHARS) {                                                            \
                     backoff = 16;                                                                  \
@@ -378,7 +376,7 @@ MASKS32(ucs4, Py_UCS4, 0x10FFFFu)
                     i++;                                                                           \
                     continue;                                                                      \
                 }                                                                                  \
-                /* dense text: scalar steps, longer after each failure in a row (16 .. 256) */     \
+                /* dense text: scalar steps, longer after each failure in a row (16 .. 64) */      \
                 Py_ssize_t e4 = i + backoff <= n ? i + backoff : i + ((n - i) & ~(Py_ssize_t)(LANES - 1)); \
                 for (; i < e4; i += LANES) {                                                       \
                     STEP(KIND, 0, i)                                                               \
@@ -416,13 +414,13 @@ MASKS32(ucs4, Py_UCS4, 0x10FFFFu)
     memset(hist, 0, sizeof(hist));                                                                 \
     switch (ukind) {                                                                               \
     case PyUnicode_1BYTE_KIND:                                                                     \
-        SCAN_BODY(Py_UCS1, KIND_NARROW, masks_ucs1, kmask_ucs1, 0xFFu)                                         \
+        SCAN_BODY(Py_UCS1, KIND_NARROW, masks_ucs1, kmask_ucs1)                                    \
         break;                                                                                     \
     case PyUnicode_2BYTE_KIND:                                                                     \
-        SCAN_BODY(Py_UCS2, KIND_NARROW, masks_ucs2, kmask_ucs2, 0xFFFFu)                                       \
+        SCAN_BODY(Py_UCS2, KIND_NARROW, masks_ucs2, kmask_ucs2)                                    \
         break;                                                                                     \
     default:                                                                                       \
-        SCAN_BODY(Py_UCS4, KIND_WIDE, masks_ucs4, kmask_ucs4, 0xFFFFu)                                         \
+        SCAN_BODY(Py_UCS4, KIND_WIDE, masks_ucs4, kmask_ucs4)                                      \
         break;                                                                                     \
     }                                                                                              \
     /* blob_test subtracted from out->runs / out->chars; add the histograms */                     \

@@ -63,17 +63,7 @@ def english_like(
     (:func:`window_letters_of` their kinds, or the C count), asked for only when the punctuation test
     is reached.
     """
-    words = text.count(" ", 0, WINDOW_CHARS) + 1
-    if _c is not None:
-        found = _c.spaced_word_count(text, WINDOW_CHARS, _EN_SET_ID)
-    else:
-        window = window_of(text)
-        found = 0
-        for w in _FUNCTION_WORDS:  # stop at the threshold: " the " alone usually meets it
-            found += window.count(w)
-            if found * 50 >= words:
-                break
-    if found * 50 >= words:
+    if _function_words(text, _EN_SET_ID, _EN_WORD_SET) * 50 >= _words(text):
         return True
     if runs[_PUNCT_K] < 0.6 * runs[_LETTER_K] or chars[_LATIN_EXT_K] * 100 >= chars[_LETTER_K]:
         return False
@@ -106,12 +96,20 @@ def western_european(text: str) -> bool:
     window (:func:`window_of`): Western European languages (with Romanian), whose words cost 10–30 %
     fewer tokens than those of other Latin-script languages on every measured tokenizer
     (docs/estimator.md)."""
-    words = text.count(" ", 0, WINDOW_CHARS) + 1
+    return _function_words(text, _EURO_SET_ID, _EURO_WORD_SET) * 25 >= _words(text)
+
+
+def _words(text: str) -> int:
+    """Words of the window: its spaces + 1."""
+    return text.count(" ", 0, WINDOW_CHARS) + 1
+
+
+def _function_words(text: str, set_id: int, words: frozenset[str]) -> int:
+    """Occurrences of ``" w "`` for the words ``w`` in :func:`window_of` the text: the C count of word
+    set ``set_id``, else :func:`_spaced_word_count` (its reference)."""
     if _c is not None:
-        found = _c.spaced_word_count(text, WINDOW_CHARS, _EURO_SET_ID)
-    else:
-        found = _spaced_word_count(window_of(text), _EURO_WORD_SET)
-    return bool(found * 25 >= words)
+        return _c.spaced_word_count(text, WINDOW_CHARS, set_id)
+    return _spaced_word_count(window_of(text), words)
 
 
 _EURO_WORD_SET = frozenset(w.strip(" ") for w in _EURO_WORDS)
