@@ -67,6 +67,20 @@ def applied(stack: Stack) -> float:
     return metric(stack, "tbr_calibration_events_total", {"outcome": "applied"})
 
 
+async def settled_read(stack: Stack) -> float:
+    """:func:`read` once earlier tests' usages have all arrived: responses are read off the request
+    path (the observability stream), so the last test's may still be on their way; the count must
+    hold still for 0.2 s."""
+    last = read(stack)
+    for _ in range(100):
+        await asyncio.sleep(0.2)
+        now = read(stack)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 async def learned_once_more(stack: Stack, before: float) -> None:
     """The router read this exchange's usage and learned from it exactly once."""
     for _ in range(200):
@@ -141,8 +155,13 @@ async def test_each_api_routes_by_model_then_budget(
 
 
 async def test_both_models_learn_their_own_ratios(stack: Stack) -> None:
+    before = applied(stack)
     for family in MODELS:
         await call(stack, "chat", MODELS[family], TEXT["short"], False)
+    for _ in range(200):  # both usages read (off the request path), so none lands in the next test
+        if applied(stack) >= before + len(MODELS):
+            break
+        await asyncio.sleep(0.025)
     models = {model for (model, _), _ in stack.app.store.items()}
     assert set(MODELS.values()) <= models
 
@@ -156,7 +175,7 @@ async def test_chat_batch_routes_by_its_longest_conversation(stack: Stack) -> No
             [{"role": "user", "content": TEXT["long"]}],
         ],
     }
-    before = read(stack)
+    before = await settled_read(stack)
     async with httpx.AsyncClient(timeout=60) as http:
         r = await http.post(f"{stack.base_url}/chat/completions/batch", json=body)
         short = await http.post(
