@@ -23,7 +23,7 @@
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
-#define BLOCKS 1 /* the 32-character fast path below (SSE2: every x86-64) */
+#define BLOCKS 1 /* the 64-character fast path below (SSE2: every x86-64) */
 #else
 #define BLOCKS 0
 #endif
@@ -133,7 +133,7 @@ static unsigned char gap_lut[64];
         prev = k;                                                                                  \
     }
 
-#define BLOCK_CHARS 32u /* characters of one fast-path block (bits of a mask) */
+#define BLOCK_CHARS 64u /* characters of one fast-path block (bits of a mask) */
 #ifndef BACKOFF_MAX
 #define BACKOFF_MAX 64 /* the most scalar steps after a failed block in a row (dense mixed text) */
 #endif
@@ -142,29 +142,25 @@ static unsigned char gap_lut[64];
 #endif
 
 #if BLOCKS
-/* The 32-character fast path. Most text is long stretches of ASCII letters, digits, punctuation,
-   spaces and newlines mixed with characters of up to two other kinds, each filling an interval of
-   code points around the first character of it in the block (a script's letters; emoji). For 32 such characters, SIMD compares give one 32-bit mask
-   per kind, and every count of the scalar steps follows from the masks by shifts and popcounts,
-   exactly (tests/core/test_runscan.py holds it to the numpy reference): a kind's characters are its
-   mask's popcount, its run starts those of the mask less the mask shifted by one, the gaps and the
-   chunk bounds those of the space and whitespace masks. The prefix stops before any other character,
-   and before a whitespace that ends a chunk of >= 20 characters (the blob test's turn); those take
-   the scalar step. Needs the ASCII kinds of runs.py (checked at configure(): blocks_on). */
+/* The 64-character fast path. Most text is long stretches of ASCII letters, digits, punctuation,
+   spaces and newlines mixed with characters of up to three other kinds, each filling an interval of
+   code points around the first character of it in the block (a script's letters; emoji; symbols).
+   For 64 such characters, SIMD compares give one 64-bit mask per kind, and every count of the scalar
+   steps follows from the masks by shifts and popcounts, exactly (tests/core/test_runscan.py holds it
+   to the numpy reference): a kind's characters are its mask's popcount, its run starts those of the
+   mask less the mask shifted by one, the gaps and the chunk bounds those of the space and whitespace
+   masks, the blob test's digit and letter counts of a chunk those of its bits. The prefix stops
+   before any other character, which takes the scalar step. Needs the ASCII kinds of runs.py (checked
+   at configure(): blocks_on). */
+typedef uint64_t bits_t; /* a mask of the block's characters (bit t: character t) */
 typedef struct {
-    unsigned ascii, nl, sp, dig, let; /* bit t: character t is ASCII / of that kind */
+    bits_t ascii, nl, sp, dig, let; /* bit t: character t is ASCII / of that kind */
 } Masks;
+typedef struct {
+    unsigned ascii, nl, sp, dig, let;
+} Masks16; /* the same of 16 characters */
 
 static inline unsigned mask_of(__m128i bytes) { return (unsigned)_mm_movemask_epi8(bytes); }
-
-/* The ASCII kinds' lane masks of the vector v (W: a suffix for their names; LE, EQ: the unsigned
-   <= and == compares of the lane width; SET and SUB of that width in scope) */
-#define CLASSES(W, v, LE, EQ)                                                                      \
-    __m128i nl##W = _mm_or_si128(EQ(v, 0x0A), EQ(v, 0x0D));                                        \
-    __m128i as##W = LE(v, 0x7F);                                                                   \
-    __m128i sp##W = _mm_or_si128(_mm_andnot_si128(nl##W, LE(v, 0x1F)), _mm_or_si128(EQ(v, 0x20), EQ(v, 0x7F))); \
-    __m128i dg##W = LE(SUB(v, '0'), 9);                                                            \
-    __m128i lt##W = LE(SUB(_mm_or_si128(v, SET(0x20)), 'a'), 25);
 
 /* The interval [*lo, *lo + *span] of code points around the non-ASCII c0 that all have its kind *k,
    when that kind can be a K (no flags, not counted as letters or digits, not punctuation: those are
@@ -193,145 +189,181 @@ static inline int k_interval(Py_UCS4 c0, Py_UCS4 maxc, unsigned *lo, unsigned *s
     return 1;
 }
 
-/* 8-bit lanes (Latin-1) */
+/* The masks are computed on bytes: 16 characters of any width are first narrowed to 16 bytes that
+   keep every ASCII character and turn every other one into a byte >= 0x80 (masks16_ucs2/4). The
+   interval masks compare characters at their own width: lo <= v <= lo + span (unsigned) is one
+   signed compare after adding 2^(w-1) - lo (span <= 2^w - 2 at every width here). */
+
+/* 8-bit lanes (Latin-1, and the narrowed bytes) */
 #define SET(c) _mm_set1_epi8((char)(c))
 #define SUB(v, c) _mm_sub_epi8((v), SET(c))
 #define LE8(v, c) _mm_cmpeq_epi8(_mm_subs_epu8((v), SET(c)), _mm_setzero_si128())
 #define EQ8(v, c) _mm_cmpeq_epi8((v), SET(c))
-static inline Masks masks16_ucs1(const Py_UCS1 *p) {
-    __m128i v = _mm_loadu_si128((const __m128i *)p);
-    CLASSES(0, v, LE8, EQ8)
-    Masks m = {mask_of(as0), mask_of(nl0), mask_of(sp0), mask_of(dg0), mask_of(lt0)};
+static inline Masks16 masks16_bytes(__m128i v) {
+    __m128i nl = _mm_or_si128(EQ8(v, 0x0A), EQ8(v, 0x0D));
+    __m128i as = LE8(v, 0x7F);
+    __m128i sp = _mm_or_si128(_mm_andnot_si128(nl, LE8(v, 0x1F)), _mm_or_si128(EQ8(v, 0x20), EQ8(v, 0x7F)));
+    __m128i dg = LE8(SUB(v, '0'), 9);
+    __m128i lt = LE8(SUB(_mm_or_si128(v, SET(0x20)), 'a'), 25);
+    Masks16 m = {mask_of(as), mask_of(nl), mask_of(sp), mask_of(dg), mask_of(lt)};
     return m;
 }
+static inline Masks16 masks16_ucs1(const Py_UCS1 *p) { return masks16_bytes(_mm_loadu_si128((const __m128i *)p)); }
 static inline unsigned kmask16_ucs1(const Py_UCS1 *p, unsigned lo, unsigned span) {
     __m128i v = _mm_loadu_si128((const __m128i *)p);
-    return mask_of(LE8(SUB(v, lo), span));
+    return mask_of(_mm_cmpgt_epi8(SET(span + 1u - 0x80u), _mm_add_epi8(v, SET(0x80u - lo))));
 }
 #undef SET
 #undef SUB
+#undef LE8
+#undef EQ8
 
 /* 16-bit lanes (BMP) */
 #define SET(c) _mm_set1_epi16((short)(c))
-#define SUB(v, c) _mm_sub_epi16((v), SET(c))
-#define LE16(v, c) _mm_cmpeq_epi16(_mm_subs_epu16((v), SET(c)), _mm_setzero_si128())
-#define EQ16(v, c) _mm_cmpeq_epi16((v), SET(c))
 #define PK16(x, y) mask_of(_mm_packs_epi16((x), (y)))
-static inline Masks masks16_ucs2(const Py_UCS2 *p) {
+static inline Masks16 masks16_ucs2(const Py_UCS2 *p) {
+    /* to bytes: ASCII exact, every other character >= 0x80 (v + 0x7F80 saturating puts ASCII below
+       0x8000 and the rest at or above; flipping the sign bit makes ASCII -128..-1 and the rest
+       0..0x7FFF, which the signed pack keeps or clamps to 127; flipping bit 7 restores ASCII) */
+    const __m128i off = SET(0x7F80), sgn = SET(0x8000);
     __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
-    CLASSES(0, a, LE16, EQ16)
-    CLASSES(1, b, LE16, EQ16)
-    Masks m = {PK16(as0, as1), PK16(nl0, nl1), PK16(sp0, sp1), PK16(dg0, dg1), PK16(lt0, lt1)};
-    return m;
+    a = _mm_xor_si128(_mm_adds_epu16(a, off), sgn);
+    b = _mm_xor_si128(_mm_adds_epu16(b, off), sgn);
+    __m128i v = _mm_xor_si128(_mm_packs_epi16(a, b), _mm_set1_epi8((char)0x80));
+    return masks16_bytes(v);
 }
 static inline unsigned kmask16_ucs2(const Py_UCS2 *p, unsigned lo, unsigned span) {
     __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
-    return PK16(LE16(SUB(a, lo), span), LE16(SUB(b, lo), span));
+    const __m128i add = SET(0x8000u - lo), bound = SET(span + 1u - 0x8000u);
+    return PK16(_mm_cmpgt_epi16(bound, _mm_add_epi16(a, add)), _mm_cmpgt_epi16(bound, _mm_add_epi16(b, add)));
 }
 #undef SET
-#undef SUB
+#undef PK16
 
 /* 32-bit lanes (any code point < 2^21: signed compares hold) */
 #define SET(c) _mm_set1_epi32((int)(c))
 #define SUB(v, c) _mm_sub_epi32((v), SET(c))
-#define LE32(v, c) _mm_andnot_si128(_mm_cmpgt_epi32((v), SET(c)), _mm_cmpgt_epi32((v), SET(-1)))
-#define EQ32(v, c) _mm_cmpeq_epi32((v), SET(c))
 #define PK32(x0, x1, x2, x3) mask_of(_mm_packs_epi16(_mm_packs_epi32((x0), (x1)), _mm_packs_epi32((x2), (x3))))
-static inline Masks masks16_ucs4(const Py_UCS4 *p) {
-    __m128i v0 = _mm_loadu_si128((const __m128i *)p), v1 = _mm_loadu_si128((const __m128i *)(p + 4));
-    __m128i v2 = _mm_loadu_si128((const __m128i *)(p + 8)), v3 = _mm_loadu_si128((const __m128i *)(p + 12));
-    CLASSES(0, v0, LE32, EQ32)
-    CLASSES(1, v1, LE32, EQ32)
-    CLASSES(2, v2, LE32, EQ32)
-    CLASSES(3, v3, LE32, EQ32)
-    Masks m = {PK32(as0, as1, as2, as3), PK32(nl0, nl1, nl2, nl3), PK32(sp0, sp1, sp2, sp3),
-               PK32(dg0, dg1, dg2, dg3), PK32(lt0, lt1, lt2, lt3)};
-    return m;
+static inline Masks16 masks16_ucs4(const Py_UCS4 *p) {
+    /* to bytes: ASCII exact, every other character >= 0x80 (v - 0x80 is -128..-1 for ASCII and
+       >= 0 for the rest; the two signed packs keep the former and clamp the latter to 0..127;
+       flipping bit 7 restores ASCII) */
+    __m128i v0 = SUB(_mm_loadu_si128((const __m128i *)p), 0x80), v1 = SUB(_mm_loadu_si128((const __m128i *)(p + 4)), 0x80);
+    __m128i v2 = SUB(_mm_loadu_si128((const __m128i *)(p + 8)), 0x80), v3 = SUB(_mm_loadu_si128((const __m128i *)(p + 12)), 0x80);
+    __m128i v = _mm_xor_si128(_mm_packs_epi16(_mm_packs_epi32(v0, v1), _mm_packs_epi32(v2, v3)), _mm_set1_epi8((char)0x80));
+    return masks16_bytes(v);
 }
 static inline unsigned kmask16_ucs4(const Py_UCS4 *p, unsigned lo, unsigned span) {
     __m128i v0 = _mm_loadu_si128((const __m128i *)p), v1 = _mm_loadu_si128((const __m128i *)(p + 4));
     __m128i v2 = _mm_loadu_si128((const __m128i *)(p + 8)), v3 = _mm_loadu_si128((const __m128i *)(p + 12));
-    return PK32(LE32(SUB(v0, lo), span), LE32(SUB(v1, lo), span), LE32(SUB(v2, lo), span),
-                LE32(SUB(v3, lo), span));
+    const __m128i add = SET(0x80000000u - lo), bound = SET(span + 1u - 0x80000000u);
+    return PK32(_mm_cmpgt_epi32(bound, _mm_add_epi32(v0, add)), _mm_cmpgt_epi32(bound, _mm_add_epi32(v1, add)),
+                _mm_cmpgt_epi32(bound, _mm_add_epi32(v2, add)), _mm_cmpgt_epi32(bound, _mm_add_epi32(v3, add)));
 }
 #undef SET
 #undef SUB
+#undef PK32
 
-/* 32 characters: two 16-character halves (bit t of each mask: character t) */
-#define MASKS32(W, CHAR_T, MAXC)                                                                         \
+/* 64 characters: four 16-character quarters (bit t of each mask: character t) */
+#define Q(x) ((bits_t)q0.x | (bits_t)q1.x << 16 | (bits_t)q2.x << 32 | (bits_t)q3.x << 48)
+#define MASKS64(W, CHAR_T, MAXC)                                                                   \
     static inline Masks masks_##W(const CHAR_T *p) {                                               \
-        Masks a = masks16_##W(p), b = masks16_##W(p + 16);                                         \
-        Masks m = {a.ascii | b.ascii << 16, a.nl | b.nl << 16, a.sp | b.sp << 16, a.dig | b.dig << 16, \
-                   a.let | b.let << 16};                                                           \
+        Masks16 q0 = masks16_##W(p), q1 = masks16_##W(p + 16), q2 = masks16_##W(p + 32), q3 = masks16_##W(p + 48); \
+        Masks m = {Q(ascii), Q(nl), Q(sp), Q(dig), Q(let)};                                       \
         return m;                                                                                  \
     }                                                                                              \
-    static inline unsigned kmask_##W(const CHAR_T *p, Py_UCS4 c0, unsigned *k) {                  \
+    static inline bits_t kmask_##W(const CHAR_T *p, Py_UCS4 c0, unsigned *k) {                    \
         unsigned lo, span;                                                                         \
         if (!k_interval(c0, MAXC, &lo, &span, k)) return 0;                                        \
-        return kmask16_##W(p, lo, span) | kmask16_##W(p + 16, lo, span) << 16;                     \
+        return (bits_t)kmask16_##W(p, lo, span) | (bits_t)kmask16_##W(p + 16, lo, span) << 16 |  \
+               (bits_t)kmask16_##W(p + 32, lo, span) << 32 | (bits_t)kmask16_##W(p + 48, lo, span) << 48; \
     }
-MASKS32(ucs1, Py_UCS1, 0xFFu)
-MASKS32(ucs2, Py_UCS2, 0xFFFFu)
-MASKS32(ucs4, Py_UCS4, 0x10FFFFu)
+MASKS64(ucs1, Py_UCS1, 0xFFu)
+MASKS64(ucs2, Py_UCS2, 0xFFFFu)
+MASKS64(ucs4, Py_UCS4, 0x10FFFFu)
+#undef Q
 
-/* Count one kind's characters and run starts among the prefix (mask m, bits < j, lim = those bits) */
+/* Count one kind's characters and run starts among the prefix (mask m, bits < j) */
+#define POPC(x) ((unsigned)__builtin_popcountll(x))
 #define KIND_ADD(kind, m)                                                                          \
     if (m) {                                                                                       \
-        unsigned rs_ = (unsigned)__builtin_popcount((m) & ~(((m) << 1) | (prev == (unsigned)(kind)))); \
-        hist[0][kind] += (unsigned)__builtin_popcount(m) | ((uint64_t)rs_ << 32);                  \
+        unsigned rs_ = POPC((m) & ~(((m) << 1) | (bits_t)(prev == (unsigned)(kind))));            \
+        hist[0][kind] += POPC(m) | ((uint64_t)rs_ << 32);                                          \
     }
 
-/* The fast path on the characters from index I: counts the longest prefix (up to 32) that needs no
-   scalar step and sets j to its length (0..32). MASKS / KMASK: masks_ucs1/2/4, kmask_ucs1/2/4. */
-#define BLOCK_PREFIX(MASKS, KMASK, I, j)                                                     \
+/* The fast path on the characters from index I: counts the longest prefix (up to 64) that needs no
+   scalar step and sets j to its length (0..64). MASKS / KMASK: masks_ucs1/2/4, kmask_ucs1/2/4. */
+#define BLOCK_PREFIX(MASKS, KMASK, I, j)                                                           \
     {                                                                                              \
         Masks m_ = MASKS(s + (I));                                                                 \
-        unsigned other = ~m_.ascii, mk = 0, k0 = 0, mk1 = 0, k1 = 0;                     \
+        bits_t other = ~m_.ascii, mk = 0, mk1 = 0;                                                 \
+        unsigned k0 = 0, k1 = 0;                                                                   \
         if (other) { /* K: the kind of the first non-ASCII character */                            \
-            mk = KMASK(s + (I), s[(I) + (unsigned)__builtin_ctz(other)], &k0) & other;             \
-            unsigned rest = other & ~mk;                                                           \
+            mk = KMASK(s + (I), s[(I) + (unsigned)__builtin_ctzll(other)], &k0) & other;           \
+            bits_t rest = other & ~mk;                                                             \
             if (rest) { /* a second kind: of the first non-ASCII character not of the first */     \
-                mk1 = KMASK(s + (I), s[(I) + (unsigned)__builtin_ctz(rest)], &k1) & rest;          \
+                mk1 = KMASK(s + (I), s[(I) + (unsigned)__builtin_ctzll(rest)], &k1) & rest;        \
                 if (k1 == k0) { /* two intervals of one kind: one mask */                          \
                     mk |= mk1;                                                                     \
                     mk1 = 0;                                                                       \
                 }                                                                                  \
             }                                                                                      \
         }                                                                                          \
-        unsigned bad = other & ~mk & ~mk1;                                                         \
-        j = bad ? (unsigned)__builtin_ctz(bad) : BLOCK_CHARS;                                              \
-        unsigned lim = j == BLOCK_CHARS ? 0xFFFFFFFFu : (1u << j) - 1u;                                        \
-        unsigned ws = (m_.sp | m_.nl) & lim;                                                       \
-        if (ws) { /* the first whitespace that ends a chunk of >= 20 takes the scalar step */      \
-            uint64_t x = ~ws & 0xFFFFFFFFu, y = x & (x >> 1); /* y: x's ones starting runs of >= 20 */ \
-            y &= y >> 2;                                                                           \
-            y &= y >> 4;                                                                           \
-            y &= y >> 8;                                                                           \
-            y &= y >> 4;                                                                           \
-            unsigned ends = (unsigned)((y << BLOB_MIN) & ws); /* whitespace after 20 others */     \
-            if ((I) + (Py_ssize_t)__builtin_ctz(ws) - start >= BLOB_MIN) ends |= ws & -ws;         \
-            if (ends) {                                                                            \
-                j = (unsigned)__builtin_ctz(ends);                                                 \
-                lim = (1u << j) - 1u;                                                              \
-                ws &= lim;                                                                         \
+        bits_t mk2 = 0, bad = other & ~mk & ~mk1;                                                  \
+        unsigned k2 = 0;                                                                           \
+        if (bad) { /* a third interval: of the first character of neither */                       \
+            mk2 = KMASK(s + (I), s[(I) + (unsigned)__builtin_ctzll(bad)], &k2) & bad;              \
+            bad &= ~mk2;                                                                           \
+            if (k2 == k0) {                                                                        \
+                mk |= mk2;                                                                         \
+                mk2 = 0;                                                                           \
+            } else if (k2 == k1) {                                                                 \
+                mk1 |= mk2;                                                                        \
+                mk2 = 0;                                                                           \
             }                                                                                      \
         }                                                                                          \
+        j = bad ? (unsigned)__builtin_ctzll(bad) : BLOCK_CHARS;                                    \
+        bits_t lim = j == BLOCK_CHARS ? ~(bits_t)0 : ((bits_t)1 << j) - 1u;                        \
+        bits_t ws = (m_.sp | m_.nl) & lim;                                                         \
         if (j) {                                                                                   \
-            unsigned sp = m_.sp & lim, nl = m_.nl & lim, dg = m_.dig & lim, lt = m_.let & lim;    \
-            unsigned pu = m_.ascii & lim & ~(sp | nl | dg | lt);                                   \
+            bits_t sp = m_.sp & lim, nl = m_.nl & lim, dg = m_.dig & lim, lt = m_.let & lim;      \
+            bits_t pu = m_.ascii & lim & ~(sp | nl | dg | lt);                                     \
             mk &= lim;                                                                             \
             mk1 &= lim;                                                                            \
-            /* bit t of e: character I - 2 + t is of the space kind (the two before it from h) */  \
-            uint64_t e = ((uint64_t)sp << 2) | ((h & 1u) << 1) | ((h >> 2) & 1u);                            \
-            gaps += __builtin_popcount((unsigned)((e >> 1) & ~e) & (sp | dg));                                 \
-            unsigned an = dg | lt;                                                                 \
-            if (ws) {                                                                              \
-                unsigned last = 31u - (unsigned)__builtin_clz(ws), below = (1u << last) - 1u;     \
-                tot0 = tot + (unsigned)__builtin_popcount(dg & below) +                            \
-                       ((uint64_t)(unsigned)__builtin_popcount(an & below) << 32);                 \
+            mk2 &= lim;                                                                            \
+            /* a gap token at t: t - 1 is a space, t - 2 is not, t is a space or a digit (the two  \
+               characters before the block from h) */                                              \
+            bits_t p1 = (sp << 1) | (h & 1u), p2 = (sp << 2) | ((h & 1u) << 1) | ((h >> 2) & 1u);  \
+            gaps += POPC(p1 & ~p2 & (sp | dg));                                                    \
+            bits_t an = dg | lt;                                                                   \
+            if (ws) { /* every whitespace that ends a chunk of >= 20: the blob test of the chunk */ \
+                bits_t x = ~ws, y = x & (x >> 1); /* y: x's ones starting runs of >= 20 (zeros above) */ \
+                y &= y >> 2;                                                                       \
+                y &= y >> 4;                                                                       \
+                y &= y >> 8;                                                                       \
+                y &= y >> 4;                                                                       \
+                bits_t ends = (y << BLOB_MIN) & ws; /* whitespace after 20 others */               \
+                unsigned w0 = (unsigned)__builtin_ctzll(ws);                                       \
+                if ((I) + (Py_ssize_t)w0 - start >= BLOB_MIN) { /* a chunk from before the block */ \
+                    bits_t b_ = ((bits_t)1 << w0) - 1u;                                            \
+                    uint64_t d = tot + POPC(dg & b_) + ((uint64_t)POPC(an & b_) << 32) - tot0;     \
+                    blob_test(ukind, data, start, (I) + w0, (int64_t)(uint32_t)d, (int64_t)(d >> 32), out); \
+                    ends &= ~((bits_t)1 << w0);                                                    \
+                }                                                                                  \
+                while (ends) {                                                                     \
+                    unsigned p_ = (unsigned)__builtin_ctzll(ends);                                 \
+                    ends &= ends - 1u;                                                             \
+                    bits_t r_ = ws & (((bits_t)1 << p_) - 1u); /* the whitespace before p_ */      \
+                    unsigned q_ = 63u - (unsigned)__builtin_clzll(r_);                             \
+                    r_ = (((bits_t)1 << p_) - 1u) & ~(((bits_t)2 << q_) - 1u); /* the chunk */     \
+                    blob_test(ukind, data, (I) + q_ + 1, (I) + p_, POPC(dg & r_), POPC(an & r_), out); \
+                }                                                                                  \
+                unsigned last = 63u - (unsigned)__builtin_clzll(ws);                               \
+                bits_t below = ((bits_t)1 << last) - 1u;                                           \
+                tot0 = tot + POPC(dg & below) + ((uint64_t)POPC(an & below) << 32);                \
                 start = (I) + (Py_ssize_t)last + 1;                                                \
             }                                                                                      \
-            tot += (unsigned)__builtin_popcount(dg) + ((uint64_t)(unsigned)__builtin_popcount(an) << 32); \
+            tot += POPC(dg) + ((uint64_t)POPC(an) << 32);                                          \
             KIND_ADD(K_SPACE, sp)                                                                  \
             KIND_ADD(K_NEWLINE, nl)                                                                \
             KIND_ADD(K_DIGIT, dg)                                                                  \
@@ -339,16 +371,18 @@ MASKS32(ucs4, Py_UCS4, 0x10FFFFu)
             KIND_ADD(K_PUNCT, pu)                                                                  \
             KIND_ADD(k0, mk)                                                                       \
             KIND_ADD(k1, mk1)                                                                      \
+            KIND_ADD(k2, mk2)                                                                      \
             for (unsigned t = j > 3u ? j - 3u : 0u; t < j; t++)                                    \
-                h = ((h << 2) | ((sp >> t) & 1u) | ((((sp | dg) >> t) & 1u) << 1)) & 63u;          \
-            unsigned top = 1u << (j - 1u);                                                         \
+                h = ((h << 2) | (unsigned)((sp >> t) & 1u) | (unsigned)((((sp | dg) >> t) & 1u) << 1)) & 63u; \
+            bits_t top = (bits_t)1 << (j - 1u);                                                    \
             prev = sp & top   ? (unsigned)K_SPACE                                                  \
                    : nl & top ? (unsigned)K_NEWLINE                                                \
                    : dg & top ? (unsigned)K_DIGIT                                                  \
                    : lt & top ? (unsigned)K_LETTER                                                 \
                    : pu & top ? (unsigned)K_PUNCT                                                  \
                    : mk & top ? k0                                                                 \
-                              : k1;                                                                \
+                   : mk1 & top ? k1                                                                \
+                              : k2;                                                                \
         }                                                                                          \
     }
 #else
@@ -794,7 +828,7 @@ static PyObject *py_count_chars(PyObject *self, PyObject *args) {
     return PyLong_FromLong(count);
 }
 
-/* Which pass count_runs runs: "sse2+popcnt", "sse2" (the 32-character fast path, with POPCNT or
+/* Which pass count_runs runs: "sse2+popcnt", "sse2" (the 64-character fast path, with POPCNT or
    without) or "scalar" (no SSE2, or another ASCII layout than runs.py's). */
 static PyObject *py_fast_path(PyObject *self, PyObject *unused) {
     (void)self;

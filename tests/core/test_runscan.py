@@ -282,6 +282,34 @@ def test_generated_mixed_script_texts_count_alike(parts: list[str]) -> None:
     _same("".join(parts))
 
 
+_CHUNK_CHARS = st.sampled_from(
+    [
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+        "0123456789abcdef",
+        "ab,.;1-é😀д漢",
+        "x",
+    ]
+)
+_CHUNKS = st.builds(
+    lambda chars, length, seed, sep: (
+        "".join(chars[(seed * 7919 + i * 104729) % len(chars)] for i in range(length)) + sep
+    ),
+    _CHUNK_CHARS,
+    st.sampled_from([1, 5, 18, 19, 20, 21, 22, 40, 63, 64, 65, 90, 130]),
+    st.integers(0, 10_000),
+    st.sampled_from([" ", "  ", "\n", "\t", " \n ", "", " 1", "✅\ufe0f😀 "]),
+)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(st.lists(_CHUNKS, min_size=1, max_size=60))
+def test_generated_chunk_texts_count_alike(parts: list[str]) -> None:
+    """Whitespace-bounded chunks of 18..130 characters, base64-, hex- and word-like, so that blob tests
+    fall at every offset of a 64-character block and chunks cross block edges; symbols, emoji and a
+    variation selector (three other kinds in one block)."""
+    _same("".join(parts))
+
+
 def test_the_scalar_pass_counts_alike(tmp_path: Path) -> None:
     """A build without SSE2 (aarch64 and other CPUs: ``fast_path() == "scalar"``) gives the same
     counts and UTF-8 lengths: the extension rebuilt with ``-U__SSE2__`` against the installed one."""
