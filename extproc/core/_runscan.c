@@ -13,9 +13,10 @@
      * gaps: space runs of >= 2 characters, and single-space runs followed by a digit run;
      * utf8_length(): UTF-8 bytes of the text (a lone surrogate counts 3, as surrogatepass).
 
-   The language tests (English-like, Western European, Arabic/Persian/Urdu) stay in Python: they
-   read a 4,096-character window. Equality with the numpy reference is tested on every corpus and
-   on generated text (tests/core/test_runscan.py). */
+   The language tests (English-like, Western European, Arabic/Persian/Urdu) decide in Python on
+   counts of a 4,096-character window that this module also takes (window_words, window_letters,
+   count_chars; run_languages.py holds their Python references). Equality with the numpy and Python
+   references is tested on every corpus and on generated text (tests/core/test_runscan.py). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -34,6 +35,7 @@ static unsigned char table[0x10000];
 /* iv_lo[c], iv_hi[c]: the widest interval of BMP code points around c that all have c's kind */
 static uint16_t iv_lo[0x10000], iv_hi[0x10000];
 static int blocks_on; /* the ASCII kinds are runs.py's (the fast path computes them by compares) */
+static int ascii_letters_spaces; /* no character beyond U+007F is of the letter or the space kind */
 static int configured = 0;
 static int n_kinds = 0;
 static int K_LETTER, K_DIGIT, K_PUNCT, K_SPACE, K_NEWLINE, K_BLOB, K_EMOJI, K_HAN, K_OTHER;
@@ -515,6 +517,13 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
     kinfo[K_LETTER].inc = (uint64_t)1 << 32;
     for (unsigned c = 0; c < 0x10000u; c++) iv_lo[c] = (uint16_t)(c && table[c] == table[c - 1] ? iv_lo[c - 1] : c);
     for (unsigned c = 0x10000u; c-- > 0;) iv_hi[c] = (uint16_t)(c < 0xFFFFu && table[c] == table[c + 1] ? iv_hi[c + 1] : c);
+    ascii_letters_spaces = 1;
+    for (unsigned c = 0x80u; c < 0x10000u; c++) {
+        if (table[c] == K_LETTER || table[c] == K_SPACE) ascii_letters_spaces = 0;
+    }
+    if (K_EMOJI == K_LETTER || K_EMOJI == K_SPACE || K_HAN == K_LETTER || K_HAN == K_SPACE || K_OTHER == K_LETTER ||
+        K_OTHER == K_SPACE)
+        ascii_letters_spaces = 0;
     blocks_on = 1;
     for (unsigned c = 0; c < 0x80u; c++) {
         int want = c == '\n' || c == '\r'                            ? K_NEWLINE
@@ -656,77 +665,138 @@ static inline int in_set(const WordSet *ws, const Py_UCS4 *tok, Py_ssize_t len) 
     return 0;
 }
 
-/* The word scan of py_spaced_word_count over the storage of one width (CHAR_T). */
-#define WORD_SCAN(CHAR_T)                                                                          \
+/* may_start[c >> 3] bit (c & 7): Py_UNICODE_TOLOWER(c) starts a word of some configured set (c a BMP
+   code point; no code point beyond U+FFFF lower-cases into the BMP, and every word is BMP text) */
+static unsigned char may_start[0x10000 / 8];
+static int n_word_sets = 0; /* the highest configured set id + 1 */
+static int max_word_len = 0; /* over all sets */
+
+/* Space positions of 16 characters as a 16-bit mask (the window scan below) */
+#if BLOCKS
+static inline unsigned spaces16_ucs1(const Py_UCS1 *p) {
+    return mask_of(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)p), _mm_set1_epi8(' ')));
+}
+static inline unsigned spaces16_ucs2(const Py_UCS2 *p) {
+    const __m128i sp = _mm_set1_epi16(' ');
+    return mask_of(_mm_packs_epi16(_mm_cmpeq_epi16(_mm_loadu_si128((const __m128i *)p), sp),
+                                   _mm_cmpeq_epi16(_mm_loadu_si128((const __m128i *)(p + 8)), sp)));
+}
+static inline unsigned spaces16_ucs4(const Py_UCS4 *p) {
+    const __m128i sp = _mm_set1_epi32(' ');
+    __m128i a = _mm_packs_epi32(_mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)p), sp),
+                                _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(p + 4)), sp));
+    __m128i b = _mm_packs_epi32(_mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(p + 8)), sp),
+                                _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(p + 12)), sp));
+    return mask_of(_mm_packs_epi16(a, b));
+}
+#define SPACES16(W, p) spaces16_##W(p)
+#else
+#define SPACES16(W, p) 0u
+#endif
+
+/* One token w_[b .. b + len) between two spaces (token index `token`): lower-cased, and counted for
+   every set holding it unless it repeats the set's last counted token right before it. */
+#define WORD_TOKEN(b, len)                                                                         \
     {                                                                                              \
-        const CHAR_T *w_ = (const CHAR_T *)data;                                                   \
-        for (Py_ssize_t i = 0; i < n; i++) {                                                       \
-            if (w_[i] != ' ') continue;                                                            \
-            Py_ssize_t len = i - prev_space - 1; /* the token between two spaces, when there was one */\
-            if (prev_space >= 0 && len >= 1 && len <= ws->max_len) {                               \
-                int word_like = 1;                                                                 \
-                for (Py_ssize_t t = 0; t < len; t++) {                                             \
-                    Py_UCS4 c = w_[prev_space + 1 + t];                                            \
-                    if (c < 0x80) {                                                                \
-                        tok[t] = c - 'A' < 26u ? c + 32u : c;                                      \
-                    } else if (c == 0x130 || c == 0x3A3) {                                         \
-                        word_like = 0;                                                             \
-                        break;                                                                     \
-                    } else {                                                                       \
-                        tok[t] = Py_UNICODE_TOLOWER(c);                                            \
-                    }                                                                              \
-                }                                                                                  \
-                if (word_like && in_set(ws, tok, len)) {                                           \
-                    int same = token == last_tok + 1 && last_len == len && memcmp(last, tok, sizeof(Py_UCS4) * (size_t)len) == 0;\
-                    if (!same) {                                                                   \
-                        count++;                                                                   \
-                        last_tok = token;                                                          \
-                        last_len = len;                                                            \
-                        memcpy(last, tok, sizeof(Py_UCS4) * (size_t)len);                          \
-                    }                                                                              \
+        Py_UCS4 c0_ = w_[b];                                                                       \
+        if ((len) <= max_word_len && c0_ < 0x10000u && (may_start[c0_ >> 3] >> (c0_ & 7u) & 1u)) { \
+            int word_like = 1;                                                                     \
+            for (Py_ssize_t t = 0; t < (len); t++) {                                               \
+                Py_UCS4 c = w_[(b) + t];                                                           \
+                if (c < 0x80) {                                                                    \
+                    tok[t] = c - 'A' < 26u ? c + 32u : c;                                          \
+                } else if (c == 0x130 || c == 0x3A3) {                                             \
+                    word_like = 0;                                                                 \
+                    break;                                                                         \
+                } else {                                                                           \
+                    tok[t] = Py_UNICODE_TOLOWER(c);                                                \
                 }                                                                                  \
             }                                                                                      \
-            token++;                                                                               \
-            prev_space = i;                                                                        \
+            for (int set = 0; word_like && set < n_word_sets; set++) {                             \
+                if ((len) > word_sets[set].max_len || !in_set(&word_sets[set], tok, (len))) continue; \
+                if (token == last_tok[set] + 1 && last_len[set] == (len) &&                        \
+                    memcmp(last[set], tok, sizeof(Py_UCS4) * (size_t)(len)) == 0)                   \
+                    continue; /* " w w ": the middle space is shared, str.count counts one */      \
+                counts[set]++;                                                                     \
+                last_tok[set] = token;                                                             \
+                last_len[set] = (len);                                                             \
+                memcpy(last[set], tok, sizeof(Py_UCS4) * (size_t)(len));                           \
+            }                                                                                      \
         }                                                                                          \
     }
 
-/* run_languages._spaced_word_count(text[:n].lower(), words): occurrences of " w " for the words w of
-   a set in the lower-cased first n characters, as str.count counts them per word (consecutive equal
-   words share their space: every second one is not counted). Characters are lower-cased one by one
-   (Py_UNICODE_TOLOWER); str.lower differs from that only for U+0130 (to "i" + U+0307) and a final
-   sigma (to U+03C2), neither in any word: a token holding them is no word either way. */
-static PyObject *py_spaced_word_count(PyObject *self, PyObject *args) {
+/* The word scan of py_window_words over the storage of one width (CHAR_T, W: ucs1/2/4): the spaces
+   16 characters at a time, then each token between two of them. */
+#define WORD_SCAN(CHAR_T, W)                                                                       \
+    {                                                                                              \
+        const CHAR_T *w_ = (const CHAR_T *)data;                                                   \
+        Py_ssize_t i = 0;                                                                          \
+        for (;;) {                                                                                 \
+            unsigned m = 0;                                                                        \
+            Py_ssize_t base = i;                                                                   \
+            if (BLOCKS && n - i >= 16) {                                                           \
+                m = SPACES16(W, w_ + i);                                                           \
+                i += 16;                                                                           \
+            } else if (i < n) {                                                                    \
+                m = w_[i] == ' ';                                                                  \
+                i += 1;                                                                            \
+            } else {                                                                               \
+                break;                                                                             \
+            }                                                                                      \
+            while (m) {                                                                            \
+                Py_ssize_t at = base + __builtin_ctz(m);                                           \
+                m &= m - 1u;                                                                       \
+                Py_ssize_t len = at - prev_space - 1;                                              \
+                if (prev_space >= 0 && len >= 1) WORD_TOKEN(prev_space + 1, len)                   \
+                token++;                                                                           \
+                prev_space = at;                                                                   \
+                spaces++;                                                                          \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+/* run_languages.window_words: (spaces, then per word set 0 .. n_word_sets - 1 the occurrences of " w "
+   for its words w in the lower-cased first n characters, as str.count counts them per word:
+   consecutive equal words share their space, every second one is not counted). Characters are
+   lower-cased one by one (Py_UNICODE_TOLOWER); str.lower differs from that only for U+0130 (to "i" +
+   U+0307) and a final sigma (to U+03C2), neither in any word: a token holding them is no word either
+   way. */
+static PyObject *py_window_words(PyObject *self, PyObject *args) {
     PyObject *text;
     Py_ssize_t limit;
-    int set_id;
     (void)self;
-    if (!PyArg_ParseTuple(args, "Uni", &text, &limit, &set_id)) return NULL;
-    if (set_id < 0 || set_id >= WORD_SETS) {
-        PyErr_SetString(PyExc_ValueError, "spaced_word_count: unknown word set");
-        return NULL;
-    }
-    const WordSet *ws = &word_sets[set_id];
+    if (!PyArg_ParseTuple(args, "Un", &text, &limit)) return NULL;
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     if (limit < n) n = limit < 0 ? 0 : limit;
     int ukind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
-    long count = 0;
-    Py_ssize_t token = 0, last_tok = -2; /* index of the token a space ends; of the last counted one */
-    Py_ssize_t prev_space = -1, last_len = 0;
-    Py_UCS4 tok[MAX_WORD_LEN], last[MAX_WORD_LEN];
+    long counts[WORD_SETS] = {0}, spaces = 0;
+    Py_ssize_t token = 0, prev_space = -1; /* index of the token a space ends; the last space */
+    Py_ssize_t last_tok[WORD_SETS], last_len[WORD_SETS];
+    Py_UCS4 tok[MAX_WORD_LEN], last[WORD_SETS][MAX_WORD_LEN];
+    for (int set = 0; set < WORD_SETS; set++) last_tok[set] = -2, last_len[set] = 0;
     switch (ukind) {
     case PyUnicode_1BYTE_KIND:
-        WORD_SCAN(Py_UCS1)
+        WORD_SCAN(Py_UCS1, ucs1)
         break;
     case PyUnicode_2BYTE_KIND:
-        WORD_SCAN(Py_UCS2)
+        WORD_SCAN(Py_UCS2, ucs2)
         break;
     default:
-        WORD_SCAN(Py_UCS4)
+        WORD_SCAN(Py_UCS4, ucs4)
         break;
     }
-    return PyLong_FromLong(count);
+    PyObject *out = PyTuple_New(1 + n_word_sets);
+    if (out == NULL) return NULL;
+    for (int t = 0; t <= n_word_sets; t++) {
+        PyObject *v = PyLong_FromLong(t == 0 ? spaces : counts[t - 1]);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, t, v);
+    }
+    return out;
 }
 
 static PyObject *py_configure_words(PyObject *self, PyObject *args) {
@@ -765,6 +835,22 @@ static PyObject *py_configure_words(PyObject *self, PyObject *args) {
         ws.head[bkt] = w;
     }
     word_sets[set_id] = ws;
+    if (set_id >= n_word_sets) n_word_sets = set_id + 1;
+    memset(may_start, 0, sizeof(may_start));
+    max_word_len = 0;
+    for (int set = 0; set < n_word_sets; set++) {
+        const WordSet *st = &word_sets[set];
+        for (int w = 0; w < st->n; w++) max_word_len = st->len[w] > max_word_len ? st->len[w] : max_word_len;
+    }
+    for (Py_UCS4 c = 0; c < 0x10000u; c++) {
+        Py_UCS4 lc = Py_UNICODE_TOLOWER(c);
+        for (int set = 0; set < n_word_sets; set++) {
+            const WordSet *st = &word_sets[set];
+            for (int w = 0; w < st->n; w++) {
+                if (st->ch[w][0] == lc) may_start[c >> 3] |= (unsigned char)(1u << (c & 7u));
+            }
+        }
+    }
     Py_RETURN_NONE;
 }
 
@@ -786,7 +872,8 @@ static PyObject *py_window_letters(PyObject *self, PyObject *args) {
     long runs = 0, prose = 0;
     int k2 = -1, k1 = -1; /* the kinds of the two characters before */
     for (Py_ssize_t i = 0; i < n; i++) {
-        int k = kind_of(PyUnicode_READ(ukind, data, i));
+        Py_UCS4 c = PyUnicode_READ(ukind, data, i);
+        int k = c < 0x80u || !ascii_letters_spaces ? kind_of(c) : -1; /* -1: neither kind */
         runs += k == K_LETTER && k1 != K_LETTER;
         prose += k == K_LETTER && k1 == K_SPACE && k2 == K_LETTER;
         k2 = k1;
@@ -854,9 +941,10 @@ static PyMethodDef methods[] = {
     {"utf8_length", py_utf8_length, METH_O, "utf8_length(text: str) -> int: UTF-8 bytes (surrogatepass)."},
     {"configure_words", py_configure_words, METH_VARARGS,
      "configure_words(set_id: int, words: tuple[str, ...]) -> None: word set 0..3 (words without spaces)."},
-    {"spaced_word_count", py_spaced_word_count, METH_VARARGS,
-     "spaced_word_count(text: str, n: int, set_id: int) -> int: occurrences of ' w ' of the set's words in "
-     "text[:n].lower(), as sum(window.count(f' {w} ')) counts them."},
+    {"window_words", py_window_words, METH_VARARGS,
+     "window_words(text: str, n: int) -> (spaces, count of set 0, ...): the spaces of text[:n], and per "
+     "configured word set the occurrences of ' w ' of its words in text[:n].lower(), as "
+     "sum(window.count(f' {w} ')) counts them."},
     {"fast_path", py_fast_path, METH_NOARGS,
      "fast_path() -> str: 'sse2+popcnt', 'sse2' or 'scalar', the pass count_runs runs."},
     {"count_chars", py_count_chars, METH_VARARGS,

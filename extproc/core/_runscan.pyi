@@ -32,13 +32,11 @@ def configure_words(set_id: int, words: tuple[str, ...], /) -> None:
         ValueError: a set id, word count or word out of range.
     """
 
-def spaced_word_count(text: str, n: int, set_id: int, /) -> int:
-    """Occurrences of ``" w "`` in ``text[:n].lower()`` for the words ``w`` of set ``set_id``, as
-    ``sum(window.count(f" {w} ") for w in words)`` counts them (``run_languages._spaced_word_count``).
-
-    Raises:
-        ValueError: an unknown set id.
-    """
+def window_words(text: str, n: int, /) -> tuple[int, ...]:
+    """``(spaces, count of set 0, count of set 1, ...)``: the spaces of ``text[:n]``, then for each
+    configured word set (ids 0 .. the highest configured) the occurrences of ``" w "`` in
+    ``text[:n].lower()`` for its words ``w``, as ``sum(window.count(f" {w} ") for w in words)``
+    counts them (``run_languages._spaced_word_count``)."""
 
 def window_letters(text: str, n: int, /) -> tuple[int, int]:
     """``(letter runs, letter-space-letter triples)`` among the kinds of the first ``n`` characters
@@ -56,7 +54,7 @@ def count_chars(text: str, n: int, chars: str, /) -> int:
     """
 
 def fast_path() -> str:
-    """``"sse2+popcnt"``, ``"sse2"`` (the 32-character SIMD fast path) or ``"scalar"``.
+    """``"sse2+popcnt"``, ``"sse2"`` (the 64-character SIMD fast path) or ``"scalar"``.
 
     Raises:
         RuntimeError: :func:`configure` was not called.

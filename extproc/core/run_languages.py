@@ -21,11 +21,13 @@ except ImportError:  # built without a C compiler
 __all__ = [
     "MIN_WORDS_FOR_LANGUAGE",
     "WINDOW_CHARS",
+    "WindowWords",
     "arabic_script_language",
     "english_like",
     "western_european",
     "window_letters_of",
     "window_of",
+    "window_words",
 ]
 
 _PUNCT_K, _LETTER_K, _LATIN_EXT_K, _SPACE_K = _K["punct"], _K["letter"], _K["latin_ext"], _K["space"]
@@ -47,23 +49,45 @@ def window_of(text: str) -> str:
     return text[:WINDOW_CHARS].lower()
 
 
+WindowWords = tuple[int, int, int]
+"""``(words, English function words, Western European function words)`` of a text's window
+(:func:`window_words`)."""
+
+
+def window_words(text: str) -> WindowWords:
+    """The word counts the word tests read, in one pass over the first :data:`WINDOW_CHARS`
+    characters: words (spaces + 1) and occurrences of ``" w "`` for the function words ``w`` of
+    English (:data:`_FUNCTION_WORDS`) and of the Western European languages (:data:`_EURO_WORDS`)
+    in the lower-cased window (:func:`window_of`). The C count when the extension is built, else
+    :func:`_spaced_word_count` (its reference)."""
+    if _c is not None:
+        spaces, en, euro = _c.window_words(text, WINDOW_CHARS)
+        return spaces + 1, en, euro
+    window = window_of(text)
+    return (
+        text.count(" ", 0, WINDOW_CHARS) + 1,
+        _spaced_word_count(window, _EN_WORD_SET),
+        _spaced_word_count(window, _EURO_WORD_SET),
+    )
+
+
 def english_like(
-    text: str, window_letters: Callable[[], tuple[int, int]], runs: np.ndarray, chars: np.ndarray
+    words: WindowWords, window_letters: Callable[[], tuple[int, int]], runs: np.ndarray, chars: np.ndarray
 ) -> bool:
     """True unless the text reads as prose of another Latin-script language.
 
     English: its function words make ≥ 2 % of the words of a 4,096-character window (start of the
-    text). Code, markup and data (≥ 0.6 punctuation runs per letter run, and fewer than
-    :data:`_MAX_CODE_PROSE` of the window's letter runs followed by one space and another letter run:
-    identifiers, keys and log fields rather than sentences) count as English too unless accented
-    letters make ≥ 1 % of the letters: the word cost of English and of identifiers is the same, other
-    languages cost 1.5–3× more per word. Markdown in Uzbek, Indonesian or Dutch is punctuation-dense
-    but made of sentences: not English. ``window_letters()``:
-    ``(letter runs, letter-space-letter triples)`` of the text's first :data:`WINDOW_CHARS` characters
-    (:func:`window_letters_of` their kinds, or the C count), asked for only when the punctuation test
-    is reached.
+    text; ``words``: :func:`window_words` of the text). Code, markup and data (≥ 0.6 punctuation runs
+    per letter run, and fewer than :data:`_MAX_CODE_PROSE` of the window's letter runs followed by one
+    space and another letter run: identifiers, keys and log fields rather than sentences) count as
+    English too unless accented letters make ≥ 1 % of the letters: the word cost of English and of
+    identifiers is the same, other languages cost 1.5–3× more per word. Markdown in Uzbek, Indonesian
+    or Dutch is punctuation-dense but made of sentences: not English. ``runs``, ``chars``: the text's
+    run counts; ``window_letters()``: ``(letter runs, letter-space-letter triples)`` of the text's
+    first :data:`WINDOW_CHARS` characters (:func:`window_letters_of` their kinds, or the C count),
+    asked for only when the punctuation test is reached.
     """
-    if _function_words(text, _EN_SET_ID, _EN_WORD_SET) * 50 >= _words(text):
+    if words[1] * 50 >= words[0]:
         return True
     if runs[_PUNCT_K] < 0.6 * runs[_LETTER_K] or chars[_LATIN_EXT_K] * 100 >= chars[_LETTER_K]:
         return False
@@ -91,33 +115,19 @@ Scandinavian languages (not of Indonesian, Polish, Czech, Turkish, Swahili... wh
 " la ", which Swahili uses as much as the Romance languages)."""
 
 
-def western_european(text: str) -> bool:
+def western_european(words: WindowWords) -> bool:
     """True when the function words of :data:`_EURO_WORDS` make ≥ 4 % of the words of the text's
-    window (:func:`window_of`): Western European languages (with Romanian), whose words cost 10–30 %
-    fewer tokens than those of other Latin-script languages on every measured tokenizer
-    (docs/estimator.md)."""
-    return _function_words(text, _EURO_SET_ID, _EURO_WORD_SET) * 25 >= _words(text)
-
-
-def _words(text: str) -> int:
-    """Words of the window: its spaces + 1."""
-    return text.count(" ", 0, WINDOW_CHARS) + 1
-
-
-def _function_words(text: str, set_id: int, words: frozenset[str]) -> int:
-    """Occurrences of ``" w "`` for the words ``w`` in :func:`window_of` the text: the C count of word
-    set ``set_id``, else :func:`_spaced_word_count` (its reference)."""
-    if _c is not None:
-        return _c.spaced_word_count(text, WINDOW_CHARS, set_id)
-    return _spaced_word_count(window_of(text), words)
+    window (``words``: :func:`window_words` of the text): Western European languages (with
+    Romanian), whose words cost 10–30 % fewer tokens than those of other Latin-script languages on
+    every measured tokenizer (docs/estimator.md)."""
+    return words[2] * 25 >= words[0]
 
 
 _EURO_WORD_SET = frozenset(w.strip(" ") for w in _EURO_WORDS)
 _EN_WORD_SET = frozenset(w.strip(" ") for w in _FUNCTION_WORDS)
-_EN_SET_ID, _EURO_SET_ID = 0, 1
-if _c is not None:
-    _c.configure_words(_EN_SET_ID, tuple(sorted(_EN_WORD_SET)))
-    _c.configure_words(_EURO_SET_ID, tuple(sorted(_EURO_WORD_SET)))
+if _c is not None:  # window_words returns the sets' counts in set-id order: English 0, European 1
+    _c.configure_words(0, tuple(sorted(_EN_WORD_SET)))
+    _c.configure_words(1, tuple(sorted(_EURO_WORD_SET)))
 
 
 def _spaced_word_count(window: str, words: frozenset[str]) -> int:

@@ -55,6 +55,7 @@ from extproc.core.run_languages import (
     english_like,
     western_european,
     window_letters_of,
+    window_words,
 )
 
 __all__ = [
@@ -198,7 +199,7 @@ except ImportError:  # built without a C compiler: the numpy reference counts
     RUNSCAN = "numpy"
     RUNSCAN_PASS = "numpy"
 """Which implementation :func:`count_runs` runs: ``"c"`` (:mod:`extproc.core._runscan`) or ``"numpy"``.
-``RUNSCAN_PASS``: the C pass, ``"sse2+popcnt"`` / ``"sse2"`` (its 32-character SIMD fast path) or
+``RUNSCAN_PASS``: the C pass, ``"sse2+popcnt"`` / ``"sse2"`` (its 64-character SIMD fast path) or
 ``"scalar"``, else ``"numpy"``."""
 
 _SHORT_ENCODE_CHARS = 4096
@@ -483,8 +484,11 @@ def _languages(
         if lang != _ARABIC_K:
             runs[lang], runs[_ARABIC_K] = runs[_ARABIC_K], 0.0
             chars[lang], chars[_ARABIC_K] = chars[_ARABIC_K], 0.0
-    if runs[_LETTER_K] >= MIN_WORDS_FOR_LANGUAGE and not english_like(text, window_letters, runs, chars):
-        other = _LETTER_EURO_K if western_european(text) else _LETTER_OTHER_K
+    if runs[_LETTER_K] < MIN_WORDS_FOR_LANGUAGE:
+        return
+    words = window_words(text)
+    if not english_like(words, window_letters, runs, chars):
+        other = _LETTER_EURO_K if western_european(words) else _LETTER_OTHER_K
         runs[other], runs[_LETTER_K] = runs[_LETTER_K], 0.0
         chars[other], chars[_LETTER_K] = chars[_LETTER_K], 0.0
 
