@@ -613,21 +613,25 @@ static PyObject *py_utf8_length(PyObject *self, PyObject *arg) {
         const Py_UCS4 *s = (const Py_UCS4 *)data;
         Py_ssize_t i = 0;
 #if BLOCKS
-        /* 4 characters per step: 3 bytes more than one, less 1 per character below U+0080, U+0800 and
-           U+10000 each (32-bit lane counts) */
-        const __m128i zero = _mm_setzero_si128();
-        while (n - i >= 4) { /* chunks of <= 2^28 characters: the lane counts stay below 2^31 */
-            Py_ssize_t begin = i, end = n - i >= ((Py_ssize_t)1 << 28) ? i + ((Py_ssize_t)1 << 28) : i + ((n - i) & ~(Py_ssize_t)3);
-            __m128i below = zero; /* minus the count of (character, bound) pairs below the bound, per lane */
-            for (; i < end; i += 4) {
-                __m128i v = _mm_loadu_si128((const __m128i *)(s + i));
-                below = _mm_add_epi32(below, _mm_cmpeq_epi32(_mm_srli_epi32(v, 7), zero));
-                below = _mm_add_epi32(below, _mm_cmpeq_epi32(_mm_srli_epi32(v, 11), zero));
-                below = _mm_add_epi32(below, _mm_cmpeq_epi32(_mm_srli_epi32(v, 16), zero));
+        /* 8 characters per step, narrowed to 16-bit lanes by a signed saturating pack of v - 0x8001:
+           v - 0x8001 for 1 <= v <= U+FFFF (U+0000 gives U+0001's value: both one byte), 0x7FFF for
+           every v beyond U+FFFF. One byte per character, plus one per character at or above
+           U+0080, U+0800 and U+10000 each (16-bit lane counts, added up before they could overflow) */
+        const __m128i off = _mm_set1_epi32(0x8001), ge80 = _mm_set1_epi16((short)(0x80 - 0x8001 - 1)),
+                      ge800 = _mm_set1_epi16((short)(0x800 - 0x8001 - 1)), astral = _mm_set1_epi16(0x7FFF);
+        while (n - i >= 8) {
+            Py_ssize_t end = n - i >= 8 * 16384 ? i + 8 * 16384 : i + ((n - i) & ~(Py_ssize_t)7);
+            __m128i above = _mm_setzero_si128(); /* minus the count of (character, bound) pairs at or above */
+            for (; i < end; i += 8) {
+                __m128i v = _mm_packs_epi32(_mm_sub_epi32(_mm_loadu_si128((const __m128i *)(s + i)), off),
+                                            _mm_sub_epi32(_mm_loadu_si128((const __m128i *)(s + i + 4)), off));
+                above = _mm_add_epi16(above, _mm_cmpgt_epi16(v, ge80));
+                above = _mm_add_epi16(above, _mm_cmpgt_epi16(v, ge800));
+                above = _mm_add_epi16(above, _mm_cmpeq_epi16(v, astral));
             }
-            int32_t c[4];
-            _mm_storeu_si128((__m128i *)c, below);
-            total += 3 * (int64_t)(end - begin) + (int64_t)c[0] + c[1] + c[2] + c[3];
+            uint16_t c[8];
+            _mm_storeu_si128((__m128i *)c, above);
+            for (int l = 0; l < 8; l++) total += (int64_t)(uint16_t)(0u - c[l]);
         }
 #endif
         for (; i < n; i++) total += (s[i] >= 0x80) + (s[i] >= 0x800) + (s[i] >= 0x10000);

@@ -73,18 +73,16 @@ def _arguments_text(args: Any) -> str:
 
 
 class _Text:
-    """Accumulates the prompt's text parts, their ASCII byte count and a bounded sample.
+    """Accumulates the prompt's text parts and, with a positive ``limit``, a sample of their first
+    ``limit`` UTF-8 bytes (the ``ratio`` cost model's classifier; the ``runs`` model keeps none).
 
-    ASCII strings (``str.isascii`` is O(1) in CPython) count their length; the bytes of the others
-    are counted once the parts are joined (:meth:`joined`).
+    Bytes are counted once, on the joined text (:meth:`joined`).
     """
 
-    __slots__ = ("all", "ascii_total", "limit", "non_ascii", "parts", "sampled")
+    __slots__ = ("all", "limit", "parts", "sampled")
 
     def __init__(self, limit: int) -> None:
         self.all: list[str] = []
-        self.ascii_total = 0
-        self.non_ascii = False
         self.sampled = 0
         self.limit = limit
         self.parts: list[bytes] = []
@@ -94,23 +92,16 @@ class _Text:
             return
         self.all.append(s)
         room = self.limit - self.sampled
-        if s.isascii():
-            self.ascii_total += len(s)
-            if room > 0:
-                piece = s[:room].encode("ascii")
-                self.parts.append(piece)
-                self.sampled += len(piece) + 1
+        if room <= 0:
             return
-        self.non_ascii = True
-        if room > 0:
-            head = s[:room]
-            try:
-                b = head.encode("utf-8")
-            except UnicodeEncodeError:  # lone surrogates from \ud800 escapes
-                b = head.encode("utf-8", "replace")
-            piece = b[:room]
-            self.parts.append(piece)
-            self.sampled += len(piece) + 1
+        head = s[:room]
+        try:
+            b = head.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates from \ud800 escapes
+            b = head.encode("utf-8", "replace")
+        piece = b[:room]
+        self.parts.append(piece)
+        self.sampled += len(piece) + 1
 
     def joined(self, extra: list[str]) -> tuple[str, int, np.ndarray | None]:
         """``(text, total, codes)``: the parts then ``extra`` joined by newlines; the UTF-8 bytes of
@@ -118,14 +109,16 @@ class _Text:
         points of ``text`` (:func:`extproc.core.runs.code_points`) when the numpy path computed them
         to measure it (the run count reuses them), else None.
 
-        Non-ASCII parts are measured on the joined text (:func:`extproc.core.runs.text_utf8_length`:
-        one C pass, or the numpy code points of a long text) less the separators and ``extra``.
+        An ASCII text (``str.isascii`` is O(1) in CPython) counts its length; any other is measured
+        joined (:func:`extproc.core.runs.text_utf8_length`: one C pass, or the numpy code points of a
+        long text). The separators and ``extra`` are taken off.
         """
         pieces = self.all + extra
         text = "\n".join(pieces)
-        if not self.non_ascii:
-            return text, self.ascii_total, None
-        others = len(pieces) - 1 + sum(len(t.encode("utf-8", "surrogatepass")) for t in extra)
+        others = max(0, len(pieces) - 1)
+        if text.isascii():
+            return text, len(text) - others - sum(map(len, extra)), None
+        others += sum(len(t.encode("utf-8", "surrogatepass")) for t in extra)
         total, codes = text_utf8_length(text)
         return text, total - others, codes
 
@@ -250,14 +243,15 @@ def _messages(
         raise UnreadableRequest("bad_field_type", "messages")
     if not messages:
         raise UnreadableRequest("empty_prompt", "messages")
+    add = text.add
     for msg in messages:
-        if not isinstance(msg, dict):
-            raise UnreadableRequest("bad_field_type", "message")
-        if len(msg) == 2 and "role" in msg:  # the common message: a role and a string content
+        if type(msg) is dict and len(msg) == 2 and "role" in msg:  # a role and a string content
             content = msg.get("content")
             if type(content) is str:
-                text.add(content)
+                add(content)
                 continue
+        if not isinstance(msg, dict):
+            raise UnreadableRequest("bad_field_type", "message")
         _message(msg, text, counts, reasoning, images)
     return len(messages)
 
