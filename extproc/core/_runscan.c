@@ -288,7 +288,7 @@ MASKS64(ucs4, Py_UCS4, 0x10FFFFu)
 /* Count one kind's characters and run starts among the prefix (mask m, bits < j) */
 #define POPC(x) ((unsigned)__builtin_popcountll(x))
 #define KIND_ADD(kind, m)                                                                          \
-    if (m) {                                                                                       \
+    {                                                                                              \
         unsigned rs_ = POPC((m) & ~(((m) << 1) | (bits_t)(prev == (unsigned)(kind))));            \
         hist[0][kind] += POPC(m) | ((uint64_t)rs_ << 32);                                          \
     }
@@ -376,15 +376,11 @@ MASKS64(ucs4, Py_UCS4, 0x10FFFFu)
             KIND_ADD(k2, mk2)                                                                      \
             for (unsigned t = j > 3u ? j - 3u : 0u; t < j; t++)                                    \
                 h = ((h << 2) | (unsigned)((sp >> t) & 1u) | (unsigned)((((sp | dg) >> t) & 1u) << 1)) & 63u; \
-            bits_t top = (bits_t)1 << (j - 1u);                                                    \
-            prev = sp & top   ? (unsigned)K_SPACE                                                  \
-                   : nl & top ? (unsigned)K_NEWLINE                                                \
-                   : dg & top ? (unsigned)K_DIGIT                                                  \
-                   : lt & top ? (unsigned)K_LETTER                                                 \
-                   : pu & top ? (unsigned)K_PUNCT                                                  \
-                   : mk & top ? k0                                                                 \
-                   : mk1 & top ? k1                                                                \
-                              : k2;                                                                \
+            unsigned t1_ = j - 1u; /* the kind of the prefix's last character (one mask holds it) */\
+            prev = (unsigned)(((sp >> t1_) & 1u) * (unsigned)K_SPACE + ((nl >> t1_) & 1u) * (unsigned)K_NEWLINE +\
+                              ((dg >> t1_) & 1u) * (unsigned)K_DIGIT + ((lt >> t1_) & 1u) * (unsigned)K_LETTER +\
+                              ((pu >> t1_) & 1u) * (unsigned)K_PUNCT + ((mk >> t1_) & 1u) * k0 +   \
+                              ((mk1 >> t1_) & 1u) * k1 + ((mk2 >> t1_) & 1u) * k2);                \
         }                                                                                          \
     }
 #else
