@@ -146,7 +146,9 @@ static unsigned char gap_lut[64];
 #if BLOCKS
 /* The 64-character fast path. Most text is long stretches of ASCII letters, digits, punctuation,
    spaces and newlines mixed with characters of up to three other kinds, each filling an interval of
-   code points around the first character of it in the block (a script's letters; emoji; symbols).
+   code points (a script's letters; emoji; symbols): the widest interval of one kind around a
+   character of it, found from the block's first such characters and kept while the next blocks'
+   other characters all fall in the intervals kept (no table look-up on the way).
    For 64 such characters, SIMD compares give one 64-bit mask per kind, and every count of the scalar
    steps follows from the masks by shifts and popcounts, exactly (tests/core/test_runscan.py holds it
    to the numpy reference): a kind's characters are its mask's popcount, its run starts those of the
@@ -268,21 +270,20 @@ static inline unsigned kmask16_ucs4(const Py_UCS4 *p, unsigned lo, unsigned span
 
 /* 64 characters: four 16-character quarters (bit t of each mask: character t) */
 #define Q(x) ((bits_t)q0.x | (bits_t)q1.x << 16 | (bits_t)q2.x << 32 | (bits_t)q3.x << 48)
-#define MASKS64(W, CHAR_T, MAXC)                                                                   \
+#define MASKS64(W, CHAR_T, MAXC_)                                                                   \
     static inline Masks masks_##W(const CHAR_T *p) {                                               \
         Masks16 q0 = masks16_##W(p), q1 = masks16_##W(p + 16), q2 = masks16_##W(p + 32), q3 = masks16_##W(p + 48); \
         Masks m = {Q(ascii), Q(nl), Q(sp), Q(dig), Q(let)};                                       \
         return m;                                                                                  \
     }                                                                                              \
-    static inline bits_t kmask_##W(const CHAR_T *p, Py_UCS4 c0, unsigned *k) {                    \
-        unsigned lo, span;                                                                         \
-        if (!k_interval(c0, MAXC, &lo, &span, k)) return 0;                                        \
-        return (bits_t)kmask16_##W(p, lo, span) | (bits_t)kmask16_##W(p + 16, lo, span) << 16 |  \
-               (bits_t)kmask16_##W(p + 32, lo, span) << 32 | (bits_t)kmask16_##W(p + 48, lo, span) << 48; \
+    static inline bits_t kmask_##W(const CHAR_T *p, unsigned lo, unsigned span) {                  \
+        return (bits_t)kmask16_##W(p, lo, span) | (bits_t)kmask16_##W(p + 16, lo, span) << 16 |    \
+               (bits_t)kmask16_##W(p + 32, lo, span) << 32 | (bits_t)kmask16_##W(p + 48, lo, span) << 48;\
     }
 MASKS64(ucs1, Py_UCS1, 0xFFu)
 MASKS64(ucs2, Py_UCS2, 0xFFFFu)
 MASKS64(ucs4, Py_UCS4, 0x10FFFFu)
+
 #undef Q
 
 /* Count one kind's characters and run starts among the prefix (mask m, bits < j) */
@@ -294,35 +295,46 @@ MASKS64(ucs4, Py_UCS4, 0x10FFFFu)
     }
 
 /* The fast path on the characters from index I: counts the longest prefix (up to 64) that needs no
-   scalar step and sets j to its length (0..64). MASKS / KMASK: masks_ucs1/2/4, kmask_ucs1/2/4. */
-#define BLOCK_PREFIX(MASKS, KMASK, I, j)                                                           \
+   scalar step and sets j to its length (0..64). MASKS / KMASK: masks_ucs1/2/4, kmask_ucs1/2/4;
+   MAXC: the largest code point of the width. */
+#define BLOCK_PREFIX(MASKS, KMASK, MAXC, I, j)                                                           \
     {                                                                                              \
         Masks m_ = MASKS(s + (I));                                                                 \
-        bits_t other = ~m_.ascii, mk = 0, mk1 = 0;                                                 \
-        unsigned k0 = 0, k1 = 0;                                                                   \
-        if (other) { /* K: the kind of the first non-ASCII character */                            \
-            mk = KMASK(s + (I), s[(I) + (unsigned)__builtin_ctzll(other)], &k0) & other;           \
-            bits_t rest = other & ~mk;                                                             \
-            if (rest) { /* a second kind: of the first non-ASCII character not of the first */     \
-                mk1 = KMASK(s + (I), s[(I) + (unsigned)__builtin_ctzll(rest)], &k1) & rest;        \
-                if (k1 == k0) { /* two intervals of one kind: one mask */                          \
-                    mk |= mk1;                                                                     \
-                    mk1 = 0;                                                                       \
+        bits_t other = ~m_.ascii, mk = 0, mk1 = 0, mk2 = 0, bad = 0;                               \
+        unsigned k0 = iv_k[0], k1 = iv_k[1], k2 = iv_k[2];                                         \
+        if (other) {                                                                               \
+            /* the intervals the last block that had other characters needed (most text repeats    \
+               them: no look-up on the way), else found anew from the block's characters */        \
+            bits_t i0 = 0, i1 = 0, i2 = 0;                                                         \
+            if (iv_n > 0) i0 = KMASK(s + (I), iv_lo_[0], iv_span[0]) & other;                      \
+            if (iv_n > 1) i1 = KMASK(s + (I), iv_lo_[1], iv_span[1]) & other;                      \
+            if (iv_n > 2) i2 = KMASK(s + (I), iv_lo_[2], iv_span[2]) & other;                      \
+            if (other & ~(i0 | i1 | i2)) {                                                         \
+                bits_t o_ = other;                                                                 \
+                iv_n = 0;                                                                          \
+                i0 = i1 = i2 = 0;                                                                  \
+                iv_k[0] = iv_k[1] = iv_k[2] = 0;                                                   \
+                while (o_ && iv_n < 3) {                                                           \
+                    unsigned lo_, sp_, kk_;                                                        \
+                    if (!k_interval(s[(I) + (unsigned)__builtin_ctzll(o_)], MAXC, &lo_, &sp_, &kk_)) break;\
+                    bits_t m2_ = KMASK(s + (I), lo_, sp_) & o_;                                    \
+                    o_ &= ~m2_;                                                                    \
+                    if (iv_n == 0) i0 = m2_;                                                       \
+                    else if (iv_n == 1) i1 = m2_;                                                  \
+                    else i2 = m2_;                                                                 \
+                    iv_lo_[iv_n] = lo_, iv_span[iv_n] = sp_, iv_k[iv_n] = kk_;                     \
+                    iv_n++;                                                                        \
                 }                                                                                  \
+                /* intervals of one kind count as one mask: that of the first of the kind */       \
+                iv_e10 = iv_k[1] == iv_k[0] ? ~(bits_t)0 : 0;                                      \
+                iv_e20 = iv_k[2] == iv_k[0] ? ~(bits_t)0 : 0;                                      \
+                iv_e21 = iv_k[2] == iv_k[1] && !iv_e20 ? ~(bits_t)0 : 0;                           \
+                k0 = iv_k[0], k1 = iv_k[1], k2 = iv_k[2];                                          \
             }                                                                                      \
-        }                                                                                          \
-        bits_t mk2 = 0, bad = other & ~mk & ~mk1;                                                  \
-        unsigned k2 = 0;                                                                           \
-        if (bad) { /* a third interval: of the first character of neither */                       \
-            mk2 = KMASK(s + (I), s[(I) + (unsigned)__builtin_ctzll(bad)], &k2) & bad;              \
-            bad &= ~mk2;                                                                           \
-            if (k2 == k0) {                                                                        \
-                mk |= mk2;                                                                         \
-                mk2 = 0;                                                                           \
-            } else if (k2 == k1) {                                                                 \
-                mk1 |= mk2;                                                                        \
-                mk2 = 0;                                                                           \
-            }                                                                                      \
+            mk = i0 | (i1 & iv_e10) | (i2 & iv_e20);                                               \
+            mk1 = (i1 & ~iv_e10) | (i2 & iv_e21);                                                  \
+            mk2 = i2 & ~(iv_e20 | iv_e21);                                                         \
+            bad = other & ~(i0 | i1 | i2);                                                         \
         }                                                                                          \
         j = bad ? (unsigned)__builtin_ctzll(bad) : BLOCK_CHARS;                                    \
         bits_t lim = j == BLOCK_CHARS ? ~(bits_t)0 : ((bits_t)1 << j) - 1u;                        \
@@ -383,21 +395,28 @@ MASKS64(ucs4, Py_UCS4, 0x10FFFFu)
                               ((mk1 >> t1_) & 1u) * k1 + ((mk2 >> t1_) & 1u) * k2);                \
         }                                                                                          \
     }
+/* The fast path's state across blocks: the intervals of the last block that had other characters
+   (up to three), and which of them share a kind */
+#define BLOCK_STATE                                                                                \
+    unsigned iv_n = 0, iv_lo_[3] = {0, 0, 0}, iv_span[3] = {0, 0, 0}, iv_k[3] = {0, 0, 0};       \
+    bits_t iv_e10 = 0, iv_e20 = 0, iv_e21 = 0;
 #else
-#define BLOCK_PREFIX(MASKS, KMASK, I, j) j = 0;
+#define BLOCK_STATE
+#define BLOCK_PREFIX(MASKS, KMASK, MAXC, I, j) j = 0;
 #endif
 
-#define SCAN_BODY(CHAR_T, KIND, MASKS, KMASK)                                                      \
+#define SCAN_BODY(CHAR_T, KIND, MASKS, KMASK, MAXC)                                                      \
     {                                                                                              \
         const CHAR_T *s = (const CHAR_T *)data;                                                    \
         unsigned prev = MAX_KINDS, h = 0;                                                          \
         Py_ssize_t start = 0, i = 0;  /* the current chunk starts at start */                      \
         uint64_t tot = 0, tot0 = 0;   /* packed digit and letter+digit totals: now, at start */    \
         if (BLOCKS && blocks_on) {                                                                 \
+            BLOCK_STATE                                                                            \
             Py_ssize_t backoff = 16;                                                               \
             while (i + (Py_ssize_t)BLOCK_CHARS <= n) {                                             \
                 unsigned j;                                                                        \
-                BLOCK_PREFIX(MASKS, KMASK, i, j)                                                   \
+                BLOCK_PREFIX(MASKS, KMASK, MAXC, i, j)                                                   \
                 i += j;                                                                            \
                 if (j == BLOCK_CHARS) {                                                            \
                     backoff = 16;                                                                  \
@@ -446,13 +465,13 @@ MASKS64(ucs4, Py_UCS4, 0x10FFFFu)
     memset(hist, 0, sizeof(hist));                                                                 \
     switch (ukind) {                                                                               \
     case PyUnicode_1BYTE_KIND:                                                                     \
-        SCAN_BODY(Py_UCS1, KIND_NARROW, masks_ucs1, kmask_ucs1)                                    \
+        SCAN_BODY(Py_UCS1, KIND_NARROW, masks_ucs1, kmask_ucs1, 0xFFu)                                    \
         break;                                                                                     \
     case PyUnicode_2BYTE_KIND:                                                                     \
-        SCAN_BODY(Py_UCS2, KIND_NARROW, masks_ucs2, kmask_ucs2)                                    \
+        SCAN_BODY(Py_UCS2, KIND_NARROW, masks_ucs2, kmask_ucs2, 0xFFFFu)                                    \
         break;                                                                                     \
     default:                                                                                       \
-        SCAN_BODY(Py_UCS4, KIND_WIDE, masks_ucs4, kmask_ucs4)                                      \
+        SCAN_BODY(Py_UCS4, KIND_WIDE, masks_ucs4, kmask_ucs4, 0x10FFFFu)                                      \
         break;                                                                                     \
     }                                                                                              \
     /* blob_test subtracted from out->runs / out->chars; add the histograms */                     \

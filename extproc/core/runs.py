@@ -535,6 +535,10 @@ _GROUP.update(
     symbol="code_data", other="code_data",
 )  # fmt: skip
 _GROUP_INDEX = np.array([CONTENT_KINDS.index(_GROUP[k]) for k in RUN_KINDS])
+_GROUP_WEIGHTS = np.zeros((len(CONTENT_KINDS), len(RUN_KINDS)))
+"""``_GROUP_WEIGHTS @ tokens_by_kind``: the tokens of each content kind, spaces left out."""
+_GROUP_WEIGHTS[_GROUP_INDEX, np.arange(len(RUN_KINDS))] = 1.0
+_GROUP_WEIGHTS[:, _K["space"]] = 0.0
 _KANA_K, _HAN_K = _K["kana"], _K["han"]
 
 
@@ -544,10 +548,8 @@ def content_kind(counts: RunCounts, tokens_by_kind: np.ndarray) -> str:
     the word (how the fit splits a word's cost between its letters and its space is arbitrary, and
     counting spaces as code made English prose ``code_data``). Han text with ≥ 10 % kana is
     ``japanese``."""
-    weights = tokens_by_kind.copy()
-    weights[_SPACE_K] = 0.0
-    per = np.bincount(_GROUP_INDEX, weights=weights, minlength=len(CONTENT_KINDS))
-    kind = CONTENT_KINDS[int(np.argmax(per))] if per.any() else "code_data"
+    per = _GROUP_WEIGHTS.dot(tokens_by_kind)
+    kind = CONTENT_KINDS[int(per.argmax())] if per.any() else "code_data"
     if kind == "han" and counts.chars[_KANA_K] * 9 >= counts.chars[_HAN_K]:
         return "japanese"
     return kind
