@@ -169,7 +169,7 @@ def test_3_first_observation_does_not_replace_the_prior(llama: TokenCounter) -> 
         est.observe(_estimate(est, b), _truth(b, llama))
     short = _body(_english(700, 999))
     true = _truth(short, llama)
-    assert 120 <= true <= 220
+    assert 100 <= true <= 320  # a short prompt (the issue's: 167 tokens); docs prose moves it as docs change
     _assert_routes(_estimate(est, short), true)
 
 
