@@ -220,7 +220,6 @@ class EstimatorConfig(Strict):
     """``runs``: modelled tokens from the run counts of all template text (docs/estimator.md), the
     learned value of a key is modelled/true tokens; ``bytes``: the paper's bytes/token ratio per
     category (kept for the baselines of the evaluation)."""
-
     min_model_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
     """Plausibility floor of a ``runs`` key (modelled/true tokens): no learning step and no misroute
     recovery budgets text above 1/this times its modelled tokens."""

@@ -270,7 +270,7 @@ static inline unsigned kmask16_ucs4(const Py_UCS4 *p, unsigned lo, unsigned span
 
 /* 64 characters: four 16-character quarters (bit t of each mask: character t) */
 #define Q(x) ((bits_t)q0.x | (bits_t)q1.x << 16 | (bits_t)q2.x << 32 | (bits_t)q3.x << 48)
-#define MASKS64(W, CHAR_T, MAXC_)                                                                   \
+#define MASKS64(W, CHAR_T)                                                                         \
     static inline Masks masks_##W(const CHAR_T *p) {                                               \
         Masks16 q0 = masks16_##W(p), q1 = masks16_##W(p + 16), q2 = masks16_##W(p + 32), q3 = masks16_##W(p + 48); \
         Masks m = {Q(ascii), Q(nl), Q(sp), Q(dig), Q(let)};                                       \
@@ -280,9 +280,9 @@ static inline unsigned kmask16_ucs4(const Py_UCS4 *p, unsigned lo, unsigned span
         return (bits_t)kmask16_##W(p, lo, span) | (bits_t)kmask16_##W(p + 16, lo, span) << 16 |    \
                (bits_t)kmask16_##W(p + 32, lo, span) << 32 | (bits_t)kmask16_##W(p + 48, lo, span) << 48;\
     }
-MASKS64(ucs1, Py_UCS1, 0xFFu)
-MASKS64(ucs2, Py_UCS2, 0xFFFFu)
-MASKS64(ucs4, Py_UCS4, 0x10FFFFu)
+MASKS64(ucs1, Py_UCS1)
+MASKS64(ucs2, Py_UCS2)
+MASKS64(ucs4, Py_UCS4)
 
 #undef Q
 
@@ -688,7 +688,7 @@ static inline int in_set(const WordSet *ws, const Py_UCS4 *tok, Py_ssize_t len) 
    code point; no code point beyond U+FFFF lower-cases into the BMP, and every word is BMP text) */
 static unsigned char may_start[0x10000 / 8];
 static int n_word_sets = 0; /* the highest configured set id + 1 */
-static int max_word_len = 0; /* over all sets */
+static int max_word_len = 0; /* over all sets configured (a bound: a set configured again keeps it) */
 
 /* Space positions of 16 characters as a 16-bit mask (the window scan below) */
 #if BLOCKS
@@ -855,19 +855,21 @@ static PyObject *py_configure_words(PyObject *self, PyObject *args) {
     }
     word_sets[set_id] = ws;
     if (set_id >= n_word_sets) n_word_sets = set_id + 1;
-    memset(may_start, 0, sizeof(may_start));
-    max_word_len = 0;
-    for (int set = 0; set < n_word_sets; set++) {
-        const WordSet *st = &word_sets[set];
-        for (int w = 0; w < st->n; w++) max_word_len = st->len[w] > max_word_len ? st->len[w] : max_word_len;
+    if (ws.max_len > max_word_len) max_word_len = ws.max_len;
+    /* may_start gains the characters that lower-case to a first character of this set's words (a
+       filter before the set look-up: bits of a set configured again before stay, costing only a
+       look-up) */
+    Py_UCS4 firsts[MAX_WORDS];
+    int n_firsts = 0;
+    for (int w = 0; w < ws.n; w++) {
+        int seen = 0;
+        for (int f = 0; f < n_firsts; f++) seen |= firsts[f] == ws.ch[w][0];
+        if (!seen) firsts[n_firsts++] = ws.ch[w][0];
     }
     for (Py_UCS4 c = 0; c < 0x10000u; c++) {
         Py_UCS4 lc = Py_UNICODE_TOLOWER(c);
-        for (int set = 0; set < n_word_sets; set++) {
-            const WordSet *st = &word_sets[set];
-            for (int w = 0; w < st->n; w++) {
-                if (st->ch[w][0] == lc) may_start[c >> 3] |= (unsigned char)(1u << (c & 7u));
-            }
+        for (int f = 0; f < n_firsts; f++) {
+            if (firsts[f] == lc) may_start[c >> 3] |= (unsigned char)(1u << (c & 7u));
         }
     }
     Py_RETURN_NONE;
