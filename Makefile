@@ -71,6 +71,7 @@ demo: $(STAMP)
 # modules (estimator, planner DES, soak) in their quick mode. BENCH_ARGS= for their full mode.
 BENCH_ARGS ?= --external-quick
 bench: $(STAMP)
+	scripts/debian-packages.sh wrk hey
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 # 60-minute soak at 80 % of measured capacity (not in CI): RSS flat within 5 % over the last
