@@ -21,9 +21,11 @@ $(STAMP): $(LOCK) pyproject.toml setup.py extproc/core/_runscan.c
 	$(BIN)/python protos/gen_stubs.py
 	touch $(STAMP)
 
-# Regenerate the locks from pyproject.toml (uv; see requirements/lock.sh), then `make venv`.
-lock:
-	requirements/lock.sh
+# Regenerate the locks from pyproject.toml with the locked uv (requirements/lock.sh): pins that
+# still satisfy pyproject.toml are kept, `make lock UPGRADE=1` takes the newest releases; then
+# `make venv` installs the new lock.
+lock: $(STAMP)
+	UV=$(BIN)/uv requirements/lock.sh
 
 venv: $(STAMP)
 

