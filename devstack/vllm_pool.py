@@ -98,6 +98,7 @@ class VllmPoolSpec:
         max_num_seqs: vLLM ``--max-num-seqs`` (requests running at once; the rest wait, which
             ``vllm:num_requests_waiting`` reports).
         kv_cache_space_gib: ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
+        extra_args: more ``api_server`` arguments.
     """
 
     name: str
@@ -108,6 +109,7 @@ class VllmPoolSpec:
     cpu: int = 0
     max_num_seqs: int = 8
     kv_cache_space_gib: int = 1
+    extra_args: tuple[str, ...] = ()
 
 
 def vllm_pool_process(spec: VllmPoolSpec, python: Path, *, log_dir: Path) -> ManagedProcess:
@@ -139,6 +141,7 @@ def vllm_pool_process(spec: VllmPoolSpec, python: Path, *, log_dir: Path) -> Man
     ]
     if spec.family == "llama3":
         argv += ["--chat-template", str(LLAMA3_CHAT_TEMPLATE)]
+    argv += spec.extra_args
     env = {
         "VLLM_CPU_KVCACHE_SPACE": str(spec.kv_cache_space_gib),
         "VLLM_CPU_OMP_THREADS_BIND": str(spec.cpu),
@@ -166,11 +169,13 @@ class VllmSetup:
         python: the vLLM venv's interpreter.
         model_dirs: family (``qwen3``, ``llama3``) → built model directory.
         max_num_seqs: ``--max-num-seqs`` of every pool it starts.
+        extra_args: more ``api_server`` arguments for every pool.
     """
 
     python: Path
     model_dirs: dict[str, Path]
     max_num_seqs: int = 8
+    extra_args: tuple[str, ...] = ()
 
     def process(
         self, name: str, port: int, max_model_len: int, *, family: str, cpu: int, log_dir: Path
@@ -184,6 +189,7 @@ class VllmSetup:
             family=family,
             cpu=cpu,
             max_num_seqs=self.max_num_seqs,
+            extra_args=self.extra_args,
         )
         return vllm_pool_process(spec, self.python, log_dir=log_dir)
 
