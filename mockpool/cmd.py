@@ -38,7 +38,14 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--served-model-name", action="append", default=[], help="model name to serve (repeatable)"
     )
-    p.add_argument("--strict-model", action="store_true", help="404 for models not served (vLLM behaviour)")
+    p.add_argument(
+        "--strict-model",
+        action="store_true",
+        help="404 for models not served (the default, as vLLM; kept for old scripts)",
+    )
+    p.add_argument(
+        "--any-model", action="store_true", help="accept any model name and echo it back (not vLLM behaviour)"
+    )
     p.add_argument("--output-tokens", type=int, default=d.output_tokens, help="tokens generated per choice")
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="vLLM max_num_seqs")
     p.add_argument("--kv-cache-capacity-tokens", type=int, default=0, help="KV capacity, 0 = len × seqs")
@@ -73,7 +80,7 @@ def settings_from_args(args: argparse.Namespace) -> PoolSettings:
         max_model_len=args.max_model_len,
         tokenizer=args.tokenizer,
         served_model_names=tuple(args.served_model_name),
-        strict_model=args.strict_model,
+        strict_model=not args.any_model,
         output_tokens=args.output_tokens,
         max_num_seqs=args.max_num_seqs,
         kv_cache_capacity_tokens=args.kv_cache_capacity_tokens,

@@ -29,8 +29,8 @@ class PoolSettings:
         tokenizer: ``"qwen3"`` (Qwen3 tokenizer + official Jinja chat template) or ``"llama3"``
             (Llama-3 tokenizer + Meta's canonical chat format).
         served_model_names: names listed by ``/v1/models``; empty → :data:`DEFAULT_MODEL_NAMES`.
-        strict_model: if true, a request for a model not in ``served_model_names`` gets vLLM's 404;
-            if false (default) any model name is accepted and echoed back (the router rewrites nothing).
+        strict_model: if true (default, as vLLM), a request for a model not in ``served_model_names``
+            gets vLLM's 404; if false (``--any-model``) any model name is accepted and echoed back.
         output_tokens: tokens generated per choice = ``min(max_tokens, output_tokens)``.
         max_num_seqs: vLLM ``max_num_seqs``: requests running at once; later ones wait in a FIFO queue.
         kv_cache_capacity_tokens: KV-cache size in tokens used for ``vllm:kv_cache_usage_perc``
@@ -55,7 +55,7 @@ class PoolSettings:
     max_model_len: int = 8192
     tokenizer: TokenizerFamily = "qwen3"
     served_model_names: tuple[str, ...] = ()
-    strict_model: bool = False
+    strict_model: bool = True
     output_tokens: int = 16
     max_num_seqs: int = 256
     kv_cache_capacity_tokens: int = 0
