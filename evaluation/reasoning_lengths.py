@@ -10,11 +10,14 @@ up to 5 answers to 21 prompts (knowledge questions, logic puzzles, competition m
 reasoning models queried through OpenRouter. ``data/output_queries_batch2.json`` is absent from the
 snapshot (the stored copy is a large file) and is not used.
 
-:data:`CSV_PATH` (committed, numbers only, no text) has one row per answer: ``model``,
+The table is not committed: the project keeps no data derived from other repositories. It is
+read from ``$TBR_REASONING_LENGTHS``, else ``reasoning/answer_lengths.csv`` under the shared data
+directory (:func:`default_path`), and has one row per answer (numbers only, no text): ``model``,
 ``open_weights`` (1 = weights published: what a vLLM pool can serve), ``prompt_id``, ``category``,
 ``prompt_tokens`` (the prompt as one user message with the Llama-3 chat template, counted with the
 Llama-3 tokenizer of ``../shared/data``), ``completion_tokens``, ``finish_reason``. Rebuild:
-``python -m evaluation.reasoning_lengths --repo <checkout of the snapshot> --data ../shared/data``.
+``python -m evaluation.reasoning_lengths --repo <checkout of the snapshot> --data ../shared/data
+--out PATH``.
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CSV_PATH", "SOURCE_COMMIT", "ReasoningAnswer", "build", "load_reasoning_answers"]
+__all__ = ["SOURCE_COMMIT", "ReasoningAnswer", "build", "default_path", "load_reasoning_answers"]
 
-CSV_PATH = Path(__file__).with_name("data") / "reasoning_answer_lengths.csv"
 SOURCE_REPO = "cpldcpu/LRMTokenEconomy"
 SOURCE_COMMIT = "d5cc353cf1250b805f955504b807530248154e62"
 
@@ -72,8 +75,15 @@ def _category(prompt_id: str) -> str:
     return "math"
 
 
-def load_reasoning_answers(path: str | Path = CSV_PATH) -> list[ReasoningAnswer]:
-    """The committed rows, in file order.
+def default_path(data_dir: str | Path = "../shared/data") -> Path:
+    """Where the table is read from: ``$TBR_REASONING_LENGTHS``, else
+    ``<data_dir>/reasoning/answer_lengths.csv``."""
+    env = os.environ.get("TBR_REASONING_LENGTHS")
+    return Path(env) if env else Path(data_dir) / "reasoning" / "answer_lengths.csv"
+
+
+def load_reasoning_answers(path: str | Path) -> list[ReasoningAnswer]:
+    """The rows of the table at ``path`` (:func:`default_path`), in file order.
 
     Raises:
         FileNotFoundError: no such file. ValueError: a malformed row.
@@ -93,9 +103,9 @@ def load_reasoning_answers(path: str | Path = CSV_PATH) -> list[ReasoningAnswer]
         ]
 
 
-def build(repo: Path, data_dir: Path, out: Path = CSV_PATH) -> int:
-    """Write :data:`CSV_PATH` from a git checkout (or bare mirror) of the source snapshot; returns
-    the number of rows. Answers without an integer token count are skipped."""
+def build(repo: Path, data_dir: Path, out: Path) -> int:
+    """Write the table to ``out`` from a git checkout (or bare mirror) of the source snapshot;
+    returns the number of rows. Answers without an integer token count are skipped."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(data_dir / "tokenizers" / "llama3" / "tokenizer.json"))
@@ -145,12 +155,16 @@ def build(repo: Path, data_dir: Path, out: Path = CSV_PATH) -> int:
 
 
 def main() -> None:
-    """``python -m evaluation.reasoning_lengths --repo PATH --data DIR``."""
+    """``python -m evaluation.reasoning_lengths --repo PATH --data DIR [--out PATH]``."""
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--repo", required=True, help="git checkout or mirror of cpldcpu/LRMTokenEconomy")
     p.add_argument("--data", default="../shared/data")
+    p.add_argument(
+        "--out", default=None, help="default: $TBR_REASONING_LENGTHS or DATA/reasoning/answer_lengths.csv"
+    )
     args = p.parse_args()
-    print(build(Path(args.repo), Path(args.data)), "rows written to", CSV_PATH)
+    out = Path(args.out) if args.out else default_path(args.data)
+    print(build(Path(args.repo), Path(args.data), out), "rows written to", out)
 
 
 if __name__ == "__main__":

@@ -69,11 +69,50 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
+def _reasoning_answers(data: Path) -> list[Any] | None:
+    """The reasoning-answer table (:func:`evaluation.reasoning_lengths.default_path`), or None (and a
+    line on stderr) when it is absent: it is built from a public repository, not shipped."""
+    from evaluation.reasoning_lengths import default_path, load_reasoning_answers
+
+    table = default_path(data)
+    if not table.is_file():
+        print(
+            f"(set reasoning skipped: no table at {table}; build it with python -m "
+            "evaluation.reasoning_lengths, or set TBR_REASONING_LENGTHS)\n",
+            file=sys.stderr,
+        )
+        return None
+    return list(load_reasoning_answers(table))
+
+
+def _runs(
+    name: str, data: Path, seeds: list[int], model: str, cache: dict[str, Any]
+) -> list[tuple[int | None, Any]]:
+    """The (seed, items) replays of one data set (``cache`` keeps the parsed pairs); none for a set
+    whose table is absent."""
+    from evaluation.output_eval import build_output_items, reasoning_items
+    from evaluation.output_pairs import load_output_pairs, load_trace_pairs
+
+    if name == "pairs":
+        if "pairs" not in cache:
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(str(data / "tokenizers" / "llama3" / "tokenizer.json"))
+            cache["pairs"] = load_output_pairs(data, tok)
+        key = None if model == "per-source" else "one"
+        return [
+            (s, build_output_items(cache["pairs"], seed=s, estimate_prompts=True, model_key=key))
+            for s in seeds
+        ]
+    if name == "reasoning":
+        answers = _reasoning_answers(data)
+        return [] if answers is None else [(s, reasoning_items(answers, seed=s)) for s in seeds]
+    return [(None, build_output_items(load_trace_pairs(data, name), seed=None, estimate_prompts=False))]
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the replay; returns 0, or 2 on bad arguments or missing data."""
-    from evaluation.output_eval import build_output_items, reasoning_items, replay_output, with_client_max
-    from evaluation.output_pairs import load_output_pairs, load_trace_pairs
-    from evaluation.reasoning_lengths import load_reasoning_answers
+    from evaluation.output_eval import replay_output, with_client_max
     from extproc.config import OutputReserveConfig
 
     try:
@@ -102,26 +141,9 @@ def run(args: argparse.Namespace) -> int:
         + " |"
     )
     print("|---|---|---|---:|" + "---|" * len(thresholds))
-    pairs = None
+    cache: dict[str, Any] = {}
     for name in sets:
-        runs: list[tuple[int | None, Any]] = []
-        if name == "pairs":
-            if pairs is None:
-                from tokenizers import Tokenizer
-
-                tok = Tokenizer.from_file(str(data / "tokenizers" / "llama3" / "tokenizer.json"))
-                pairs = load_output_pairs(data, tok)
-            model = None if args.model == "per-source" else "one"
-            runs = [
-                (s, build_output_items(pairs, seed=s, estimate_prompts=True, model_key=model)) for s in seeds
-            ]
-        elif name == "reasoning":
-            answers = load_reasoning_answers()
-            runs = [(s, reasoning_items(answers, seed=s)) for s in seeds]
-        else:
-            runs = [
-                (None, build_output_items(load_trace_pairs(data, name), seed=None, estimate_prompts=False))
-            ]
+        runs = _runs(name, data, seeds, args.model, cache)
         rows = []
         if args.client_max > 0.0:
             runs = [(s, with_client_max(items, args.client_max, seed=s or 0)) for s, items in runs]
