@@ -64,6 +64,9 @@ class CalibPayload:
         request_id: Envoy's ``x-request-id`` (logs only: a client may reuse it).
         record_key: pairs the routing stream's decision record with this stream
             (:mod:`extproc.adapter.held_records`); unique per routed request, "" = none.
+        client_max_output_tokens: the client's own output maximum (tokens; None when it sent
+            none): tells a pool's cut of the answer from the client's (:mod:`extproc.core.truncation`).
+            Key ``mx``, written only when set.
     """
 
     budget: TokenBudget
@@ -72,6 +75,7 @@ class CalibPayload:
     learn: bool
     request_id: str
     record_key: str = ""
+    client_max_output_tokens: int | None = None
 
 
 def encode_payload(p: CalibPayload) -> str:
@@ -81,6 +85,8 @@ def encode_payload(p: CalibPayload) -> str:
     doc = {"v": _VERSION, "b": b, "pool": p.pool, "ep": p.endpoint, "learn": p.learn, "id": p.request_id}
     if p.record_key:
         doc["k"] = p.record_key
+    if p.client_max_output_tokens is not None:
+        doc["mx"] = p.client_max_output_tokens
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
 
 
@@ -122,6 +128,9 @@ def decode_payload(value: str) -> CalibPayload | None:
     record_key = doc.get("k", "")
     if not isinstance(record_key, str) or len(record_key) > 64:
         return None
+    mx = doc.get("mx")
+    if mx is not None and not (isinstance(mx, int) and not isinstance(mx, bool) and mx >= 0):
+        return None
     key = b["key"]
     if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
         return None
@@ -129,7 +138,7 @@ def decode_payload(value: str) -> CalibPayload | None:
         return None
     fields: dict[str, Any] = {n: (float(v) if _BUDGET_FIELDS[n] == "float" else v) for n, v in b.items()}
     fields["key"] = (key[0], key[1])
-    return CalibPayload(TokenBudget(**fields), pool, endpoint, learn, rid[:128], record_key)
+    return CalibPayload(TokenBudget(**fields), pool, endpoint, learn, rid[:128], record_key, mx)
 
 
 def route_and_sample(routing: pb.ProcessingResponse, payload: CalibPayload) -> pb.ProcessingResponse:
