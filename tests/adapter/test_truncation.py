@@ -109,7 +109,7 @@ def _answer(endpoint: str, reasons: list[str], completion: int, *, stream: bool)
     usage = {"input_tokens": PROMPT, "output_tokens": completion}
     if endpoint == "responses":
         status = "incomplete" if reason == "max_output_tokens" else "completed"
-        resp = {
+        resp: dict[str, Any] = {
             "id": "resp_1",
             "object": "response",
             "status": status,
@@ -121,7 +121,7 @@ def _answer(endpoint: str, reasons: list[str], completion: int, *, stream: bool)
         created = {**resp, "status": "in_progress", "incomplete_details": None, "usage": None}
         named = [("response.created", {"response": created}), (f"response.{status}", {"response": resp})]
     else:
-        msg = {"id": "msg_1", "type": "message", "stop_reason": reason, "usage": usage}
+        msg: dict[str, Any] = {"id": "msg_1", "type": "message", "stop_reason": reason, "usage": usage}
         if not stream:
             return json.dumps(msg).encode()
         start = {**msg, "stop_reason": None, "usage": {"input_tokens": PROMPT, "output_tokens": 1}}
