@@ -134,7 +134,7 @@ class Apis:
         if too_long is not None:
             return too_long
         effective = max_tokens if max_tokens is not None else self.pool.settings.max_model_len - prompt_tokens
-        plan = plan_choice(self.pool.settings, effective)
+        plan = plan_choice(self.pool.settings, effective, self.pool.state.natural.draw(request.headers))
         rid, mid = protocol.new_id("resp").replace("-", "_"), protocol.new_id("msg").replace("-", "_")
 
         def envelope(status: str, text: str | None, usage: dict[str, Any] | None) -> dict[str, Any]:
@@ -209,7 +209,7 @@ class Apis:
         if too_long is not None:
             err = orjson.loads(bytes(too_long.body))["error"]
             return anthropic_error(err["message"], 400, err["type"])
-        plan = plan_choice(self.pool.settings, max_tokens)
+        plan = plan_choice(self.pool.settings, max_tokens, self.pool.state.natural.draw(request.headers))
         mid = protocol.new_id("msg").replace("-", "_")
         stop = "max_tokens" if plan.finish_reason == "length" else "end_turn"
         if body.get("stream") is True:
@@ -301,7 +301,11 @@ class Apis:
             if too_long is not None:
                 return too_long
             plans.append(
-                plan_choice(self.pool.settings, max_tokens if max_tokens is not None else limit - count)
+                plan_choice(
+                    self.pool.settings,
+                    max_tokens if max_tokens is not None else limit - count,
+                    self.pool.state.natural.draw(request.headers),
+                )
             )
         texts = await self._texts(request, sum(counts), plans)  # one sequence per conversation
         if texts is None:

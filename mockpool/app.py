@@ -124,7 +124,7 @@ class PoolApp:
         if too_long is not None:
             return self._too_long(too_long, common)
         effective = max_tokens if max_tokens is not None else self.settings.max_model_len - prompt_tokens
-        plans = [plan_choice(self.settings, effective)] * common.n
+        plans = [plan_choice(self.settings, effective, self.state.natural.draw(request.headers))] * common.n
         return await self._respond(
             request, common, prompt_tokens, plans, chat=True, top_logprobs=chat.top_logprobs
         )
@@ -159,12 +159,13 @@ class PoolApp:
         except RequestError as exc:
             return exc.response()
         plans: list[ChoicePlan] = []
+        natural = self.state.natural.draw(request.headers)
         for prompt_tokens in counts:
             too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.settings.max_model_len)
             if too_long is not None:
                 return self._too_long(too_long, common)
             effective = max_tokens if max_tokens is not None else self.settings.max_model_len - prompt_tokens
-            plans.extend([plan_choice(self.settings, effective)] * common.n)
+            plans.extend([plan_choice(self.settings, effective, natural)] * common.n)
         prompt_tokens = sum(counts)
         return await self._respond(request, common, prompt_tokens, plans, chat=False)
 

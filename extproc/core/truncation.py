@@ -26,6 +26,11 @@ LENGTH_REASONS = {"openai": "length", "responses": "max_output_tokens", "anthrop
 (:data:`extproc.core.api_usage.API_OF_ENDPOINT`): chat / completions ``finish_reason``, the
 Responses API's ``incomplete_details.reason`` (status ``incomplete``), Anthropic ``stop_reason``."""
 
+_CATCH_ALL = {"responses": "completed"}
+"""A finish reason that does not prove a natural stop: vLLM's Responses serving reports
+``completed`` as its catch-all ("if the status is not completed, it is accurate", its comment in
+``serving_responses.py``), so such an answer is judged by its counts like one without a reason."""
+
 
 @dataclass(frozen=True, slots=True)
 class OutputReport:
@@ -93,6 +98,8 @@ def judge_output(
     length_reason = LENGTH_REASONS.get(api, "length")
     n_length = sum(1 for r in finish_reasons if r == length_reason)
     summary = length_reason if n_length else (finish_reasons[0] if finish_reasons else None)
+    if finish_reasons == (_CATCH_ALL.get(api),):
+        finish_reasons = ()
     if completion_tokens is None or completion_tokens < 0:
         return OutputReport(summary, False, ())
     cap = served_max_model_len - prompt_tokens if served_max_model_len is not None else None
@@ -100,7 +107,7 @@ def judge_output(
     limit = client_max_output_tokens if client_limited else cap  # where a length stop lands
     if not finish_reasons:
         if n != 1 or limit is None:
-            return OutputReport(None, False, ((completion_tokens, False),) if n == 1 else ())
+            return OutputReport(summary, False, ((completion_tokens, False),) if n == 1 else ())
         n_length = 1 if completion_tokens >= limit else 0
         sequences: tuple[tuple[int, bool], ...] = ((completion_tokens, n_length == 1),)
     elif len(finish_reasons) == n:

@@ -71,6 +71,15 @@ def test_no_finish_reason_judges_one_sequence_by_its_counts() -> None:
     assert judge(finish_reasons=(), n_sequences=2, completion_tokens=10) == (None, False, ())
 
 
+def test_a_responses_completed_status_is_judged_by_its_counts() -> None:
+    # vLLM reports "completed" as its catch-all status: the counts decide
+    assert judge(api="responses", finish_reasons=("completed",)) == ("completed", True, ((4292, True),))
+    assert judge(api="responses", finish_reasons=("completed",), completion_tokens=9)[1:] == (
+        False,
+        ((9, False),),
+    )
+
+
 def test_n_greater_than_one_judges_per_choice() -> None:
     # n = 3: choice 1 cut at 4292, the others stopped; 9000 tokens in all
     name, cut, seqs = judge(finish_reasons=("stop", "length", "stop"), n_sequences=3, completion_tokens=9000)
