@@ -1,0 +1,106 @@
+"""Issue 30's acceptance case through the real Envoy (envoy/envoy.yaml, one message, responses read
+off the path): pools whose model naturally answers in 5,000 tokens (``tbr mock-pool
+--natural-output-tokens fixed:5000``), chat requests of ~3.9k / 5.1k / 5.6k true prompt tokens
+with no ``max_tokens``.
+
+With the shipped 1,024-token output reserve each fits the short pool (8,192), which cuts the
+answer at ``8192 − prompt`` tokens and answers 200 with ``finish_reason: "length"``, as vLLM 0.32
+does. Each such answer must be counted as a truncation misroute of the short pool
+(``tbr_misroutes_total{outcome="truncated"}`` and the decision log), reach the client unchanged,
+and teach the output learner, so that the same requests then go to the long pool and get their
+whole 5,000 tokens with ``"stop"``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.e2e.harness import REPO, three_pool_stack, wait_for_metric
+
+pytestmark = pytest.mark.envoy
+
+SENTENCE = "The quick brown fox jumps over the lazy dog while the farmer counts his sheep. "
+# 16 Qwen3 tokens per sentence + 9 of chat framing: 3,897 / 5,097 / 5,593 prompt tokens
+REPEATS = {"3.9k": 243, "5.1k": 318, "5.6k": 349}
+NATURAL = 5000
+SHORT, LONG = 8192, 65536
+
+
+def _body(repeats: int, *, stream: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": SENTENCE * repeats}]}
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    return body
+
+
+def _sse_summary(text: str) -> tuple[str | None, int | None, int | None]:
+    """(finish_reason, prompt_tokens, completion_tokens) of a chat SSE answer."""
+    reason, prompt, completion = None, None, None
+    for line in text.splitlines():
+        if not line.startswith("data: {"):
+            continue
+        event = orjson.loads(line[6:])
+        for choice in event.get("choices") or []:
+            reason = choice.get("finish_reason") or reason
+        if event.get("usage"):
+            prompt, completion = event["usage"]["prompt_tokens"], event["usage"]["completion_tokens"]
+    return reason, prompt, completion
+
+
+async def test_a_5000_token_answer_cut_by_the_short_pool_is_counted_and_learned(tmp_path: Path) -> None:
+    log_path = tmp_path / "decisions.jsonl"
+    router = {"server": {"grace_period_s": 0.5}, "decision_log_path": str(log_path)}
+    natural = {"natural_output_tokens": f"fixed:{NATURAL}"}
+    async with (
+        three_pool_stack(
+            tmp_path,
+            router_overrides=router,
+            pool_limits={"short": SHORT, "long": LONG},
+            pool_overrides={"short": natural, "long": natural},
+            envoy_source=REPO / "envoy" / "envoy.yaml",
+        ) as stack,
+        httpx.AsyncClient(timeout=120.0) as c,
+    ):
+        first: dict[str, tuple[str, str | None, int, int]] = {}
+        for name, repeats in REPEATS.items():
+            stream = name == "5.1k"  # one of them streamed: the SSE reader judges it the same way
+            r = await c.post(
+                f"{stack.base_url}/chat/completions",
+                json=_body(repeats, stream=stream),
+                headers={"x-request-id": f"first-{name}"},
+            )
+            assert r.status_code == 200
+            if stream:
+                reason, prompt, completion = _sse_summary(r.text)
+            else:
+                doc = r.json()
+                reason = doc["choices"][0]["finish_reason"]
+                prompt, completion = doc["usage"]["prompt_tokens"], doc["usage"]["completion_tokens"]
+            assert prompt is not None and completion is not None
+            first[name] = (r.headers["x-served-by-pool"], reason, prompt, completion)
+        for name, (pool, reason, prompt, completion) in first.items():
+            # routed short on the 1,024-token reserve, and cut there exactly as vLLM cuts it
+            assert (pool, reason, completion) == ("short", "length", SHORT - prompt), name
+        labels = {"from_pool": "short", "to_pool": "short", "outcome": "truncated"}
+        assert await wait_for_metric(stack, "tbr_misroutes_total", labels, 3) == 3
+    records = {
+        r["request_id"]: r for r in map(orjson.loads, log_path.read_bytes().splitlines()) if r["request_id"]
+    }
+    for name, (_, _, prompt, completion) in first.items():
+        rec = records[f"first-{name}"]
+        assert (rec["pool"], rec["misroute"], rec["truncated"], rec["finish_reason"]) == (
+            "short",
+            "truncated",
+            True,
+            "length",
+        ), name
+        assert (rec["prompt_tokens"], rec["completion_tokens"], rec["output_reserve_tokens"]) == (
+            prompt,
+            completion,
+            1024,
+        )
