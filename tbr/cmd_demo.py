@@ -34,6 +34,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--short-max-model-len", type=int, default=8192, help="short pool limit (tokens)")
     p.add_argument("--long-max-model-len", type=int, default=65536, help="long pool limit (tokens)")
     p.add_argument("--model", default="Qwen/Qwen3-8B", help="model name sent in requests")
+    p.add_argument(
+        "--natural-output-tokens",
+        default="",
+        metavar="fixed:N|lognormal:MEDIAN:SIGMA",
+        help="the stand-in pools' natural answer length per request (seeded by --seed), cut as vLLM "
+        "cuts it; e.g. lognormal:300:1.0 (chat) or fixed:5000 (a thinking model) shows truncated "
+        "misroutes (default: 16-token answers)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
     p.add_argument("--json-out", type=Path, default=None, help="also write the summary as JSON to this path")
     p.add_argument(
@@ -105,6 +113,30 @@ def _progress(total: int) -> Any:
     return tqdm(total=total, desc="replaying", unit="req", disable=not sys.stderr.isatty(), file=sys.stderr)
 
 
+def argument_problem(args: argparse.Namespace) -> str | None:
+    """Why the demo's arguments cannot run (a message for stderr), or None."""
+    from mockpool.natural import parse_natural_spec
+
+    if args.requests < 1 or args.concurrency < 1:
+        return "--requests and --concurrency must be >= 1"
+    if not 0 < args.short_max_model_len < args.long_max_model_len:
+        return "need 0 < --short-max-model-len < --long-max-model-len"
+    if args.natural_output_tokens:
+        try:
+            parse_natural_spec(args.natural_output_tokens)
+        except ValueError as exc:
+            return f"tbr demo: --natural-output-tokens: {exc}"
+    return None
+
+
+def natural_pool_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``tbr mock-pool`` arguments of ``--natural-output-tokens`` (seeded by ``--seed``; ``()``
+    without it)."""
+    if not args.natural_output_tokens:
+        return ()
+    return ("--natural-output-tokens", args.natural_output_tokens, "--natural-output-seed", str(args.seed))
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the demo (see module docstring)."""
     from devstack.procs import StartupError
@@ -113,11 +145,9 @@ def run(args: argparse.Namespace) -> int:
     from tbr.demo.summary import SummaryInputs, build_summary, format_summary
     from tbr.demo.workload import build_workload
 
-    if args.requests < 1 or args.concurrency < 1:
-        print("--requests and --concurrency must be >= 1", file=sys.stderr)
-        return 2
-    if not 0 < args.short_max_model_len < args.long_max_model_len:
-        print("need 0 < --short-max-model-len < --long-max-model-len", file=sys.stderr)
+    problem = argument_problem(args)
+    if problem is not None:
+        print(problem, file=sys.stderr)
         return 2
     missing = checkout_files_missing(DEFAULT_ROUTER_CONFIG, args.envoy_config)
     if missing:
@@ -149,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
         short_max_model_len=args.short_max_model_len,
         long_max_model_len=args.long_max_model_len,
         decision_log=True,
+        pool_args=natural_pool_args(args),
         **({"envoy_config": args.envoy_config} if args.envoy_config else {}),
     )
     with tempfile.TemporaryDirectory(prefix="tbr-demo-") as tmp:

@@ -11,6 +11,11 @@ Definitions (all sizes in tokens, true counts from the serving pool's ``usage.pr
   served by the short pool, which refused it (HTTP 400 from vLLM's
   ``max_model_len`` check).
 * **wasteful misroute**: served by the long pool although its true budget fit the short pool.
+* **truncated misroute**: answered 200 by a pool that cut the answer at its ``max_model_len``
+  although a larger pool would have let it finish and the client's own maximum was not the limit
+  (vLLM caps an answer at ``max_model_len − prompt`` silently, ``finish_reason: "length"``): the
+  router's decision log says ``truncated: true`` (``extproc/core/truncation.py``). Only answers the
+  router read are judged (``calibration.sample_rate``, 1 in the demo).
 * **estimate error** = ``(estimated_prompt_tokens − prompt_tokens) / prompt_tokens`` per request,
   joining the router's decision log on ``x-request-id``; negative = under-estimate (the risky side).
 """
@@ -88,6 +93,7 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
     recovered: list[str] = []
     wasteful: list[str] = []
     wasteful_detail: list[dict[str, Any]] = []
+    truncated: list[str] = []
     # routing vs truth for answered requests of known size: (fits short?, pool) -> count
     matrix: Counter[tuple[bool, str]] = Counter()
     near_boundary = 0
@@ -120,6 +126,8 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
         if o.status >= 400:
             failed.append(req.request_id)
             continue
+        if rec is not None and rec.get("truncated") is True:
+            truncated.append(req.request_id)
         if rec is not None and rec.get("retried_to_pool"):
             # Routed short, refused there (over its limit), retried by Envoy on the next larger pool
             # (misroute recovery): the client got a 200, but the routing decision was harmful.
@@ -177,6 +185,8 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
         "harmful_recovered_by_retry": len(recovered),
         "wasteful_misroutes": len(wasteful),
         "wasteful_detail": wasteful_detail,
+        "truncated_misroutes": len(truncated),
+        "truncated_request_ids": truncated,
         "routing_vs_truth": {
             "fits_short_sent_short": matrix[(True, "short")],
             "fits_short_sent_long": matrix[(True, "long")],
@@ -240,6 +250,10 @@ def format_summary(s: dict[str, Any]) -> str:
     add(
         f"wasteful misroutes (sent long, true prompt + reserve <= {s['limits_tokens']['short']}): "
         f"{s['wasteful_misroutes']}"
+    )
+    add(
+        f"truncated misroutes (answer cut at the serving pool's max_model_len, a larger pool would "
+        f"have let it finish): {s['truncated_misroutes']}"
     )
     rv = s["routing_vs_truth"]
     add(
