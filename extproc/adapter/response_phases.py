@@ -174,8 +174,9 @@ def judge_answer(proc: StreamProcessor, finish_reasons: tuple[str, ...]) -> None
     """Was the answer cut by the pool that served it (:func:`extproc.core.truncation.judge_output`)?
     A cut answer is a misroute of that pool: ``tbr_misroutes_total{outcome="truncated"}`` (``to_pool``
     = the serving pool: nothing was retried) and the decision record's ``truncated``; the record's
-    ``misroute`` says ``truncated`` unless a retry already named the request a misroute. The
-    response passes unchanged. A chat batch (usage summed over conversations) is not judged."""
+    ``misroute`` says ``truncated`` unless a retry already named the request a misroute. Each
+    sequence's length then teaches the output learner the request's class (censored when a limit cut
+    it). The response passes unchanged. A chat batch (usage summed over conversations) is not judged."""
     budget = proc.budget
     routed = proc.routed_pool
     if budget is None or routed is None or proc.endpoint == "chat_batch":
@@ -199,6 +200,12 @@ def judge_answer(proc: StreamProcessor, finish_reasons: tuple[str, ...]) -> None
     if report.truncated:
         proc.misroute = proc.misroute or "truncated"
         proc.router.observer.misroute(served, served, "truncated")
+    key = budget.output_class
+    if key is not None:  # an answer's length is exact also where its prompt is not learned from
+        for tokens, censored in report.sequences:
+            proc.router.observe_output(
+                key, tokens, truncated=censored and report.truncated, capped=censored and not report.truncated
+            )
 
 
 def learned_budget(proc: StreamProcessor) -> TokenBudget | None:
