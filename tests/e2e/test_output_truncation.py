@@ -9,10 +9,15 @@ does. Each such answer must be counted as a truncation misroute of the short poo
 (``tbr_misroutes_total{outcome="truncated"}`` and the decision log), reach the client unchanged,
 and teach the output learner, so that the same requests then go to the long pool and get their
 whole 5,000 tokens with ``"stop"``.
+
+The first test runs the shipped reserve (``estimator.output_reserve.learned`` off: 1,024 tokens,
+nothing learned). The second turns the learner on with its default settings and repeats the three
+requests until each goes long: every answer on the way is either long and whole or counted.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +57,26 @@ def _sse_summary(text: str) -> tuple[str | None, int | None, int | None]:
     return reason, prompt, completion
 
 
-async def test_a_5000_token_answer_cut_by_the_short_pool_is_counted_and_learned(tmp_path: Path) -> None:
+async def _ask(c: httpx.AsyncClient, base_url: str, name: str, rid: str) -> tuple[str, str | None, int, int]:
+    """Send the ``name`` request (the 5.1k one streamed); (pool, finish_reason, prompt, completion)."""
+    stream = name == "5.1k"  # one of them streamed: the SSE reader judges it the same way
+    r = await c.post(
+        f"{base_url}/chat/completions",
+        json=_body(REPEATS[name], stream=stream),
+        headers={"x-request-id": rid},
+    )
+    assert r.status_code == 200
+    if stream:
+        reason, prompt, completion = _sse_summary(r.text)
+    else:
+        doc = r.json()
+        reason = doc["choices"][0]["finish_reason"]
+        prompt, completion = doc["usage"]["prompt_tokens"], doc["usage"]["completion_tokens"]
+    assert prompt is not None and completion is not None
+    return r.headers["x-served-by-pool"], reason, prompt, completion
+
+
+async def test_a_5000_token_answer_cut_by_the_short_pool_is_counted(tmp_path: Path) -> None:
     log_path = tmp_path / "decisions.jsonl"
     router = {"server": {"grace_period_s": 0.5}, "decision_log_path": str(log_path)}
     natural = {"natural_output_tokens": f"fixed:{NATURAL}"}
@@ -66,23 +90,7 @@ async def test_a_5000_token_answer_cut_by_the_short_pool_is_counted_and_learned(
         ) as stack,
         httpx.AsyncClient(timeout=120.0) as c,
     ):
-        first: dict[str, tuple[str, str | None, int, int]] = {}
-        for name, repeats in REPEATS.items():
-            stream = name == "5.1k"  # one of them streamed: the SSE reader judges it the same way
-            r = await c.post(
-                f"{stack.base_url}/chat/completions",
-                json=_body(repeats, stream=stream),
-                headers={"x-request-id": f"first-{name}"},
-            )
-            assert r.status_code == 200
-            if stream:
-                reason, prompt, completion = _sse_summary(r.text)
-            else:
-                doc = r.json()
-                reason = doc["choices"][0]["finish_reason"]
-                prompt, completion = doc["usage"]["prompt_tokens"], doc["usage"]["completion_tokens"]
-            assert prompt is not None and completion is not None
-            first[name] = (r.headers["x-served-by-pool"], reason, prompt, completion)
+        first = {name: await _ask(c, stack.base_url, name, f"first-{name}") for name in REPEATS}
         for name, (pool, reason, prompt, completion) in first.items():
             # routed short on the 1,024-token reserve, and cut there exactly as vLLM cuts it
             assert (pool, reason, completion) == ("short", "length", SHORT - prompt), name
@@ -104,3 +112,87 @@ async def test_a_5000_token_answer_cut_by_the_short_pool_is_counted_and_learned(
             completion,
             1024,
         )
+
+
+async def test_the_output_learner_sends_them_long_after_counted_truncations(tmp_path: Path) -> None:
+    """``estimator.output_reserve.learned: true`` with its default settings (cold prior, bounded
+    steps, truncation controller): the requests start on the short pool on the chat prior's
+    reserve; each cut answer is counted and learned as censored, and the class's reserve grows
+    until the requests go long and get their 5,000 tokens whole."""
+    log_path = tmp_path / "decisions.jsonl"
+    router = {
+        "server": {"grace_period_s": 0.5},
+        "decision_log_path": str(log_path),
+        "estimator": {"output_reserve": {"learned": True}},
+    }
+    natural = {"natural_output_tokens": f"fixed:{NATURAL}"}
+    rounds: list[dict[str, tuple[str, str | None, int, int]]] = []
+    async with (
+        three_pool_stack(
+            tmp_path,
+            router_overrides=router,
+            pool_limits={"short": SHORT, "long": LONG},
+            pool_overrides={"short": natural, "long": natural},
+            envoy_source=REPO / "envoy" / "envoy.yaml",
+        ) as stack,
+        httpx.AsyncClient(timeout=120.0) as c,
+    ):
+        cut = 0
+        for i in range(40):
+            answers = {name: await _ask(c, stack.base_url, name, f"r{i}-{name}") for name in REPEATS}
+            rounds.append(answers)
+            for name, (pool, reason, prompt, completion) in answers.items():
+                if pool == "long":  # whole: the natural 5,000 tokens, "stop"
+                    assert (reason, completion) == ("stop", NATURAL), (i, name)
+                else:  # cut where vLLM cuts it, and counted below
+                    assert (pool, reason, completion) == ("short", "length", SHORT - prompt), (i, name)
+                    cut += 1
+            # the router reads each answer off the request path: wait until it has learned them all
+            labels = {"from_pool": "short", "to_pool": "short", "outcome": "truncated"}
+            assert await wait_for_metric(stack, "tbr_misroutes_total", labels, cut) == (cut or None)
+            if all(a[0] == "long" for a in answers.values()):
+                break
+        assert all(a[0] == "long" for a in rounds[-1].values()), "still routed short after 40 rounds"
+        assert cut > 0  # the prior's reserve did send them short first
+        learner = stack.app.output_learner
+        assert learner is not None and learner.truncations == cut
+        view = [(k, s.truncated, s.reserve_tokens) for k, s in learner.items()]
+    records = {r["request_id"]: r for r in map(orjson.loads, log_path.read_bytes().splitlines())}
+    for name in REPEATS:  # the reserve grew from the prior's, and the last budgets did not fit short
+        first, last = records[f"r0-{name}"], records[f"r{len(rounds) - 1}-{name}"]
+        assert first["output_reserve_tokens"] < last["output_reserve_tokens"]
+        assert last["budget_tokens"] > SHORT
+    unread = []
+    for i, answers in enumerate(rounds):
+        for name, (pool, _, _, completion) in answers.items():
+            rec = records[f"r{i}-{name}"]
+            if pool == "short":  # every cut answer was read, judged and counted
+                assert (rec["truncated"], rec["misroute"], rec["finish_reason"]) == (
+                    True,
+                    "truncated",
+                    "length",
+                )
+                assert rec["completion_tokens"] == completion
+            elif rec["completion_tokens"] is None:
+                # a whole 5,000-token SSE answer whose observability stream Envoy closed before the
+                # router read its usage (end "cancelled"): not judged, never a misroute
+                assert (rec["truncated"], rec["misroute"], rec["end"]) == (None, None, "cancelled"), (
+                    json.dumps(rec)
+                )
+                unread.append(rec["request_id"])
+            else:
+                assert (rec["truncated"], rec["misroute"], rec["completion_tokens"]) == (
+                    False,
+                    None,
+                    completion,
+                )
+    print(
+        "rounds until all long:",
+        len(rounds),
+        [{n: (a[0], a[1], a[3], records[f"r{i}-{n}"]["output_reserve_tokens"]) for n, a in r.items()}
+         for i, r in enumerate(rounds)],
+        "classes:",
+        view,
+        "long answers not read:",
+        unread,
+    )  # fmt: skip
