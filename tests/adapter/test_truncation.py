@@ -143,9 +143,10 @@ def _run(
     stream: bool,
     extra: dict[str, Any] | None = None,
     attempt: str = "1",
+    config: dict[str, Any] | None = None,
 ) -> tuple[Recorder, list[pb.ProcessingResponse], StreamProcessor]:
     obs = Recorder()
-    proc = StreamProcessor(Runtime(parse_config(CONFIG), observer=obs), rng=random.Random(0))
+    proc = StreamProcessor(Runtime(parse_config(config or CONFIG), observer=obs), rng=random.Random(0))
     out = [proc.handle(_headers(**{":path": PATHS[endpoint], ":method": "POST", "x-request-id": "t1"}))]
     body = _request_body(endpoint, {"stream": stream, **(extra or {})})
     out.append(proc.handle(pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))))
@@ -262,3 +263,50 @@ def test_payload_keeps_the_clients_maximum_only_when_sent_and_rejects_a_bad_one(
     for bad in (-1, "9", True, 1.5):
         assert decode_payload(json.dumps({**doc, "mx": bad})) is None
     assert CALIB_HEADER == "x-tbr-calib"
+
+
+LEARNED = {**CONFIG, "estimator": {"output_reserve": {"learned": True}}}
+
+
+@pytest.mark.parametrize(
+    ("reasons", "completion", "extra", "want"),
+    [
+        # cut by the short pool: a truncation, censored at 4292
+        (["length"], CAP, {}, [(1, 1, 1)]),
+        # ended by itself: learned as it is
+        (["stop"], 700, {}, [(1, 0, 0)]),
+        # cut by the client's own max_tokens: censored, not a truncation
+        (["length"], 300, {"max_tokens": 300}, [(1, 1, 0)]),
+        # n = 2, one choice cut: two answers, one censored truncation
+        (["stop", "length"], CAP + 500, {"n": 2}, [(2, 1, 1)]),
+    ],
+    ids=["truncated", "stopped", "client_capped", "n2"],
+)
+def test_each_answer_teaches_its_class(
+    reasons: list[str], completion: int, extra: dict[str, Any], want: list[tuple[int, int, int]]
+) -> None:
+    _, _, proc = _run("chat", reasons, completion, stream=False, extra=extra, config=LEARNED)
+    learner = proc.router.estimator.output_learner
+    assert learner is not None and proc.budget is not None and proc.budget.output_class is not None
+    assert [(s.samples, s.censored, s.truncated) for _, s in learner.items()] == want
+    assert [k for k, _ in learner.items()] == [proc.budget.output_class]
+
+
+def test_nothing_is_learned_while_the_reserve_is_not_learned() -> None:
+    _, _, proc = _run("chat", ["length"], CAP, stream=False)
+    assert proc.router.estimator.output_learner is None and proc.truncated is True
+
+
+def test_payload_carries_the_output_class() -> None:
+    routing = StreamProcessor(Runtime(parse_config(LEARNED)))
+    routing.handle(_headers(**{":path": PATHS["chat"], ":method": "POST"}))
+    routing.handle(
+        pb.ProcessingRequest(request_body=pb.HttpBody(body=_request_body("chat", {}), end_of_stream=True))
+    )
+    assert routing.budget is not None and routing.budget.output_class is not None
+    payload = CalibPayload(routing.budget, "short", "chat", True, "r")
+    assert decode_payload(encode_payload(payload)) == payload
+    doc = json.loads(encode_payload(payload))
+    assert doc["b"]["output_class"] == "chat|off|0|0|m"
+    for bad in (["chat"], 3, "chat|off|2|0|m", "x"):
+        assert decode_payload(json.dumps({**doc, "b": {**doc["b"], "output_class": bad}})) is None
