@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,13 +93,14 @@ async def test_bad_rows_are_counted_and_skipped(redis_server: RedisServer) -> No
     try:
         assert await sb.sync_once()
         client = sb._client
-        good = {"r": "x", "k": encode_class_key(KEY), "t": 12, "c": 0}
-        for bad in (
+        good: dict[Any, Any] = {"r": "x", "k": encode_class_key(KEY), "t": 12, "c": 0}
+        bads: list[dict[Any, Any]] = [
             {"r": "x", "k": "nope", "t": 1, "c": 0},
             {**good, "c": 7},
             {**good, "t": "a"},
             {"r": "x"},
-        ):
+        ]
+        for bad in bads:
             await client.xadd(sb.stream_key, bad)
         await client.xadd(sb.stream_key, good)
         assert await sb.sync_once()
