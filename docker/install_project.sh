@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs the project (copied to the build stage's working directory) into the /opt/tbr venv
-# without touching its pinned dependencies, then strips what the runtime does not need.
+# without touching its locked dependencies, built by the locked setuptools (no build isolation),
+# then strips what the runtime does not need.
 #
 # The estimator's C run counter (extproc/core/_runscan.c) needs a C compiler and the Python
 # headers; a slim base has neither, so this build stage installs them (apt) when missing. They stay
@@ -15,8 +16,8 @@ if ! command -v cc >/dev/null 2>&1 || ! has_headers; then
   { apt-get update -qq && apt-get install -y -qq --no-install-recommends $pkgs >/dev/null; } \
     || echo "install_project: could not install $pkgs; the run counter falls back to numpy" >&2
 fi
-pip install -q --no-deps --no-compile .
+pip install -q --no-deps --no-compile --no-build-isolation .
 python3 -c 'from extproc.core.runs import RUNSCAN; print("install_project: run counter", RUNSCAN)'
-# The runtime needs neither the installer nor setuptools.
-pip uninstall -q -y pip setuptools
+# The runtime needs neither the installer nor the build backend.
+pip uninstall -q -y pip setuptools wheel
 python3 -m compileall -q /opt/tbr/lib

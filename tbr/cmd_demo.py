@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     )
     with tempfile.TemporaryDirectory(prefix="tbr-demo-") as tmp:
         work_dir = args.work_dir or Path(tmp)
-        print(f"tbr demo: starting pools, router and Envoy (logs in {work_dir})", file=sys.stderr)
+        _announce_start("pools, router and Envoy", args.work_dir)
         try:
             with Stack(work_dir, options) as stack:
                 bar = _progress(len(workload.requests))
@@ -250,6 +250,13 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _announce_start(what: str, work_dir: Path | None) -> None:
+    """Say what starts and where its logs are: a temporary folder is removed at the end, so it is
+    named only when ``--work-dir`` keeps it."""
+    where = f"logs in {work_dir}" if work_dir else "logs are removed at the end: --work-dir DIR keeps them"
+    print(f"tbr demo: starting {what} ({where})", file=sys.stderr)
+
+
 def _run_two_models(args: argparse.Namespace, workload: Any, source: str, reserve: int) -> int:
     """``--two-models``: :func:`tbr.demo.two_models.run_two_models`, one summary per model."""
     from devstack.procs import StartupError
@@ -258,7 +265,7 @@ def _run_two_models(args: argparse.Namespace, workload: Any, source: str, reserv
 
     with tempfile.TemporaryDirectory(prefix="tbr-demo-") as tmp:
         work_dir = args.work_dir or Path(tmp)
-        print(f"tbr demo: starting four pools, router and Envoy (logs in {work_dir})", file=sys.stderr)
+        _announce_start("four pools, router and Envoy", args.work_dir)
         bar = _progress(len(workload.requests))
         try:
             summaries = run_two_models(

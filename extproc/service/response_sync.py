@@ -19,9 +19,9 @@ import logging
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
 from extproc.core.response_ids import ResponsePools
 

