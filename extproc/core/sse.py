@@ -139,6 +139,12 @@ _FINISH_KEYS = {
 }
 """A finish reason's key and string value in a JSON body (per usage shape). A JSON string cannot
 contain an unescaped ``"finish_reason":"`` sequence, so a match is a real key."""
+_FINISH_LITERALS = {
+    "openai": b'"finish_reason"',
+    "anthropic": b'"stop_reason"',
+    "responses": b'"incomplete_details"',
+}
+"""Each pattern's first bytes: found with ``bytes.find`` (much faster than the regex's own search)."""
 _FINISH_CARRY_BYTES = 96  # the longest match above, with its bounded whitespace
 
 
@@ -215,14 +221,28 @@ class JSONUsageReader:
         self._carry = data[-self._CARRY_BYTES :]
 
     def _scan_finish(self, chunk: bytes) -> None:
-        """Collect the finish reasons that end in ``chunk`` (a key split across chunks counts once)."""
+        """Collect the finish reasons in ``chunk``, and the one that crosses from the previous chunk
+        into it (each counted once); the chunk is searched in place, never copied whole."""
+        if len(self.finish_reasons) > MAX_FINISH_REASONS:
+            return
+        rx = _FINISH_KEYS.get(self._api, _FINISH_KEYS["openai"])
         carry = self._finish_carry
-        data = carry + chunk
-        if len(self.finish_reasons) <= MAX_FINISH_REASONS:
-            for m in _FINISH_KEYS.get(self._api, _FINISH_KEYS["openai"]).finditer(data):
-                if m.end() > len(carry) and len(self.finish_reasons) <= MAX_FINISH_REASONS:
-                    self.finish_reasons.append(m.group(1).decode("ascii"))
-        self._finish_carry = data[-_FINISH_CARRY_BYTES:]
+        found = self.finish_reasons
+        if carry:  # a match cannot be longer than the carry: it ends in the chunk's first bytes
+            for m in rx.finditer(carry + chunk[:_FINISH_CARRY_BYTES]):
+                if m.start() < len(carry) < m.end():
+                    found.append(m.group(1).decode("ascii"))
+        literal = _FINISH_LITERALS.get(self._api, _FINISH_LITERALS["openai"])
+        at = chunk.find(literal)
+        while at >= 0 and len(found) <= MAX_FINISH_REASONS:
+            hit = rx.match(chunk, at)
+            if hit is not None:
+                found.append(hit.group(1).decode("ascii"))
+            at = chunk.find(literal, at + len(literal))
+        tail = chunk[-_FINISH_CARRY_BYTES:]
+        self._finish_carry = (
+            tail if len(tail) == _FINISH_CARRY_BYTES else (carry + tail)[-_FINISH_CARRY_BYTES:]
+        )
 
     def close(self) -> None:
         """End of body: parse the last usage object seen (nothing when absent or unreadable)."""
@@ -375,9 +395,11 @@ class SSEUsageReader:
         positive costs one JSON parse): a chat/completions chunk whose ``finish_reason`` is not
         the compact ``null`` every other chunk has, an Anthropic ``stop_reason`` string."""
         if self._api == "openai":
-            return b'"finish_reason":"' in raw or (
-                b'"finish_reason"' in raw and b'"finish_reason":null' not in raw
-            )
+            at = raw.find(b'"finish_reason":')
+            if at < 0:
+                return False
+            # compact null (every chunk but a choice's last): only another choice's key may follow
+            return raw[at + 16 : at + 20] != b"null" or raw.find(b'"finish_reason":', at + 20) >= 0
         if self._api == "anthropic":
             return b'"stop_reason"' in raw and b'"stop_reason":null' not in raw
         return b'"incomplete"' in raw or b'"response.completed"' in raw

@@ -228,3 +228,21 @@ def test_finish_reasons_of_ignores_nulls_and_foreign_shapes() -> None:
 def test_sse_with_a_missing_choice_reports_no_reasons() -> None:
     r = _feed_sse("openai", _sse({"choices": [{"index": 1, "delta": {}, "finish_reason": "length"}]}), 1000)
     assert r.finish_reasons == ()
+
+
+def test_sse_chunks_with_several_choices_or_spaced_json_are_read() -> None:
+    # one chunk, two choices: the first still running (null), the second cut
+    both = {
+        "choices": [
+            {"index": 0, "delta": {"content": "a"}, "finish_reason": None},
+            {"index": 1, "delta": {}, "finish_reason": "length"},
+        ]
+    }
+    compact = b"data: " + json.dumps(both, separators=(",", ":")).encode() + b"\n\n"
+    end = b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    assert _feed_sse("openai", compact + end, 1000).finish_reasons == ("stop", "length")
+    # json.dumps' default separators (a space after each colon) are read too
+    spaced = (
+        b"data: " + json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}).encode()
+    )
+    assert _feed_sse("openai", spaced + b"\n\n", 3).finish_reasons == ("length",)
