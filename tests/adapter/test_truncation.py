@@ -18,6 +18,7 @@ from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.runtime import Runtime
 from extproc.config import parse_config
 from extproc.core.decision import DecisionRecord
+from extproc.core.output_reserve import ALL_BANDS
 
 CONFIG: dict[str, Any] = {
     "pools": [
@@ -288,8 +289,10 @@ def test_each_answer_teaches_its_class(
     _, _, proc = _run("chat", reasons, completion, stream=False, extra=extra, config=LEARNED)
     learner = proc.router.estimator.output_learner
     assert learner is not None and proc.budget is not None and proc.budget.output_class is not None
-    assert [(s.samples, s.censored, s.truncated) for _, s in learner.items()] == want
-    assert [k for k, _ in learner.items()] == [proc.budget.output_class]
+    key = proc.budget.output_class
+    # the request's class and its all-bands parent learned the same answers
+    assert [k for k, _ in learner.items()] == [key._replace(prompt_band=ALL_BANDS), key]
+    assert [(s.samples, s.censored, s.truncated) for _, s in learner.items()] == want * 2
 
 
 def test_nothing_is_learned_while_the_reserve_is_not_learned() -> None:

@@ -12,7 +12,7 @@ import pytest
 from devstack.redis import RedisServer
 from extproc.config import parse_config
 from extproc.config.estimation import OutputReserveConfig
-from extproc.core.output_reserve import OutputClassKey, OutputLengthLearner, encode_class_key
+from extproc.core.output_reserve import ALL_BANDS, OutputClassKey, OutputLengthLearner, encode_class_key
 from extproc.service.app import RouterApp
 from extproc.service.output_sync import OutputLengthSync
 from extproc.service.snapshot import encode_output_states, load_output_states, write_snapshot
@@ -131,7 +131,7 @@ def test_snapshot_keeps_the_learned_lengths(tmp_path: Path) -> None:
     path = tmp_path / "ratios.json"
     write_snapshot([], path, encode_output_states(a.items()))
     b = _learner()
-    assert load_output_states(b, path) == 1
+    assert load_output_states(b, path) == len(a.items()) == 2  # the class and its all-bands parent
     restored, state = b.get(KEY), a.get(KEY)
     assert restored is not None and state is not None and restored.to_dict() == state.to_dict()
     # a snapshot of an earlier router (no output_lengths) restores nothing; a damaged one raises
@@ -163,7 +163,8 @@ async def test_router_restores_saves_and_shows_the_output_lengths(tmp_path: Path
         assert state is not None and state.truncated == 3
         view = (await admin_get(app.admin_port, "/output-lengths")).json()
         assert view["learned"] is True and view["truncations"] == 0  # restored, not observed here
-        (row,) = view["classes"]
+        assert [r["prompt_band"] for r in view["classes"]] == [-1, 1]  # the all-bands parent first
+        row = view["classes"][1]
         assert (row["model"], row["prompt_band"], row["answers"], row["truncated"]) == ("m", 1, 3, 3)
         assert row["reserve_tokens"] == state.reserve_tokens > 0
         metrics = (await admin_get(app.admin_port, "/metrics")).text
@@ -174,7 +175,8 @@ async def test_router_restores_saves_and_shows_the_output_lengths(tmp_path: Path
         assert line in metrics and "tbr_output_tail_share " in metrics
         learner.observe(OTHER, 50, truncated=False)
     doc = json.loads(snap.read_text())  # saved at shutdown with the new class
-    assert set(doc["output_lengths"]) == {encode_class_key(KEY), encode_class_key(OTHER)}
+    keys = {k for c in (KEY, OTHER) for k in (c, c._replace(prompt_band=ALL_BANDS))}
+    assert set(doc["output_lengths"]) == {encode_class_key(k) for k in keys}
 
 
 async def test_output_lengths_view_says_when_nothing_is_learned() -> None:
