@@ -121,6 +121,8 @@ def argument_problem(args: argparse.Namespace) -> str | None:
         return "--requests and --concurrency must be >= 1"
     if not 0 < args.short_max_model_len < args.long_max_model_len:
         return "need 0 < --short-max-model-len < --long-max-model-len"
+    if args.natural_output_tokens and args.two_models:
+        return "tbr demo: --natural-output-tokens runs with the two-pool demo only, not --two-models"
     if args.natural_output_tokens:
         try:
             parse_natural_spec(args.natural_output_tokens)
