@@ -253,6 +253,7 @@ class RouterApp:
                     interval_s=cal.redis_sync_interval_s,
                     timeout_s=cal.redis_timeout_s,
                     password=self._redis_password,
+                    on_row=lambda outcome: self.metrics.output_sync_rows.labels(outcome).inc(),
                 )
                 await self.output_sync.start()
         if cfg.decision_log_path:

@@ -184,3 +184,28 @@ async def test_output_lengths_view_says_when_nothing_is_learned() -> None:
         assert app.output_learner is None
         view = (await admin_get(app.admin_port, "/output-lengths")).json()
         assert view == {"learned": False, "classes": []}
+
+
+async def test_two_routers_share_answers_through_redis(redis_server: RedisServer) -> None:
+    def cfg() -> dict[str, object]:
+        return {
+            "pools": POOLS,
+            "calibration": {"redis_url": redis_server.url, "redis_sync_interval_s": 3600.0},
+            "estimator": {"output_reserve": {"learned": True}},
+        }
+
+    async with (
+        RouterApp(parse_config(cfg()), grpc_port=0, admin_port=0) as a,
+        RouterApp(parse_config(cfg()), grpc_port=0, admin_port=0) as b,
+    ):
+        assert a.output_sync is not None and b.output_sync is not None
+        assert await a.output_sync.sync_once() and await b.output_sync.sync_once()
+        a.current_router().observe_output(KEY, 4295, truncated=True, capped=False)
+        assert a.output_sync.queue_length == 1
+        assert await a.output_sync.sync_once() and await b.output_sync.sync_once()
+        assert b.output_learner is not None
+        state = b.output_learner.get(KEY)
+        assert state is not None and state.truncated == 1
+        rows = b.metrics.registry.get_sample_value("tbr_output_sync_rows_total", {"outcome": "applied"})
+        assert rows == 1
+        assert a.status()["output_sync_up"] is True
