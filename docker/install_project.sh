@@ -18,6 +18,8 @@ if ! command -v cc >/dev/null 2>&1 || ! has_headers; then
 fi
 pip install -q --no-deps --no-compile --no-build-isolation .
 python3 -c 'from extproc.core.runs import RUNSCAN; print("install_project: run counter", RUNSCAN)'
+# The image's entry point: fail the build, not the container, when it is missing.
+command -v tbr >/dev/null || { echo "install_project: no tbr entry point (pyproject.toml not copied?)" >&2; exit 1; }
 # The runtime needs neither the installer nor the build backend.
 pip uninstall -q -y pip setuptools wheel
 python3 -m compileall -q /opt/tbr/lib

