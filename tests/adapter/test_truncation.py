@@ -313,3 +313,17 @@ def test_payload_carries_the_output_class() -> None:
     assert doc["b"]["output_class"] == "chat|off|0|0|m"
     for bad in (["chat"], 3, "chat|off|2|0|m", "x"):
         assert decode_payload(json.dumps({**doc, "b": {**doc["b"], "output_class": bad}})) is None
+
+
+def test_payload_with_the_longest_model_key_and_its_class_still_decodes() -> None:
+    # a 128-character non-ASCII model name (the longest model key) is escaped twice in the payload
+    routing = StreamProcessor(Runtime(parse_config(LEARNED)))
+    routing.handle(_headers(**{":path": PATHS["chat"], ":method": "POST"}))
+    body = json.dumps({"model": "模" * 128, "messages": [{"role": "user", "content": TEXT}], "max_tokens": 5})
+    routing.handle(pb.ProcessingRequest(request_body=pb.HttpBody(body=body.encode(), end_of_stream=True)))
+    assert routing.budget is not None and routing.budget.output_class is not None
+    assert routing.budget.output_class.model == "模" * 128
+    payload = CalibPayload(
+        routing.budget, "short", "chat", True, "r" * 128, "k" * 32, client_max_output_tokens=5
+    )
+    assert decode_payload(encode_payload(payload)) == payload
