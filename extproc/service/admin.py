@@ -6,8 +6,8 @@
 * ``GET /ratios``: learned bytes-per-token ratios as JSON (model, category, ĉ, σ̂, c*, samples),
   plus the store's state (``memory`` or ``redis``, Redis reachability, queue length).
 * ``GET /output-lengths``: learned answer lengths per output class (issue 30): answers, censored,
-  truncated, the reserve the class routes with, its quantile and its prior's, plus the learner's
-  tail share; ``{"learned": false}`` while ``estimator.output_reserve.learned`` is off.
+  truncated, the reserve the class routes with, its quantile and its prior's, its tail share, plus
+  the fleet's tail share; ``{"learned": false}`` while ``estimator.output_reserve.learned`` is off.
 * ``GET /debug/memory``: tracemalloc growth by allocation site when ``TBR_TRACEMALLOC`` is set
   (:mod:`extproc.service.memprof`); ``{"tracing": false}`` otherwise.
 
@@ -71,6 +71,7 @@ def output_lengths_view(router: Runtime) -> dict[str, object]:
                 "reserve_tokens": state.reserve_tokens,
                 "quantile_tokens": learner.quantile_tokens(key),
                 "prior_quantile_tokens": learner.prior_quantile_tokens(key),
+                "tail_share": learner.tail_share(key),
                 "prior_source": prior.source,
             }
         )
@@ -78,7 +79,8 @@ def output_lengths_view(router: Runtime) -> dict[str, object]:
         "learned": True,
         "policy": learner.cfg.policy,
         "truncation_budget": learner.cfg.truncation_budget,
-        "tail_share": learner.tail_share,
+        "controller_scope": learner.cfg.controller_scope,
+        "fleet_tail_share": learner.fleet_tail_share,
         "answers": learner.observations,
         "truncations": learner.truncations,
         "classes": rows,

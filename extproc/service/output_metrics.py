@@ -43,8 +43,9 @@ class OutputCollector(Collector):
         )
         share = GaugeMetricFamily(
             "tbr_output_tail_share",
-            "Share of a class's answers allowed above its reserve (the reserve is the 1 - share "
-            "quantile), steered by observed truncations towards estimator.output_reserve.truncation_budget.",
+            "The fleet's tail share: share of a class's answers allowed above its reserve (the reserve "
+            "is the 1 - share quantile) under controller_scope fleet, steered by all observed "
+            "truncations towards estimator.output_reserve.truncation_budget.",
         )
         if learner is not None:
             for key, state in learner.items():
@@ -57,6 +58,6 @@ class OutputCollector(Collector):
                     str(key.prompt_band),
                 ]
                 reserve.add_metric(labels, value)
-            share.add_metric([], learner.tail_share)
+            share.add_metric([], learner.fleet_tail_share)
         yield reserve
         yield share
