@@ -19,6 +19,7 @@ import yaml
 from devstack.envoy_runner import EnvoyProcess, render_envoy_clusters
 from devstack.procs import LOOPBACK, ManagedProcess, free_port
 from devstack.stack import pool_process, router_process
+from devstack.vllm_pool import VllmSetup
 
 __all__ = ["ENVOY_2MODELS", "MODEL_POOLS", "ROUTER_2MODELS", "ModelSetsStack"]
 
@@ -49,6 +50,10 @@ class ModelSetsStack:
     ``decision_log_path``, ``envoy``, ``config`` (the rendered router config), ``models``
     (model name → its pools, smallest first, as ``(name, max_model_len)``).
 
+    ``vllm`` with ``vllm_pools`` runs those pools as real vLLM servers (their family's tiny model,
+    one core each, at most two: the box has two cores) and the others as stand-ins; the router
+    then gets the real pools' ``metrics_url``.
+
     Raises:
         StartupError: from ``__enter__`` when a process fails to start.
     """
@@ -57,6 +62,8 @@ class ModelSetsStack:
     router_config: Path = ROUTER_2MODELS
     envoy_config: Path = ENVOY_2MODELS
     processes: list[ManagedProcess] = field(default_factory=list)
+    vllm: VllmSetup | None = None
+    vllm_pools: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.config: dict[str, Any] = yaml.safe_load(self.router_config.read_text(encoding="utf-8"))
@@ -79,14 +86,16 @@ class ModelSetsStack:
             pools = []
             for pool in self.config["pools"]:
                 tokenizer, model = MODEL_POOLS[pool["name"]]
-                args = ("--tokenizer", tokenizer, "--served-model-name", model, "--strict-model")
-                proc = pool_process(
-                    pool["name"],
-                    self.pool_ports[pool["name"]],
-                    int(pool["max_model_len"]),
-                    log_dir=self.work_dir,
-                    extra_args=args,
-                )
+                port, limit = self.pool_ports[pool["name"]], int(pool["max_model_len"])
+                if self.vllm is not None and pool["name"] in self.vllm_pools:
+                    cpu = self.vllm_pools.index(pool["name"]) % 2
+                    proc = self.vllm.process(
+                        pool["name"], port, limit, family=tokenizer, cpu=cpu, log_dir=self.work_dir
+                    )
+                    pool["metrics_url"] = f"http://{LOOPBACK}:{port}/metrics"
+                else:
+                    args = ("--tokenizer", tokenizer, "--served-model-name", model)
+                    proc = pool_process(pool["name"], port, limit, log_dir=self.work_dir, extra_args=args)
                 proc.launch()
                 self._exit.callback(proc.stop)
                 self.processes.append(proc)

@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devstack.envoy_runner import DEFAULT_ENVOY_CONFIG, EnvoyPorts, EnvoyProcess, write_envoy_config
 from devstack.procs import LOOPBACK, ManagedProcess, free_port, http_ok, tcp_open
+from devstack.vllm_pool import VllmSetup
 
 __all__ = [
     "DEFAULT_ROUTER_CONFIG",
@@ -78,10 +79,12 @@ def render_router_config(
     decision_log_path: Path | None = None,
     snapshot_path: Path | None = None,
     source: Path = DEFAULT_ROUTER_CONFIG,
+    metrics_urls: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """``config/router.yaml`` with loopback ports, the pools' limits, an optional decision log and
+    """``config/router.yaml`` with loopback ports, the pools' limits, an optional decision log,
     an optional ratio snapshot (``snapshot_path``; None drops the shipped one, so every stack
-    starts from the priors and leaves nothing behind).
+    starts from the priors and leaves nothing behind) and optional pool ``metrics_url`` values
+    (pool name → URL of its vLLM ``/metrics``).
 
     Raises:
         ValueError: the source has no pool named ``short`` or ``long``.
@@ -94,6 +97,8 @@ def render_router_config(
     for pool in cfg["pools"]:
         if pool["name"] in limits:
             pool["max_model_len"] = limits[pool["name"]]
+        if metrics_urls and pool["name"] in metrics_urls:
+            pool["metrics_url"] = metrics_urls[pool["name"]]
     cfg.setdefault("server", {}).update(grpc_host=LOOPBACK, grpc_port=grpc_port)
     cfg.setdefault("admin", {}).update(host=LOOPBACK, port=admin_port, enabled=True)
     if decision_log_path is not None:
@@ -167,6 +172,9 @@ class StackOptions:
         router_config / envoy_config: the files to render.
         router_overrides: merged into the rendered router config (nested mappings merge), e.g.
             ``{"calibration": {"warmup_samples": 2}}``.
+        vllm: None starts ``tbr mock-pool`` stand-ins; a :class:`~devstack.vllm_pool.VllmSetup`
+            starts real vLLM servers instead (Qwen3 tiny model, short on core 0, long on core 1;
+            ``pool_args`` are ignored) and gives the router each pool's ``metrics_url``.
     """
 
     short_max_model_len: int = 8192
@@ -177,6 +185,7 @@ class StackOptions:
     router_config: Path = DEFAULT_ROUTER_CONFIG
     envoy_config: Path = DEFAULT_ENVOY_CONFIG
     router_overrides: Mapping[str, Any] = field(default_factory=dict)
+    vllm: VllmSetup | None = None
 
 
 @dataclass
@@ -227,7 +236,10 @@ class Stack:
         o = self.options
         self.work_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self._start_mock_pools()
+            if o.vllm is None:
+                self._start_mock_pools()
+            else:
+                self._start_vllm_pools(o.vllm)
             self.write_router_config()
             if o.start_router:
                 self.start_router()
@@ -257,6 +269,27 @@ class Stack:
         for pool in self.pools.values():
             pool.wait_ready()
 
+    def _start_vllm_pools(self, vllm: VllmSetup) -> None:
+        o = self.options
+        for cpu, (name, port, limit) in enumerate(
+            (
+                ("short", self.ports.short_pool, o.short_max_model_len),
+                ("long", self.ports.long_pool, o.long_max_model_len),
+            )
+        ):  # both start at once, one core each (~40 s)
+            pool = vllm.process(name, port, limit, family="qwen3", cpu=cpu % 2, log_dir=self.work_dir)
+            pool.launch()
+            self._exit.callback(pool.stop)
+            self.processes.append(pool)
+            self.pools[name] = pool
+        for pool in self.pools.values():
+            pool.wait_ready()
+
+    def pool_url(self, name: str) -> str:
+        """``http://127.0.0.1:<port>`` of pool ``short`` or ``long`` (no ``/v1``)."""
+        port = {"short": self.ports.short_pool, "long": self.ports.long_pool}[name]
+        return f"http://{LOOPBACK}:{port}"
+
     def write_router_config(self) -> Path:
         """Render ``options.router_config`` (ports, pool limits, decision log, overrides) into
         ``router_config_path``; returns the path."""
@@ -268,6 +301,11 @@ class Stack:
             long_max_model_len=o.long_max_model_len,
             decision_log_path=self.decision_log_path,
             source=o.router_config,
+            metrics_urls=(
+                {name: f"{self.pool_url(name)}/metrics" for name in ("short", "long")}
+                if o.vllm is not None
+                else None
+            ),
         )
         merge_overrides(cfg, o.router_overrides)
         self.router_config_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")

@@ -11,7 +11,8 @@ import orjson
 from starlette.responses import JSONResponse
 
 from mockpool import protocol
-from mockpool.validation import RequestError
+from mockpool.settings import PoolSettings
+from mockpool.validation import RequestError, require_served_model
 
 
 def sse_event(event: str, payload: dict[str, Any]) -> bytes:
@@ -39,15 +40,17 @@ def max_tokens_of(body: dict[str, Any], key: str) -> int | None:
     return value
 
 
-def model_of(body: dict[str, Any], default: str) -> str:
-    """The request's ``model`` (``default`` when absent).
+def model_of(body: dict[str, Any], settings: PoolSettings) -> str:
+    """The request's ``model`` (the pool's first served name when absent).
 
     Raises:
-        RequestError: ``model`` is not a string.
+        RequestError: ``model`` is not a string (400), or not served (404, as vLLM; see
+            :func:`~mockpool.validation.require_served_model`).
     """
-    model = body.get("model", default)
+    model = body.get("model", settings.model_names[0])
     if not isinstance(model, str):
         raise RequestError("'model' must be a string", param="model")
+    require_served_model(model, settings)
     return model
 
 

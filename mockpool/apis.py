@@ -122,7 +122,7 @@ class Apis:
         """``POST /v1/responses``."""
         try:
             body = await read_json_object(request)
-            model = model_of(body, self.pool.settings.model_names[0])
+            model = model_of(body, self.pool.settings)
             max_tokens = max_tokens_of(body, "max_output_tokens")
             messages = responses_messages(body, self._stored_turns(body.get("previous_response_id")))
             prompt_tokens = await self._count(messages, responses_tools(body.get("tools")))
@@ -130,15 +130,20 @@ class Apis:
             return exc.response()
         except (ChatInputError, ImageInputError) as exc:
             return protocol.error_response(str(exc))
-        too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.pool.settings.max_model_len)
-        if too_long is not None:
-            return too_long
-        effective = max_tokens if max_tokens is not None else self.pool.settings.max_model_len - prompt_tokens
-        plan = plan_choice(self.pool.settings, effective, self.pool.state.natural.draw(request.headers))
+        fit = protocol.check_length(
+            prompt_tokens, max_tokens, self.pool.settings.max_model_len, max_tokens_param="max_output_tokens"
+        )
+        if fit.error is not None:
+            return fit.error
+        plan = plan_choice(self.pool.settings, fit.max_tokens, self.pool.state.natural.draw(request.headers))
         rid, mid = protocol.new_id("resp").replace("-", "_"), protocol.new_id("msg").replace("-", "_")
 
         def envelope(status: str, text: str | None, usage: dict[str, Any] | None) -> dict[str, Any]:
             output = [] if text is None else [output_message(mid, text)]
+            if status == "completed" and plan.finish_reason == "length":  # vLLM 0.32: out of budget
+                obj = response_object(rid, model, body, "incomplete", output, usage)
+                obj["incomplete_details"] = {"reason": "max_output_tokens"}
+                return obj
             return response_object(rid, model, body, status, output, usage)
 
         def finish(text: str) -> dict[str, Any]:
@@ -195,7 +200,7 @@ class Apis:
         """``POST /v1/messages`` (Anthropic Messages API)."""
         try:
             body = await read_json_object(request)
-            model = model_of(body, self.pool.settings.model_names[0])
+            model = model_of(body, self.pool.settings)
             max_tokens = max_tokens_of(body, "max_tokens")
             if max_tokens is None:
                 raise RequestError("'max_tokens' is required", param="max_tokens")
@@ -205,11 +210,17 @@ class Apis:
             return anthropic_error(exc.message, exc.code, exc.err_type)
         except (ChatInputError, ImageInputError) as exc:
             return anthropic_error(str(exc))
-        too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.pool.settings.max_model_len)
-        if too_long is not None:
-            err = orjson.loads(bytes(too_long.body))["error"]
+        # vLLM converts Messages to chat with max_completion_tokens (the name its 400 reports)
+        fit = protocol.check_length(
+            prompt_tokens,
+            max_tokens,
+            self.pool.settings.max_model_len,
+            max_tokens_param="max_completion_tokens",
+        )
+        if fit.error is not None:
+            err = orjson.loads(bytes(fit.error.body))["error"]
             return anthropic_error(err["message"], 400, err["type"])
-        plan = plan_choice(self.pool.settings, max_tokens, self.pool.state.natural.draw(request.headers))
+        plan = plan_choice(self.pool.settings, fit.max_tokens, self.pool.state.natural.draw(request.headers))
         mid = protocol.new_id("msg").replace("-", "_")
         stop = "max_tokens" if plan.finish_reason == "length" else "end_turn"
         if body.get("stream") is True:
@@ -276,7 +287,7 @@ class Apis:
         """``POST /v1/chat/completions/batch``: one choice per conversation, summed usage."""
         try:
             body = await read_json_object(request)
-            model = model_of(body, self.pool.settings.model_names[0])
+            model = model_of(body, self.pool.settings)
             if body.get("stream") is True:
                 raise RequestError("Streaming is not supported for batch chat completions.", param="stream")
             if body.get("tools"):
@@ -297,15 +308,11 @@ class Apis:
         limit = self.pool.settings.max_model_len
         plans: list[ChoicePlan] = []
         for count in counts:
-            too_long = protocol.context_length_error(count, max_tokens, limit)
-            if too_long is not None:
-                return too_long
+            fit = protocol.check_length(count, max_tokens, limit)
+            if fit.error is not None:
+                return fit.error
             plans.append(
-                plan_choice(
-                    self.pool.settings,
-                    max_tokens if max_tokens is not None else limit - count,
-                    self.pool.state.natural.draw(request.headers),
-                )
+                plan_choice(self.pool.settings, fit.max_tokens, self.pool.state.natural.draw(request.headers))
             )
         texts = await self._texts(request, sum(counts), plans)  # one sequence per conversation
         if texts is None:

@@ -120,11 +120,15 @@ class PoolApp:
             return exc.response()
         except (ChatInputError, ImageInputError) as exc:
             return protocol.error_response(str(exc))
-        too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.settings.max_model_len)
-        if too_long is not None:
-            return self._too_long(too_long, common)
-        effective = max_tokens if max_tokens is not None else self.settings.max_model_len - prompt_tokens
-        plans = [plan_choice(self.settings, effective, self.state.natural.draw(request.headers))] * common.n
+        param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+        fit = protocol.check_length(
+            prompt_tokens, max_tokens, self.settings.max_model_len, max_tokens_param=param
+        )
+        if fit.error is not None:
+            return self._too_long(fit.error, common)
+        plans = [
+            plan_choice(self.settings, fit.max_tokens, self.state.natural.draw(request.headers))
+        ] * common.n
         return await self._respond(
             request, common, prompt_tokens, plans, chat=True, top_logprobs=chat.top_logprobs
         )
@@ -160,12 +164,13 @@ class PoolApp:
             return exc.response()
         plans: list[ChoicePlan] = []
         natural = self.state.natural.draw(request.headers)
-        for prompt_tokens in counts:
-            too_long = protocol.context_length_error(prompt_tokens, max_tokens, self.settings.max_model_len)
-            if too_long is not None:
-                return self._too_long(too_long, common)
-            effective = max_tokens if max_tokens is not None else self.settings.max_model_len - prompt_tokens
-            plans.extend([plan_choice(self.settings, effective, natural)] * common.n)
+        for prompt, prompt_tokens in zip(prompts, counts, strict=True):
+            fit = protocol.check_length(
+                prompt_tokens, max_tokens, self.settings.max_model_len, token_ids=not isinstance(prompt, str)
+            )
+            if fit.error is not None:
+                return self._too_long(fit.error, common)
+            plans.extend([plan_choice(self.settings, fit.max_tokens, natural)] * common.n)
         prompt_tokens = sum(counts)
         return await self._respond(request, common, prompt_tokens, plans, chat=False)
 

@@ -38,7 +38,14 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--served-model-name", action="append", default=[], help="model name to serve (repeatable)"
     )
-    p.add_argument("--strict-model", action="store_true", help="404 for models not served (vLLM behaviour)")
+    p.add_argument(
+        "--strict-model",
+        action="store_true",
+        help="404 for models not served (the default, as vLLM; kept for old scripts)",
+    )
+    p.add_argument(
+        "--any-model", action="store_true", help="accept any model name and echo it back (not vLLM behaviour)"
+    )
     p.add_argument("--output-tokens", type=int, default=d.output_tokens, help="tokens generated per choice")
     p.add_argument(
         "--natural-output-tokens",
@@ -81,7 +88,7 @@ def settings_from_args(args: argparse.Namespace) -> PoolSettings:
         max_model_len=args.max_model_len,
         tokenizer=args.tokenizer,
         served_model_names=tuple(args.served_model_name),
-        strict_model=args.strict_model,
+        strict_model=not args.any_model,
         output_tokens=args.output_tokens,
         natural_output_tokens=args.natural_output_tokens,
         natural_output_seed=args.natural_output_seed,

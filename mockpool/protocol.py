@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -42,29 +43,67 @@ def validation_message(message: str, parameter: str | None = None, value: Any = 
     return f"{message} ({', '.join(extras)})" if extras else message
 
 
-def context_length_error(
-    prompt_tokens: int, max_tokens: int | None, max_model_len: int
-) -> JSONResponse | None:
-    """vLLM's ``_validate_input`` length check, or ``None`` if the request fits.
+@dataclass(frozen=True)
+class LengthCheck:
+    """Outcome of :func:`check_length`: vLLM's 400 (``error``), or the ``max_tokens`` it will
+    generate up to (``max_tokens``, ≥ 1, already clamped to ``max_model_len - prompt_tokens``)."""
 
-    Rules (vLLM ``engine/serving.py``): ``prompt_tokens >= max_model_len`` → error on ``input_tokens``;
-    otherwise, if ``max_tokens`` was given and ``prompt_tokens + max_tokens > max_model_len`` → error on
-    ``max_tokens``. A missing ``max_tokens`` defaults to ``max_model_len - prompt_tokens`` and always fits.
+    error: JSONResponse | None
+    max_tokens: int
+
+
+def check_length(
+    prompt_tokens: int,
+    max_tokens: int | None,
+    max_model_len: int,
+    *,
+    max_tokens_param: str = "max_tokens",
+    token_ids: bool = False,
+) -> LengthCheck:
+    """vLLM 0.32's length rules for one prompt, in its order (all tokens).
+
+    1. ``max_tokens > max_model_len`` → 400 on ``max_tokens_param`` (the field the client sent:
+       ``max_tokens``, ``max_completion_tokens``, ``max_output_tokens``): "max_tokens=… cannot be
+       greater than max_model_len=…" (``renderers/params.py``, ``TokenizeParams.__post_init__``).
+    2. ``prompt_tokens > max_model_len`` → 400 on ``input_tokens``. A text prompt is tokenized with
+       truncation to ``max_model_len + 1``, so vLLM reports "at least {max_model_len + 1}", never the
+       real length; a token-id prompt (``token_ids``) reports its exact count
+       (``TokenizeParams._token_len_check``).
+    3. The output budget is ``min(max_model_len - prompt_tokens, max_tokens)``
+       (``entrypoints/serve/utils/api_utils.py``, ``get_max_tokens``): prompt + max_tokens over the
+       limit is **not** an error, the output is silently clamped (200, ``finish_reason: "length"``).
+       A prompt of exactly ``max_model_len`` leaves 0 → 400 "max_tokens must be at least 1, got 0."
+       (``SamplingParams._verify_args``, always on ``max_tokens``).
     """
-    if prompt_tokens >= max_model_len:
+    if max_tokens is not None and max_tokens > max_model_len:
         msg = (
-            f"This model's maximum context length is {max_model_len} tokens. However, your request has "
-            f"{prompt_tokens} input tokens. Please reduce the length of the input messages."
+            f"{max_tokens_param}={max_tokens} cannot be greater than max_model_len={max_model_len}. "
+            "Please request fewer output tokens."
         )
-        return error_response(validation_message(msg, "input_tokens", prompt_tokens), param="input_tokens")
-    if max_tokens is not None and prompt_tokens + max_tokens > max_model_len:
+        return LengthCheck(
+            error_response(validation_message(msg, max_tokens_param, max_tokens), param=max_tokens_param),
+            0,
+        )
+    if prompt_tokens > max_model_len:
+        reported = prompt_tokens if token_ids else max_model_len + 1
+        qualifier = "at least " if reported == max_model_len + 1 else ""
         msg = (
-            f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's maximum context "
-            f"length is {max_model_len} tokens and your request has {prompt_tokens} input tokens "
-            f"({max_tokens} > {max_model_len} - {prompt_tokens})."
+            f"This model's maximum context length is {max_model_len} tokens. However, your prompt "
+            f"contains {qualifier}{reported} input tokens, which exceeds this limit even without any "
+            "output tokens. Please reduce the length of the input prompt."
         )
-        return error_response(validation_message(msg, "max_tokens", max_tokens), param="max_tokens")
-    return None
+        return LengthCheck(
+            error_response(validation_message(msg, "input_tokens", reported), param="input_tokens"), 0
+        )
+    budget = (
+        max_model_len - prompt_tokens
+        if max_tokens is None
+        else min(max_model_len - prompt_tokens, max_tokens)
+    )
+    if budget < 1:
+        msg = validation_message(f"max_tokens must be at least 1, got {budget}.", "max_tokens", budget)
+        return LengthCheck(error_response(msg, param="max_tokens"), 0)
+    return LengthCheck(None, budget)
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:

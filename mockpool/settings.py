@@ -31,8 +31,8 @@ class PoolSettings:
         tokenizer: ``"qwen3"`` (Qwen3 tokenizer + official Jinja chat template) or ``"llama3"``
             (Llama-3 tokenizer + Meta's canonical chat format).
         served_model_names: names listed by ``/v1/models``; empty → :data:`DEFAULT_MODEL_NAMES`.
-        strict_model: if true, a request for a model not in ``served_model_names`` gets vLLM's 404;
-            if false (default) any model name is accepted and echoed back (the router rewrites nothing).
+        strict_model: if true (default, as vLLM), a request for a model not in ``served_model_names``
+            gets vLLM's 404; if false (``--any-model``) any model name is accepted and echoed back.
         output_tokens: tokens generated per choice = ``min(max_tokens, output_tokens)`` (the natural
             answer length when ``natural_output_tokens`` is empty).
         natural_output_tokens: the model's natural answer length per request, ``fixed:N`` or
@@ -64,7 +64,7 @@ class PoolSettings:
     max_model_len: int = 8192
     tokenizer: TokenizerFamily = "qwen3"
     served_model_names: tuple[str, ...] = ()
-    strict_model: bool = False
+    strict_model: bool = True
     output_tokens: int = 16
     natural_output_tokens: str = ""
     natural_output_seed: int = 0

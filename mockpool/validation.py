@@ -75,6 +75,23 @@ def requested_max_tokens(body: dict[str, Any], chat: bool) -> int | None:
     return max_tokens
 
 
+def require_served_model(model: str, settings: PoolSettings) -> None:
+    """vLLM's check of ``model`` against the served names (``engine/serving.py``,
+    ``_check_model``), skipped when ``settings.strict_model`` is false (``--any-model``).
+
+    Raises:
+        RequestError: 404 ``NotFoundError`` on ``model``: "The model `x` does not exist. Valid
+            aliases: a, b."
+    """
+    if settings.strict_model and model not in settings.model_names:
+        raise RequestError(
+            f"The model `{model}` does not exist. Valid aliases: {', '.join(settings.model_names)}.",
+            "model",
+            404,
+            "NotFoundError",
+        )
+
+
 @dataclass(frozen=True)
 class CommonParams:
     """Fields shared by chat and completions: echoed model name, ``n``, streaming flags."""
@@ -89,15 +106,15 @@ def common_params(body: dict[str, Any], settings: PoolSettings) -> CommonParams:
     """Validate ``model``, ``n``, ``stream`` and ``stream_options``.
 
     Raises:
-        RequestError: 404 ``NotFoundError`` for an unknown model when ``settings.strict_model``; 400 otherwise.
+        RequestError: 404 ``NotFoundError`` for a model the pool does not serve (unless
+            ``settings.strict_model`` is false); 400 otherwise.
     """
     model = body.get("model")
     if model is None:
         model = settings.model_names[0]
     if not isinstance(model, str):
         raise RequestError("'model' must be a string", param="model")
-    if settings.strict_model and model not in settings.model_names:
-        raise RequestError(f"The model `{model}` does not exist.", "model", 404, "NotFoundError")
+    require_served_model(model, settings)
     n = _positive_int(body, "n") or 1
     if n > MAX_N:
         raise RequestError(f"n must be at most {MAX_N}, got {n}.", param="n")

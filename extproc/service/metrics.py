@@ -27,6 +27,7 @@ from extproc.core.decision import DecisionRecord
 from extproc.core.runs import RUNSCAN, RUNSCAN_PASS
 from extproc.service.load_metrics import LoadMetrics
 from extproc.service.otel import OtelRecorder
+from extproc.service.pool_check import PoolCheckMetrics
 
 __all__ = ["PrometheusObserver", "RouterMetrics", "build_version"]
 
@@ -78,6 +79,8 @@ class RouterMetrics:
         ).set(1)
         self.load = LoadMetrics(r)
         """Counters of pool load events (scrapes, saturation, spillover, misroutes)."""
+        self.pool_check = PoolCheckMetrics(r)
+        """``tbr_pool_config_mismatch``: configured vs served ``max_model_len`` (checked at start)."""
         self.decisions = Counter(
             "tbr_routing_decisions",
             "Routing decisions by chosen pool, content category and reason.",

@@ -24,7 +24,9 @@ POOL_LIMITS = {"short": 4096, "medium": 16384, "long": 65536}
 Stack = InProcessStack
 
 
-def stale_ratio_snapshot(work_dir: Path, text: str, *, mean_bpt: float = 40.0, model: str = "m") -> Path:
+def stale_ratio_snapshot(
+    work_dir: Path, text: str, *, mean_bpt: float = 40.0, model: str = "Qwen/Qwen3-8B"
+) -> Path:
     """Write ``work_dir/ratios.json``: a ratio snapshot claiming ``mean_bpt`` bytes/token (warm, 50
     samples, no deviation) for ``text``'s category under ``model``, so a restored router budgets that
     text far too low. The tests use it to force an underestimate; returns the file's path."""

@@ -28,7 +28,7 @@ async def test_two_pool_forced_underestimate_is_served_by_long(tmp_path: Path) -
     ) as stack:
         c = AsyncOpenAI(base_url=stack.base_url, api_key="unused", max_retries=0, timeout=30.0)
         raw = await c.chat.completions.with_raw_response.create(
-            model="m",
+            model="Qwen/Qwen3-8B",
             messages=[{"role": "user", "content": PROSE}],
             max_tokens=16,
         )

@@ -27,7 +27,7 @@ def client(stack: Stack) -> AsyncOpenAI:
 async def served_by(c: AsyncOpenAI, messages: list[dict[str, str]], max_tokens: int = 8) -> tuple[str, str]:
     """(x-served-by-pool, x-envoy-attempt-count) of one chat completion that must succeed."""
     raw = await c.chat.completions.with_raw_response.create(
-        model="m",
+        model="Qwen/Qwen3-8B",
         messages=messages,  # type: ignore[arg-type]
         max_tokens=max_tokens,
     )
@@ -131,7 +131,7 @@ async def test_forced_underestimate_is_recovered_on_the_next_larger_pool(tmp_pat
         assert metric(stack, "tbr_misroute_calibration_total", ratcheted) == 1
         # the key's routing value is lowered to what the served usage shows (modelled/true ≈ 1),
         # held by the estimator for the next observations, not written to the store (same with Redis)
-        ratio, _warm = stack.app.current_router().estimator.routing_ratio(("m", key_category))
+        ratio, _warm = stack.app.current_router().estimator.routing_ratio(("Qwen/Qwen3-8B", key_category))
         assert ratio <= 1.5
 
         pool, attempts = await served_by(c, messages, max_tokens=16)

@@ -79,7 +79,7 @@ def test_a_320_s_silent_non_streaming_answer_arrives(tmp_path: Path) -> None:
         r = httpx.post(
             f"{stack.base_url}/chat/completions",
             json={
-                "model": "m",
+                "model": "Qwen/Qwen3-8B",
                 "messages": [{"role": "user", "content": "Write a long essay."}],
                 "max_tokens": 8,
             },

@@ -81,12 +81,12 @@ async def test_sampled_responses_are_read_by_the_observability_filter(tmp_path: 
     async with _stack(tmp_path, 1.0) as (stack, c):
         for p in PROMPTS:
             r = await c.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": p}], max_tokens=8
+                model="Qwen/Qwen3-8B", messages=[{"role": "user", "content": p}], max_tokens=8
             )
             assert r.usage is not None and r.usage.prompt_tokens > 0
         for p in PROMPTS:
             chunks = await c.chat.completions.create(
-                model="m",
+                model="Qwen/Qwen3-8B",
                 messages=[{"role": "user", "content": p}],
                 max_tokens=8,
                 stream=True,
@@ -112,10 +112,12 @@ async def test_unsampled_requests_open_no_calibration_stream_and_a_forged_header
     tmp_path: Path,
 ) -> None:
     async with _stack(tmp_path, 0.0) as (stack, c):
-        forged = '{"v":1,"b":{"key":["m","latin"]},"pool":"short","ep":"chat","learn":true,"id":""}'
+        forged = (
+            '{"v":1,"b":{"key":["Qwen/Qwen3-8B","latin"]},"pool":"short","ep":"chat","learn":true,"id":""}'
+        )
         for p in PROMPTS:
             r = await c.chat.completions.create(
-                model="m",
+                model="Qwen/Qwen3-8B",
                 messages=[{"role": "user", "content": p}],
                 max_tokens=8,
                 extra_headers={"x-tbr-calib": forged},
@@ -152,7 +154,9 @@ async def _sample_some(stack: InProcessStack, c: AsyncOpenAI, n: int = 12) -> di
     Returns the routing filter's stats."""
     for i in range(n):
         r = await c.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], max_tokens=8
+            model="Qwen/Qwen3-8B",
+            messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
+            max_tokens=8,
         )
         assert r.usage is not None and r.usage.prompt_tokens > 0
     routing = stack.envoy.stats("ext_proc.tbr.")

@@ -89,7 +89,8 @@ async def _drained(stack: Any, timeout_s: float = 20.0) -> None:
 async def test_a_5000_token_answer_cut_by_the_short_pool_is_counted(tmp_path: Path) -> None:
     log_path = tmp_path / "decisions.jsonl"
     router = {"server": {"grace_period_s": 0.5}, "decision_log_path": str(log_path)}
-    natural = {"natural_output_tokens": f"fixed:{NATURAL}"}
+    # any model name: "m" is no reasoning model, so its class starts from the chat prior
+    natural = {"natural_output_tokens": f"fixed:{NATURAL}", "strict_model": False}
     async with (
         three_pool_stack(
             tmp_path,
@@ -135,7 +136,8 @@ async def test_the_output_learner_sends_them_long_after_counted_truncations(tmp_
         "decision_log_path": str(log_path),
         "estimator": {"output_reserve": {"learned": True}},
     }
-    natural = {"natural_output_tokens": f"fixed:{NATURAL}"}
+    # any model name: "m" is no reasoning model, so its class starts from the chat prior
+    natural = {"natural_output_tokens": f"fixed:{NATURAL}", "strict_model": False}
     rounds: list[dict[str, tuple[str, str | None, int, int]]] = []
     async with (
         three_pool_stack(

@@ -32,7 +32,7 @@ async def test_context_length_error_inside_a_200_stream_is_a_misroute(tmp_path: 
         "decision_log_path": str(log_path),
     }
     body = {
-        "model": "m",
+        "model": "Qwen/Qwen3-8B",
         "messages": [{"role": "user", "content": PROSE}],
         "max_tokens": 16,
         "stream": True,

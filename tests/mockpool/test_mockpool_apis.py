@@ -68,8 +68,11 @@ async def test_responses_stream_events_and_previous_response(qwen_pool: str) -> 
 async def test_responses_context_length_error(qwen_pool: str) -> None:
     async with oai(qwen_pool) as client:
         with pytest.raises(openai.BadRequestError) as err:
+            await client.responses.create(model="Qwen/Qwen3-8B", input="Hello " * 3000, max_output_tokens=16)
+        assert "maximum context length is 2048 tokens" in str(err.value)
+        with pytest.raises(openai.BadRequestError) as err:
             await client.responses.create(model="Qwen/Qwen3-8B", input="Hello", max_output_tokens=4000)
-    assert "maximum context length is 2048 tokens" in str(err.value)
+    assert "max_output_tokens=4000 cannot be greater than max_model_len=2048" in str(err.value)
 
 
 async def test_anthropic_client_json_stream_and_error(qwen_pool: str) -> None:
@@ -94,7 +97,7 @@ async def test_anthropic_client_json_stream_and_error(qwen_pool: str) -> None:
             await client.messages.create(
                 model="Qwen/Qwen3-8B", max_tokens=4000, messages=[{"role": "user", "content": "Hello"}]
             )
-        assert "maximum context length" in str(err.value)
+        assert "max_completion_tokens=4000 cannot be greater than max_model_len=2048" in str(err.value)
     finally:
         await client.close()
 

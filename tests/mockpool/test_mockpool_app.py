@@ -22,7 +22,7 @@ def metric_values(text: str) -> dict[str, float]:
 
 async def test_chat_json_usage_and_identity(client: httpx.AsyncClient) -> None:
     r = await client.post(
-        "/v1/chat/completions", json={"model": "any/model", "messages": HELLO, "max_tokens": 5}
+        "/v1/chat/completions", json={"model": "Qwen/Qwen3-8B", "messages": HELLO, "max_tokens": 5}
     )
     assert r.status_code == 200
     assert r.headers["x-served-by-pool"] == "short"
@@ -35,7 +35,7 @@ async def test_chat_json_usage_and_identity(client: httpx.AsyncClient) -> None:
         "choices",
         "usage",
     }  # OpenAI shape, nothing added
-    assert body["object"] == "chat.completion" and body["model"] == "any/model"
+    assert body["object"] == "chat.completion" and body["model"] == "Qwen/Qwen3-8B"
     assert body["usage"] == {
         "prompt_tokens": 9,
         "completion_tokens": 5,
@@ -61,21 +61,41 @@ async def test_max_completion_tokens_preferred(client: httpx.AsyncClient) -> Non
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
 
 
-async def test_max_model_len_400_vllm_shape(client: httpx.AsyncClient) -> None:
+async def test_prompt_plus_max_tokens_over_the_limit_is_clamped_as_vllm_does(
+    client: httpx.AsyncClient,
+) -> None:
+    """vLLM 0.32 (``get_max_tokens``): prompt 9 + max_tokens 2040 > 2048 is not an error; the
+    output budget becomes 2048 - 9 = 2039 (the stand-in then stops at its 8 output tokens)."""
     r = await client.post("/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2040})
+    assert r.status_code == 200 and r.headers["x-served-by-pool"] == "short"
+    assert r.json()["usage"] == {
+        "prompt_tokens": 9,
+        "total_tokens": 17,
+        "completion_tokens": 8,
+        "prompt_tokens_details": None,
+    }
+    long_prompt = [{"role": "user", "content": " hello" * 2039}]  # + 9 template tokens: 2044
+    n = load_counter("qwen3").count_chat(long_prompt).prompt_tokens
+    r = await client.post("/v1/chat/completions", json={"messages": long_prompt, "max_tokens": 100})
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    assert choice["finish_reason"] == "length" and r.json()["usage"]["completion_tokens"] == 2048 - n
+
+
+async def test_max_tokens_above_max_model_len_400_vllm_shape(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2049})
     assert r.status_code == 400
     assert r.headers["x-served-by-pool"] == "short"
     assert r.json() == {
         "error": {
-            "message": "'max_tokens' or 'max_completion_tokens' is too large: 2040. This model's maximum context "
-            "length is 2048 tokens and your request has 9 input tokens (2040 > 2048 - 9). "
-            "(parameter=max_tokens, value=2040)",
+            "message": "max_tokens=2049 cannot be greater than max_model_len=2048. Please request fewer "
+            "output tokens. (parameter=max_tokens, value=2049)",
             "type": "BadRequestError",
             "param": "max_tokens",
             "code": 400,
         }
     }
-    ok = await client.post("/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2039})
+    ok = await client.post("/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2048})
     assert ok.status_code == 200
 
 
@@ -84,12 +104,26 @@ async def test_prompt_longer_than_max_model_len(client: httpx.AsyncClient) -> No
     r = await client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": long_text}]})
     assert r.status_code == 400
     err = r.json()["error"]
-    n = load_counter("qwen3").count_chat([{"role": "user", "content": long_text}]).prompt_tokens
     assert err["param"] == "input_tokens"
-    assert err["message"] == (
-        f"This model's maximum context length is 2048 tokens. However, your request has {n} input tokens. "
-        f"Please reduce the length of the input messages. (parameter=input_tokens, value={n})"
+    assert err["message"] == (  # vLLM counts a text prompt only up to max_model_len + 1
+        "This model's maximum context length is 2048 tokens. However, your prompt contains at least 2049 "
+        "input tokens, which exceeds this limit even without any output tokens. Please reduce the length "
+        "of the input prompt. (parameter=input_tokens, value=2049)"
     )
+
+
+async def test_prompt_of_exactly_max_model_len_leaves_no_output(client: httpx.AsyncClient) -> None:
+    counter = load_counter("qwen3")
+    words = 2048 - counter.count_chat([{"role": "user", "content": ""}]).prompt_tokens
+    exact = [{"role": "user", "content": " hello" * words}]
+    assert counter.count_chat(exact).prompt_tokens == 2048
+    r = await client.post("/v1/chat/completions", json={"messages": exact})
+    assert r.status_code == 400 and r.json()["error"] == {
+        "message": "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+        "type": "BadRequestError",
+        "param": "max_tokens",
+        "code": 400,
+    }
 
 
 @pytest.mark.parametrize(
@@ -130,8 +164,11 @@ async def test_completions_prompt_forms(llama_pool: str) -> None:
         assert r.json()["usage"]["prompt_tokens"] == 30
         r = await c.post("/v1/completions", json={"prompt": [10**6]})
         assert r.status_code == 400 and "out of vocabulary" in r.json()["error"]["message"]
-        r = await c.post("/v1/completions", json={"prompt": [[1] * 32768]})
+        r = await c.post("/v1/completions", json={"prompt": [[1] * 32768]})  # no room for output
+        assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+        r = await c.post("/v1/completions", json={"prompt": [[1] * 40000]})
         assert r.status_code == 400 and r.json()["error"]["param"] == "input_tokens"
+        assert "contains 40000 input tokens" in r.json()["error"]["message"]  # ids: the exact count
         assert r.headers["x-served-by-pool"] == "long"
 
 
@@ -174,7 +211,7 @@ async def test_strict_model_404_and_gzip() -> None:
     async with serve_pool(settings) as url, httpx.AsyncClient(base_url=url) as c:
         r = await c.post("/v1/chat/completions", json={"model": "other", "messages": HELLO})
         assert r.status_code == 404 and r.json()["error"] == {
-            "message": "The model `other` does not exist.",
+            "message": "The model `other` does not exist. Valid aliases: m1.",
             "type": "NotFoundError",
             "param": "model",
             "code": 404,

@@ -67,15 +67,21 @@ async def test_stream_without_include_usage_has_no_usage_field(client: httpx.Asy
 async def test_openai_completions_stream_and_error(llama_pool: str) -> None:
     async with make_client(llama_pool) as client:
         stream = await client.completions.create(
-            model="x", prompt="Hi", max_tokens=3, stream=True, stream_options={"include_usage": True}
+            model="meta-llama/Llama-3.1-8B-Instruct",
+            prompt="Hi",
+            max_tokens=3,
+            stream=True,
+            stream_options={"include_usage": True},
         )
         chunks = [c async for c in stream]
         assert "".join(c.choices[0].text for c in chunks if c.choices) == " quick brown fox"
         assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == 2  # BOS + "Hi"
         with pytest.raises(openai.BadRequestError) as info:
-            await client.chat.completions.create(model="x", messages=HELLO, max_tokens=40000)
+            await client.chat.completions.create(
+                model="meta-llama/Llama-3.1-8B-Instruct", messages=HELLO, max_tokens=40000
+            )
     assert info.value.status_code == 400
-    assert "maximum context length is 32768 tokens" in info.value.message
+    assert "max_tokens=40000 cannot be greater than max_model_len=32768" in info.value.message
 
 
 async def test_split_sse_writes_reassemble() -> None:
@@ -92,7 +98,7 @@ async def test_split_sse_writes_reassemble() -> None:
         assert body.endswith("data: [DONE]\n\n") and body.count("\n\n") == 1 + 3 + 1 + 1
         async with make_client(url) as client:
             stream = await client.chat.completions.create(
-                model="m", messages=HELLO, stream=True, stream_options={"include_usage": True}
+                model="Qwen/Qwen3-8B", messages=HELLO, stream=True, stream_options={"include_usage": True}
             )
             chunks = [c async for c in stream]
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3

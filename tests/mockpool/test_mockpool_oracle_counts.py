@@ -27,7 +27,7 @@ async def served_prompt_tokens(base_url: str, requests: list[OracleRequest]) -> 
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as client:
 
         async def one(req: OracleRequest) -> int:
-            body: dict[str, object] = {"model": "m", "messages": req.messages, "max_tokens": 1}
+            body: dict[str, object] = {"messages": req.messages, "max_tokens": 1}
             if req.tools:
                 body["tools"] = req.tools
             async with sem:

@@ -64,7 +64,7 @@ async def test_scrape_real_pool_while_held_then_failures_go_stale() -> None:
             ),
         ]
         scraper = PoolScraper(pools, sp, tracker, client, metrics)
-        req = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        req = {"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
         sent = [
             asyncio.create_task(client.post(f"{base}/v1/chat/completions", json=req, timeout=20))
             for _ in range(3)

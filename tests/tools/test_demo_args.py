@@ -6,26 +6,18 @@ import argparse
 
 import pytest
 
-from tbr.cmd_demo import argument_problem, natural_pool_args
+from tbr.cmd_demo import natural_pool_args, natural_problem
 
 
 def _args(**kw: object) -> argparse.Namespace:
-    base: dict[str, object] = {
-        "requests": 10,
-        "concurrency": 2,
-        "short_max_model_len": 8192,
-        "long_max_model_len": 65536,
-        "natural_output_tokens": "",
-        "two_models": False,
-        "seed": 3,
-    }
+    base: dict[str, object] = {"natural_output_tokens": "", "two_models": False, "pools": "mock", "seed": 3}
     return argparse.Namespace(**{**base, **kw})
 
 
 def test_natural_lengths_become_seeded_pool_arguments() -> None:
-    assert argument_problem(_args()) is None and natural_pool_args(_args()) == ()
+    assert natural_problem(_args()) is None and natural_pool_args(_args()) == ()
     args = _args(natural_output_tokens="lognormal:300:1.0")
-    assert argument_problem(args) is None
+    assert natural_problem(args) is None
     assert natural_pool_args(args) == (
         "--natural-output-tokens",
         "lognormal:300:1.0",
@@ -39,10 +31,9 @@ def test_natural_lengths_become_seeded_pool_arguments() -> None:
     [
         ({"natural_output_tokens": "gauss:1"}, "fixed:N or lognormal"),
         ({"natural_output_tokens": "fixed:5000", "two_models": True}, "two-pool demo only"),
-        ({"requests": 0}, "--requests"),
-        ({"short_max_model_len": 70000}, "--short-max-model-len"),
+        ({"natural_output_tokens": "fixed:5000", "pools": "vllm"}, "two-pool demo only"),
     ],
 )
 def test_bad_arguments_are_named(kw: dict[str, object], says: str) -> None:
-    problem = argument_problem(_args(**kw))
+    problem = natural_problem(_args(**kw))
     assert problem is not None and says in problem

@@ -1,0 +1,55 @@
+"""The start-up check of each pool's max_model_len against its server's /v1/models, on real
+stand-in pool servers (the same field real vLLM reports; tests/vllm runs it on vLLM)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+
+from devstack.procs import free_port
+from extproc.config import PoolConfig
+from extproc.service.pool_check import (
+    PoolCheckMetrics,
+    check_pool_limits,
+    models_url,
+    served_max_model_len,
+)
+from mockpool.server import serve_pool
+from mockpool.settings import PoolSettings
+
+
+def test_models_url_and_served_limit() -> None:
+    assert models_url("http://10.0.0.1:8000/metrics") == "http://10.0.0.1:8000/v1/models"
+    assert served_max_model_len({"data": [{"id": "a", "max_model_len": 4096}]}) == 4096
+    assert served_max_model_len({"data": [{"id": "a"}]}) is None
+    assert served_max_model_len(["not", "a", "model", "list"]) is None
+
+
+async def test_agreeing_lying_and_absent_pools(caplog: pytest.LogCaptureFixture) -> None:
+    registry = CollectorRegistry()
+    metrics = PoolCheckMetrics(registry)
+    async with serve_pool(PoolSettings(name="short", max_model_len=2048)) as base:
+        pools = [
+            PoolConfig(name="short", max_model_len=2048, header_value="short", metrics_url=f"{base}/metrics"),
+            PoolConfig(name="lying", max_model_len=8192, header_value="lying", metrics_url=f"{base}/metrics"),
+            PoolConfig(
+                name="down",
+                max_model_len=65536,
+                header_value="down",
+                metrics_url=f"http://127.0.0.1:{free_port()}/metrics",
+            ),
+            PoolConfig(name="unscraped", max_model_len=65536, header_value="unscraped"),
+        ]
+        async with httpx.AsyncClient() as client:
+            checks = await check_pool_limits(pools, client, metrics, attempts=2, interval_s=0.01)
+    assert [(c.pool, c.served_tokens, c.agrees) for c in checks] == [
+        ("short", 2048, True),
+        ("lying", 2048, False),
+        ("down", None, None),
+    ]
+    value = registry.get_sample_value
+    assert value("tbr_pool_config_mismatch", {"pool": "short"}) == 0
+    assert value("tbr_pool_config_mismatch", {"pool": "lying"}) == 1
+    assert value("tbr_pool_config_mismatch", {"pool": "down"}) is None
+    assert "pool lying: configured max_model_len 8192 tokens but its vLLM server serves 2048" in caplog.text
