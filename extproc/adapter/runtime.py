@@ -68,7 +68,10 @@ class Runtime:
         )
         self.observer: StreamObserver = observer if observer is not None else NullObserver()
         self.estimator = Estimator(
-            estimator=config.estimator, calibration=config.calibration, store=self.store
+            estimator=config.estimator,
+            calibration=config.calibration,
+            store=self.store,
+            max_model_len_tokens=max(p.max_model_len for p in config.pools),
         )
         self.load = load if load is not None else LoadTracker()
         self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)

@@ -25,6 +25,7 @@ from extproc.config.estimation import (
     EstimatorConfig,
     ImageRule,
     ModelProfile,
+    OutputReserveConfig,
 )
 from extproc.config.listeners import AdminConfig, ServerConfig
 from extproc.config.pools import ModelSet, PoolConfig, RecoveryConfig, SpilloverConfig
@@ -39,6 +40,7 @@ __all__ = [
     "ImageRule",
     "ModelProfile",
     "ModelSet",
+    "OutputReserveConfig",
     "PoolConfig",
     "RecoveryConfig",
     "RouterConfig",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Annotated, Literal
 
@@ -161,6 +162,98 @@ DEFAULT_IMAGE_RULES: tuple[ImageRule, ...] = (
 """Built-in image rules (first match wins); models matching none use ``estimator.image_tokens``."""
 
 
+DEFAULT_REASONING_MODEL_PATTERNS: tuple[str, ...] = (
+    r"qwen3(?!.*instruct)(?!.*-vl-)",
+    r"qwq",
+    r"deepseek[-_ .]?r1",
+    r"(^|/)(o1|o3|o4)(-|$)",
+    r"gpt-oss",
+    r"magistral",
+    r"thinking",
+    r"reason",
+)
+"""Models that think by default (no ``enable_thinking`` / ``reasoning_effort`` in the request):
+Qwen3 hybrid models (``enable_thinking`` defaults to true in their template; the 2507 ``-Instruct``
+releases and VL instruct models do not think), QwQ, DeepSeek-R1 and its distills, OpenAI o-series and
+gpt-oss, Magistral, and any name saying ``thinking`` or ``reason``. Searched case-insensitively."""
+
+
+class OutputReserveConfig(Strict):
+    """How the output half of the budget is reserved (docs/estimator.md §Output half).
+
+    ``L_total = prompt_tokens_est + n · output_reserve``. Without a client maximum
+    (``max_completion_tokens`` / ``max_tokens`` / ``max_output_tokens``) the reserve is the learned
+    high quantile of the request's output class (:mod:`extproc.core.output_reserve`) when
+    ``learned``, else ``estimator.default_output_reserve_tokens``. With a client maximum,
+    ``strict`` reserves the maximum (nothing the pool serves can be cut short by the router);
+    ``risk`` reserves ``min(maximum, learned quantile)``: more requests fit the short pool, and an
+    answer longer than the quantile may be cut by the short pool's ``max_model_len`` (counted as a
+    truncation), within the same truncation budget.
+    """
+
+    policy: Literal["strict", "risk"] = "strict"
+    """``strict``: a client maximum is the reserve; ``risk``: ``min(maximum, learned quantile)``."""
+    learned: bool = False
+    """Reserve the learned quantile of the class for requests without a maximum; False =
+    ``estimator.default_output_reserve_tokens`` (the reserve of earlier releases)."""
+    truncation_budget: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.001
+    """Target share of requests whose answer the router lets a pool cut short (fleet-wide). The
+    learner's tail share is steered so that the observed truncation rate stays under it."""
+    tail_share: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.01
+    """Starting share of a class's answers allowed above its reserve (the reserve is the
+    ``1 − tail_share`` quantile). A truncation needs an answer above the reserve *and* beyond the
+    pool's free room, so the fleet's truncation rate is well below this (measured in
+    docs/estimator.md §Output half)."""
+    min_tail_share: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.0005
+    """Lowest tail share the truncation controller may steer to."""
+    max_tail_share: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.02
+    """Highest tail share the truncation controller may steer to."""
+    controller_step: Annotated[float, Field(ge=0.0, le=1.0)] = 0.2
+    """Relative decrease of the tail share on one observed truncation (the increase per untruncated
+    answer is ``controller_step · truncation_budget``, so the two balance at the budget); 0 = off."""
+    horizon_observations: Annotated[int, Field(ge=10, le=10_000_000)] = 5000
+    """Observations of a class after which an old observation's weight has fallen to 1/e (the
+    histogram's exponential forgetting)."""
+    prior_weight: Annotated[float, Field(ge=0.0, le=100_000.0)] = 200.0
+    """Answers (decayed weight) over which a class's reserve moves from its cold prior's quantile to
+    its own, geometrically: ``q_prior^(1−w) · q_learned^w``, ``w = min(1, weight / this)``; 0 = its
+    own from the first answer."""
+    max_step: Annotated[float, Field(gt=0.0, le=4.0)] = 0.25
+    """Largest relative move of a class's reserve one observation can cause (×/÷ (1 + this))."""
+    min_reserve_tokens: Annotated[int, Field(ge=1)] = 16
+    """No learned reserve is below this."""
+    max_reserve_tokens: Annotated[int, Field(ge=1)] | None = None
+    """No learned reserve is above this; None = only the largest pool's ``max_model_len`` bounds it."""
+    prompt_band_edges_tokens: tuple[int, ...] = (1024, 4096, 16384)
+    """Edges of the prompt-length bands of the output classes (estimated prompt tokens): answers to
+    long documents and to short questions differ (measured in docs/estimator.md §Output half)."""
+    reasoning_model_patterns: tuple[str, ...] = DEFAULT_REASONING_MODEL_PATTERNS
+    """Models that reason unless the request turns it off (regular expressions, first match)."""
+
+    @field_validator("reasoning_model_patterns")
+    @classmethod
+    def _patterns_compile(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for p in v:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression {p!r}: {exc}") from exc
+        return v
+
+    @field_validator("prompt_band_edges_tokens")
+    @classmethod
+    def _increasing(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if len(v) > 16 or any(b <= a for a, b in itertools.pairwise(v)) or any(e <= 0 for e in v):
+            raise ValueError("prompt_band_edges_tokens must be at most 16 increasing positive integers")
+        return v
+
+    @model_validator(mode="after")
+    def _tail_bounds(self) -> OutputReserveConfig:
+        if not self.min_tail_share <= self.tail_share <= self.max_tail_share:
+            raise ValueError("need min_tail_share <= tail_share <= max_tail_share")
+        return self
+
+
 class EstimatorConfig(Strict):
     """Token-budget estimator parameters (method: arXiv 2604.09613, docs/method.md §3; docs/estimator.md).
 
@@ -186,7 +279,11 @@ class EstimatorConfig(Strict):
     """Per-model framing and tokenizer family, first match wins; unmatched models use the
     ``*_framing_tokens`` fields below and the global priors."""
     default_output_reserve_tokens: Annotated[int, Field(ge=0)] = 1024
-    """Output reserve when the request has neither ``max_completion_tokens`` nor ``max_tokens``."""
+    """Output reserve when the request has no maximum and ``output_reserve.learned`` is off (and the
+    fallback of tools that cannot learn)."""
+    output_reserve: OutputReserveConfig = OutputReserveConfig()
+    """The output half of the budget: learned per output class, strict or risk with a client
+    maximum (:class:`OutputReserveConfig`)."""
     message_framing_tokens: Annotated[int, Field(ge=0, le=64)] = 5
     """Chat-template tokens added per message (role header, end-of-turn), unmatched models."""
     request_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 5

@@ -38,6 +38,7 @@ from extproc.core.request_body import (
     features_of,
     int_field,
     load_object,
+    reasoning_request_of,
     rendered_bytes,
     stream_flags,
     tool_json,
@@ -110,6 +111,7 @@ def _features(
         tools_json=tools,
         rendered_bytes=rendered_bytes(text_bytes, reasoning or [], tools),
         image_sizes=tuple(images),
+        reasoning_request=reasoning_request_of(parsed),
         **extra,
     ).with_prompt_codes(prompt_codes)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from extproc.core.calibration import RatioKey, RatioState
+from extproc.core.output_reserve import OutputClassKey
 
 __all__ = ["Framing", "Observation", "TokenBudget"]
 
@@ -71,6 +72,13 @@ class TokenBudget:
     screened: str = ""
     """'' for the exact estimate; ``bound`` or ``windows`` for a routing-only budget of
     :mod:`extproc.core.screen` (never learned from)."""
+    output_class: OutputClassKey | None = None
+    """The request's output class (:mod:`extproc.core.output_reserve`), whose answers its
+    ``usage.completion_tokens`` teach; None when the output reserve is not learned."""
+    output_reserve_source: str = "default"
+    """Where ``output_reserve_tokens`` came from: ``client`` (the request's maximum), ``learned``
+    (the class's learned quantile, or its prior's before it has learned), ``risk`` (the learned
+    quantile below the client's maximum) or ``default`` (``default_output_reserve_tokens``)."""
 
 
 @dataclass(frozen=True, slots=True)

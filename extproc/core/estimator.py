@@ -38,6 +38,7 @@ from extproc.core.budget import Framing, Observation, TokenBudget
 from extproc.core.calibration import RatioKey, RatioStore
 from extproc.core.categories import TextProfile, profile_text
 from extproc.core.images import ImageBudget
+from extproc.core.output_reserve import OutputClassKey, OutputLengthLearner
 from extproc.core.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
 from extproc.core.request_body import RequestFeatures
 from extproc.core.run_costs import run_costs
@@ -70,12 +71,29 @@ class Estimator:
         estimator: estimator parameters.
         calibration: calibration parameters (β is applied by ``store``; γ and warm-up here).
         store: where ratios live.
+        output_learner: the learned answer lengths (:mod:`extproc.core.output_reserve`); None = a
+            new one when ``estimator.output_reserve.learned``, else none (the default reserve).
+        max_model_len_tokens: the largest pool's ``max_model_len``: no output reserve exceeds it
+            minus the prompt estimate (None = unbounded).
     """
 
     def __init__(
-        self, *, estimator: EstimatorConfig, calibration: CalibrationConfig, store: RatioStore
+        self,
+        *,
+        estimator: EstimatorConfig,
+        calibration: CalibrationConfig,
+        store: RatioStore,
+        output_learner: OutputLengthLearner | None = None,
+        max_model_len_tokens: int | None = None,
     ) -> None:
         self.cfg = estimator
+        out_cfg = estimator.output_reserve
+        self.output_learner: OutputLengthLearner | None = (
+            output_learner
+            if output_learner is not None
+            else (OutputLengthLearner(out_cfg) if out_cfg.learned else None)
+        )
+        self.max_model_len_tokens = max_model_len_tokens
         self.cal = calibration
         self.store = store
         self._models: dict[str, str] = {}
@@ -285,20 +303,68 @@ class Estimator:
         """A :class:`TokenBudget` of ``f`` from its prompt fields (``prompt_tokens``, ``key``, ...):
         adds the text bytes, the output reserve, ``n_sequences`` and ``total_tokens = prompt +
         n_sequences · output_reserve`` (docs/method.md §2)."""
-        reserve = self.output_reserve_tokens(f)
+        prompt = int(fields["prompt_tokens"])
+        key = self.output_class(f, prompt)
+        reserve, source = self.output_reserve(f, prompt, key)
+        if key is not None and key.prompt_band and fields.get("screened") and source != "client":
+            # a bound is above the true prompt, so its band may be too: reserve the most of the
+            # bands it could be in (a bound never routes shorter than the estimate would)
+            for band in range(key.prompt_band):
+                other, _ = self.output_reserve(f, prompt, key._replace(prompt_band=band))
+                reserve = max(reserve, other)
         return TokenBudget(
             text_bytes=f.text_bytes,
             output_reserve_tokens=reserve,
             n_sequences=f.n_sequences,
-            total_tokens=fields["prompt_tokens"] + f.n_sequences * reserve,
+            total_tokens=prompt + f.n_sequences * reserve,
+            output_class=key,
+            output_reserve_source=source,
             **fields,
         )
 
-    def output_reserve_tokens(self, f: RequestFeatures) -> int:
-        """Per-sequence output reserve: ``max_completion_tokens`` / ``max_tokens``, else the default."""
-        if f.max_output_tokens is None:
-            return self.cfg.default_output_reserve_tokens
-        return f.max_output_tokens
+    def output_class(self, f: RequestFeatures, prompt_tokens_est: int) -> OutputClassKey | None:
+        """The output class of a request (None when the output reserve is not learned)."""
+        if self.output_learner is None:
+            return None
+        return self.output_learner.class_of(f, self.model_key(f.model), prompt_tokens_est)
+
+    def output_reserve_tokens(self, f: RequestFeatures, prompt_tokens_est: int = 0) -> int:
+        """Per-sequence output reserve (tokens): see :meth:`output_reserve`."""
+        return self.output_reserve(f, prompt_tokens_est)[0]
+
+    def output_reserve(
+        self, f: RequestFeatures, prompt_tokens_est: int = 0, key: OutputClassKey | None = None
+    ) -> tuple[int, str]:
+        """``(per-sequence output reserve in tokens, its source)`` (docs/estimator.md §Output half).
+
+        * a client maximum (``max_completion_tokens`` / ``max_tokens`` / ``max_output_tokens``):
+          the maximum (``strict``, the default), or ``min(maximum, learned quantile)`` (``risk``);
+        * none: the learned quantile of the request's output class when
+          ``estimator.output_reserve.learned`` (the class's cold prior until it has learned), else
+          ``default_output_reserve_tokens``.
+
+        A learned reserve never exceeds the largest pool's ``max_model_len`` minus
+        ``prompt_tokens_est`` (at least 1 token). Sources: ``client``, ``risk``, ``learned``, ``default``.
+        """
+        learner = self.output_learner
+        maximum = f.max_output_tokens
+        if learner is None:
+            if maximum is None:
+                return self.cfg.default_output_reserve_tokens, "default"
+            return maximum, "client"
+        if maximum is not None and self.cfg.output_reserve.policy == "strict":
+            return maximum, "client"
+        if key is None:
+            key = learner.class_of(f, self.model_key(f.model), prompt_tokens_est)
+        room = (
+            self.max_model_len_tokens - prompt_tokens_est
+            if self.max_model_len_tokens is not None
+            else 1 << 30
+        )
+        learned = learner.reserve_tokens(key, max_reserve_tokens=max(1, room))
+        if maximum is None:
+            return learned, "learned"
+        return (learned, "risk") if learned < maximum else (maximum, "client")
 
     def estimate(self, f: RequestFeatures, prompt_counts: RunCounts | None = None) -> TokenBudget:
         """Compute the :class:`TokenBudget` of a parsed request (``prompt_counts``: see

@@ -40,6 +40,7 @@ __all__ = [
     "UnreadableRequest",
     "endpoint_for_path",
     "parse_request_body",
+    "reasoning_request_of",
     "rendered_bytes",
     "tool_json",
     "utf8_bytes",
@@ -119,6 +120,10 @@ class RequestFeatures:
     unreadable data); ``len(image_sizes) <= n_images`` (extproc.core.images)."""
     previous_response_id: str | None = None
     """Responses API ``previous_response_id`` (extproc.core.api_bodies)."""
+    reasoning_request: str | None = None
+    """What the request asks of a reasoning model (:func:`reasoning_request_of`): ``"off"``,
+    ``"on"``, an effort (``"minimal"``, ``"low"``, ``"medium"``, ``"high"``), or None when it says
+    nothing (the model's default applies)."""
     conversations: tuple[RequestFeatures, ...] = ()
     """``/v1/chat/completions/batch``: the features of each conversation (this object then
     describes the longest one); empty otherwise."""
@@ -216,6 +221,43 @@ def tool_json(tool_defs: list[Any]) -> tuple[str, str] | None:
     return orjson.dumps(tool_defs).decode(), _json_text(tool_defs)
 
 
+_EFFORTS = frozenset(("minimal", "low", "medium", "high"))
+
+
+def reasoning_request_of(parsed: dict[str, Any]) -> str | None:
+    """Whether a request body turns reasoning on or off, and how hard (never raises).
+
+    Read, first match wins: ``chat_template_kwargs.enable_thinking`` or ``.thinking`` false (Qwen3,
+    DeepSeek-V3.1 templates) → ``"off"``; ``reasoning_effort`` (chat/completions) or
+    ``reasoning.effort`` (Responses API): ``"none"`` → ``"off"``, ``minimal``/``low``/``medium``/
+    ``high`` as given, any other string → ``"on"``; Anthropic ``thinking.type`` ``"enabled"`` /
+    ``"disabled"``; ``enable_thinking`` / ``thinking`` true → ``"on"``. None when the body says
+    nothing (the model's default applies: ``OutputReserveConfig.reasoning_model_patterns``).
+    """
+    kwargs = parsed.get("chat_template_kwargs")
+    switch: bool | None = None
+    if isinstance(kwargs, dict):
+        for name in ("enable_thinking", "thinking"):
+            if isinstance(kwargs.get(name), bool):
+                switch = kwargs[name]
+                break
+    if switch is False:
+        return "off"
+    effort = parsed.get("reasoning_effort")
+    reasoning = parsed.get("reasoning")
+    if effort is None and isinstance(reasoning, dict):
+        effort = reasoning.get("effort")
+    if isinstance(effort, str):
+        value = effort.strip().lower()
+        if value == "none":
+            return "off"
+        return value if value in _EFFORTS else "on"
+    thinking = parsed.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") in ("enabled", "disabled"):
+        return "on" if thinking["type"] == "enabled" else "off"
+    return "on" if switch else None
+
+
 def utf8_bytes(text: str) -> int:
     """UTF-8 bytes of ``text`` (a lone surrogate from a ``\\ud800`` escape counts its 3 bytes)."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
@@ -302,4 +344,5 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
         tools_json=tools,
         rendered_bytes=rendered_bytes(text_bytes, reasoning + template_texts, tools),
         image_sizes=tuple(images),
+        reasoning_request=reasoning_request_of(parsed),
     ).with_prompt_codes(prompt_codes)

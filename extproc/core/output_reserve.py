@@ -1,0 +1,561 @@
+"""The output half of the token budget: learn how long answers are, per class of request.
+
+``L_total = prompt_tokens_est + n · output_reserve`` (docs/method.md §2). A request without a client
+maximum (``max_completion_tokens`` / ``max_tokens`` / ``max_output_tokens``) reserves the learned high
+quantile of its **output class** (:class:`OutputClassKey`: model, endpoint, reasoning, tools, prompt
+band; why these: docs/estimator.md §Output half). The router learns each class's answer lengths from
+the ``usage.completion_tokens`` it already reads, and how often a pool cut an answer short.
+
+**What a class keeps** (:class:`OutputLengthState`): a histogram of answer lengths on a log scale
+(``BINS_PER_OCTAVE`` = 8 bins per doubling, 1 to 2^18 tokens) with exponential forgetting (an
+observation's weight falls to 1/e after ``horizon_observations`` answers of the class). Its quantile
+is read at the upper edge of the bin where the weight above falls to the tail share. Until the class
+has ``prior_weight`` answers' worth of weight, the reserve is the geometric blend
+``q_prior^(1−w) · q_learned^w`` with ``w = weight / prior_weight`` of its cold prior's quantile
+(:data:`OUTPUT_PRIORS`) and its own (the prompt learner's ramp from prior to learned,
+docs/estimator.md §Learning): a few answers cannot undo the prior.
+
+**Censored answers.** An answer cut short (``finish_reason: "length"``, truncated by a pool or capped
+by the client) is at least ``completion_tokens`` long; its weight is spread over the bins above that
+length in proportion to the weight they already hold plus the class's prior probability (Efron's
+redistribution to the right, the Kaplan–Meier estimator's step; B. Efron, "The two sample problem with
+censored data", 1967), or, when nothing lies above, put at twice the length.
+
+**Bounded steps.** The reserve a class routes with moves towards its histogram quantile by at most
+×/÷ (1 + ``max_step``) per observation of the class, so no single answer (or a burst of odd ones)
+moves it far; a class with no observation routes on its prior's quantile.
+
+**The truncation budget.** The quantile level is ``1 − tail_share``. A truncation needs an answer
+above the reserve *and* beyond the free room of the pool that served it (``max_model_len − prompt``),
+so the fleet-wide truncation rate is well below the tail share; a controller steers the shared tail
+share so that the observed truncation rate stays at ``truncation_budget``: each truncation divides it
+by ``1 + controller_step``, each untruncated answer multiplies it by
+``1 + controller_step · truncation_budget`` (they balance when truncations are the budget's share of
+answers), within ``[min_tail_share, max_tail_share]``.
+
+Everything here is pure (no I/O, no clock): the same observations in the same order give the same
+reserves. Shared state (Redis) and snapshots use :meth:`OutputLengthState.to_dict` /
+:meth:`OutputLengthState.from_dict`, :func:`encode_class_key` / :func:`decode_class_key`,
+:meth:`OutputLengthLearner.items`, :meth:`OutputLengthLearner.restore` and
+:meth:`OutputLengthLearner.merge`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from extproc.config.estimation import DEFAULT_REASONING_MODEL_PATTERNS, OutputReserveConfig
+from extproc.core.request_body import RequestFeatures
+
+__all__ = [
+    "BINS_PER_OCTAVE",
+    "DEFAULT_PROMPT_BAND_EDGES_TOKENS",
+    "N_BINS",
+    "OUTPUT_PRIORS",
+    "OutputClassKey",
+    "OutputLengthLearner",
+    "OutputLengthState",
+    "OutputPrior",
+    "bin_of",
+    "bin_upper_tokens",
+    "decode_class_key",
+    "encode_class_key",
+    "output_class_of",
+    "prior_class_of",
+    "prompt_band_of",
+    "reasoning_of",
+]
+
+BINS_PER_OCTAVE = 8
+"""Histogram bins per doubling of the answer length (each bin ≈ 9 % wide)."""
+MAX_OCTAVES = 18
+N_BINS = BINS_PER_OCTAVE * MAX_OCTAVES + 1
+"""Bins 0 … N_BINS − 1 cover 1 to 2^18 = 262,144 tokens (longer answers fall in the last bin)."""
+DEFAULT_PROMPT_BAND_EDGES_TOKENS: tuple[int, ...] = OutputReserveConfig().prompt_band_edges_tokens
+_Z99 = 2.3263478740408408
+"""The standard normal's 0.99 quantile."""
+
+
+def bin_of(tokens: int) -> int:
+    """Histogram bin of an answer of ``tokens`` tokens: ``floor(8 · log2(max(1, tokens)))``, capped."""
+    if tokens <= 1:
+        return 0
+    return min(N_BINS - 1, int(math.log2(tokens) * BINS_PER_OCTAVE))
+
+
+def bin_upper_tokens(b: int) -> int:
+    """The largest answer length (tokens) bin ``b`` holds: ``ceil(2^((b + 1) / 8)) − 1``, at least 1."""
+    return max(1, math.ceil(math.pow(2.0, (b + 1) / BINS_PER_OCTAVE)) - 1)
+
+
+class OutputClassKey(NamedTuple):
+    """The class of a request whose answers are learned together (bounded cardinality).
+
+    Attributes:
+        model: the estimator's bounded model key (``Estimator.model_key``).
+        endpoint: ``chat``, ``completions``, ``responses``, ``messages`` or ``chat_batch``.
+        reasoning: ``off``, ``on`` (the model's default effort), ``minimal``, ``low``, ``medium``
+            or ``high`` (:func:`reasoning_of`).
+        tools: the request defines tools (agent turns answer with tool calls or short text).
+        prompt_band: index of the estimated prompt length among the band edges (0 = shortest).
+    """
+
+    model: str
+    endpoint: str = "chat"
+    reasoning: str = "off"
+    tools: bool = False
+    prompt_band: int = 0
+
+
+def encode_class_key(key: OutputClassKey) -> str:
+    """A class key as one string (a Redis hash field, a JSON object key): fields joined by ``|``
+    with the model last (a model name may hold ``|``): ``endpoint|reasoning|tools|band|model``."""
+    return f"{key.endpoint}|{key.reasoning}|{int(key.tools)}|{key.prompt_band}|{key.model}"
+
+
+def decode_class_key(text: str) -> OutputClassKey:
+    """Inverse of :func:`encode_class_key`.
+
+    Raises:
+        ValueError: not an encoded class key.
+    """
+    parts = text.split("|", 4)
+    if len(parts) != 5 or parts[2] not in ("0", "1"):
+        raise ValueError(f"not an output class key: {text!r}")
+    return OutputClassKey(parts[4], parts[0], parts[1], parts[2] == "1", int(parts[3]))
+
+
+def prompt_band_of(prompt_tokens_est: int, edges: tuple[int, ...] = DEFAULT_PROMPT_BAND_EDGES_TOKENS) -> int:
+    """Index of the band of ``prompt_tokens_est`` (tokens) among increasing ``edges``: 0 below the first."""
+    band = 0
+    for edge in edges:
+        if prompt_tokens_est < edge:
+            break
+        band += 1
+    return band
+
+
+_DEFAULT_REASONING_RX = tuple(re.compile(p, re.IGNORECASE) for p in DEFAULT_REASONING_MODEL_PATTERNS)
+
+
+def reasoning_of(
+    features: RequestFeatures,
+    model_reasons: bool | None = None,
+    patterns: tuple[re.Pattern[str], ...] = _DEFAULT_REASONING_RX,
+) -> str:
+    """The reasoning label of a request: what the body asks (``features.reasoning_request``), else
+    the model's default: ``on`` when ``model_reasons`` (or, when None, a pattern matching the
+    ``model`` name), else ``off``."""
+    if features.reasoning_request is not None:
+        return features.reasoning_request
+    if model_reasons is None:
+        model_reasons = any(rx.search(features.model) for rx in patterns)
+    return "on" if model_reasons else "off"
+
+
+def output_class_of(
+    features: RequestFeatures,
+    model_key: str,
+    prompt_tokens_est: int,
+    *,
+    band_edges_tokens: tuple[int, ...] = DEFAULT_PROMPT_BAND_EDGES_TOKENS,
+    model_reasons: bool | None = None,
+) -> OutputClassKey:
+    """The :class:`OutputClassKey` of a parsed request.
+
+    Args:
+        features: the parsed request.
+        model_key: the estimator's bounded model key of ``features.model``.
+        prompt_tokens_est: the prompt estimate (tokens), for the prompt band.
+        band_edges_tokens: increasing band edges (tokens).
+        model_reasons: whether the model thinks by default; None = match the built-in patterns
+            (:data:`extproc.config.estimation.DEFAULT_REASONING_MODEL_PATTERNS`).
+    """
+    return OutputClassKey(
+        model_key,
+        features.endpoint,
+        reasoning_of(features, model_reasons),
+        features.n_tools > 0,
+        prompt_band_of(prompt_tokens_est, band_edges_tokens),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPrior:
+    """A cold prior of answer lengths: a log-normal with the given median and 99th percentile.
+
+    Attributes:
+        median_tokens: median answer length (tokens).
+        p99_tokens: 99th percentile (tokens), > median.
+        source: where the two numbers come from.
+    """
+
+    median_tokens: float
+    p99_tokens: float
+    source: str
+
+    @property
+    def sigma(self) -> float:
+        """σ of the log-normal: ``ln(p99 / median) / z_0.99``."""
+        return math.log(self.p99_tokens / self.median_tokens) / _Z99
+
+    def pmf(self) -> list[float]:
+        """Probability of each histogram bin (sums to 1; the last bin takes the tail)."""
+        mu, sigma = math.log(self.median_tokens), self.sigma
+        cdf = [0.0]
+        for b in range(N_BINS - 1):
+            upper = math.pow(2.0, (b + 1) / BINS_PER_OCTAVE)
+            cdf.append(0.5 * math.erfc(-(math.log(upper) - mu) / (sigma * math.sqrt(2.0))))
+        cdf.append(1.0)
+        return [max(0.0, cdf[i + 1] - cdf[i]) for i in range(N_BINS)]
+
+
+OUTPUT_PRIORS: dict[str, OutputPrior] = {
+    "chat": OutputPrior(
+        250.0,
+        1600.0,
+        "provisional (replaced by the measured prior of docs/estimator.md §Output half)",
+    ),
+    "tools": OutputPrior(60.0, 700.0, "provisional"),
+    "completions": OutputPrior(40.0, 1000.0, "provisional"),
+    "reasoning": OutputPrior(3000.0, 24000.0, "provisional"),
+    "reasoning_low": OutputPrior(1200.0, 12000.0, "provisional"),
+}
+"""Cold priors by prior class (:func:`prior_class_of`)."""
+
+
+def prior_class_of(key: OutputClassKey) -> str:
+    """Which :data:`OUTPUT_PRIORS` entry a class starts from: ``reasoning`` (on, medium, high),
+    ``reasoning_low`` (minimal, low), else ``tools`` when tools are defined, ``completions`` for
+    the completions endpoint, else ``chat``."""
+    if key.reasoning in ("on", "medium", "high"):
+        return "reasoning"
+    if key.reasoning in ("minimal", "low"):
+        return "reasoning_low"
+    if key.tools:
+        return "tools"
+    if key.endpoint == "completions":
+        return "completions"
+    return "chat"
+
+
+@dataclass(slots=True)
+class OutputLengthState:
+    """What a class has learned (JSON-safe through :meth:`to_dict`).
+
+    Attributes:
+        counts: histogram bin → decayed weight of the observed answers (sparse; see
+            :func:`bin_of`). Cold prior not included.
+        samples: answers observed (censored ones included).
+        censored: answers observed cut short (truncated or client-capped).
+        truncated: answers a pool cut short (a subset of ``censored``).
+        reserve_tokens: the bounded reserve the class routes with (0 = not set yet: the prior's).
+    """
+
+    counts: dict[int, float] = field(default_factory=dict)
+    samples: int = 0
+    censored: int = 0
+    truncated: int = 0
+    reserve_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"counts": {"<bin>": weight, ...}, "samples", "censored", "truncated",
+        "reserve_tokens"}`` (bins as strings: JSON object keys)."""
+        return {
+            "counts": {str(b): round(w, 9) for b, w in sorted(self.counts.items()) if w > 0.0},
+            "samples": self.samples,
+            "censored": self.censored,
+            "truncated": self.truncated,
+            "reserve_tokens": self.reserve_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> OutputLengthState:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: not a state document (wrong types, a bin outside the histogram, a negative
+                or non-finite weight or count).
+        """
+        try:
+            counts = {int(b): float(w) for b, w in dict(data["counts"]).items()}
+            state = cls(
+                counts,
+                int(data["samples"]),
+                int(data.get("censored", 0)),
+                int(data.get("truncated", 0)),
+                int(data.get("reserve_tokens", 0)),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"not an output length state: {exc!r}") from exc
+        if any(not 0 <= b < N_BINS or not (w >= 0.0 and math.isfinite(w)) for b, w in counts.items()):
+            raise ValueError("not an output length state: bad histogram")
+        if min(state.samples, state.censored, state.truncated, state.reserve_tokens) < 0:
+            raise ValueError("not an output length state: negative count")
+        return state
+
+    @property
+    def weight(self) -> float:
+        """Total decayed weight of the observed answers."""
+        return sum(self.counts.values())
+
+
+def _tail_quantile_bin(
+    pmf: list[float], counts: dict[int, float], count_total: float, pmf_weight: float, tail_share: float
+) -> int:
+    """The first bin, from the top, where the mass above (``pmf_weight · pmf`` plus ``counts``)
+    exceeds ``tail_share`` of the total (``pmf_weight + count_total``); 0 when none."""
+    allowed = tail_share * (pmf_weight + count_total)
+    above = 0.0
+    for b in range(N_BINS - 1, -1, -1):
+        above += (pmf_weight * pmf[b] if pmf else 0.0) + counts.get(b, 0.0)
+        if above > allowed:
+            return b
+    return 0
+
+
+class OutputLengthLearner:
+    """Learned answer lengths of every output class, and the reserve each class routes with.
+
+    Args:
+        config: the output-reserve settings (:class:`~extproc.config.OutputReserveConfig`).
+        priors: cold priors by prior class (default :data:`OUTPUT_PRIORS`).
+
+    Not thread-safe (one per router process, used from its event loop, like the ratio store).
+    """
+
+    def __init__(
+        self, config: OutputReserveConfig | None = None, *, priors: dict[str, OutputPrior] | None = None
+    ) -> None:
+        self.cfg = config if config is not None else OutputReserveConfig()
+        self.priors = dict(OUTPUT_PRIORS if priors is None else priors)
+        self._decay = math.exp(-1.0 / self.cfg.horizon_observations)
+        self._rx = tuple(re.compile(p, re.IGNORECASE) for p in self.cfg.reasoning_model_patterns)
+        self._model_reasons: dict[str, bool] = {}
+        self._states: dict[OutputClassKey, OutputLengthState] = {}
+        self._pmf: dict[str, list[float]] = {}
+        self._cold: dict[str, tuple[float, int]] = {}
+        self.tail_share = self.cfg.tail_share
+        """The current tail share (the quantile level is ``1 − tail_share``), steered by truncations."""
+        self._tail_used: dict[OutputClassKey, float] = {}
+        self.truncations = 0
+        """Truncations observed since start (all classes)."""
+        self.observations = 0
+        """Answers observed since start (all classes)."""
+
+    # -- classes ---------------------------------------------------------------------------
+
+    def model_reasons(self, model: str) -> bool:
+        """Whether ``model`` thinks by default (``reasoning_model_patterns``), memoised (bounded)."""
+        hit = self._model_reasons.get(model)
+        if hit is None:
+            hit = any(rx.search(model) for rx in self._rx)
+            if len(self._model_reasons) < 4096:
+                self._model_reasons[model] = hit
+        return hit
+
+    def class_of(self, features: RequestFeatures, model_key: str, prompt_tokens_est: int) -> OutputClassKey:
+        """:func:`output_class_of` with this learner's band edges and reasoning models."""
+        return output_class_of(
+            features,
+            model_key,
+            prompt_tokens_est,
+            band_edges_tokens=self.cfg.prompt_band_edges_tokens,
+            model_reasons=self.model_reasons(features.model),
+        )
+
+    def prior(self, key: OutputClassKey) -> OutputPrior:
+        """The cold prior of a class."""
+        name = prior_class_of(key)
+        return self.priors.get(name) or self.priors.get("chat") or OUTPUT_PRIORS["chat"]
+
+    def _prior_pmf(self, key: OutputClassKey) -> list[float]:
+        name = prior_class_of(key)
+        pmf = self._pmf.get(name)
+        if pmf is None:
+            pmf = self._pmf[name] = self.prior(key).pmf()
+        return pmf
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @property
+    def read_tail_share(self) -> float:
+        """The tail share the quantiles are read at: :attr:`tail_share` snapped to a 2 % log grid,
+        so cached reserves are recomputed only when the controller has moved it by a grid step."""
+        g = math.log(1.02)
+        return math.exp(round(math.log(self.tail_share) / g) * g)
+
+    def quantile_tokens(self, key: OutputClassKey, tail_share: float | None = None) -> int:
+        """The ``1 − tail_share`` quantile (tokens) of the class's answers and its prior (upper edge
+        of the bin where the mass above first exceeds ``tail_share`` of the total); no bounded step.
+        ``tail_share`` None = :attr:`read_tail_share`."""
+        state = self._states.get(key)
+        return self._quantile(key, state.counts if state is not None else {}, tail_share)
+
+    def prior_quantile_tokens(self, key: OutputClassKey, tail_share: float | None = None) -> int:
+        """The ``1 − tail_share`` quantile (tokens) of the class's cold prior alone."""
+        return self._quantile(key, {}, tail_share)
+
+    def _quantile(self, key: OutputClassKey, counts: dict[int, float], tail_share: float | None) -> int:
+        """Geometric blend of the prior's quantile and the histogram's (module docstring)."""
+        eps = self.read_tail_share if tail_share is None else tail_share
+        prior = _tail_quantile_bin(self._prior_pmf(key), {}, 0.0, 1.0, eps)
+        weight = sum(counts.values())
+        ramp = self.cfg.prior_weight
+        w = 1.0 if ramp <= 0.0 else min(1.0, weight / ramp)
+        if w <= 0.0:
+            tokens = bin_upper_tokens(prior)
+        else:
+            learned = _tail_quantile_bin([], counts, weight, 0.0, eps)
+            log_q = w * math.log(bin_upper_tokens(learned)) + (1.0 - w) * math.log(bin_upper_tokens(prior))
+            tokens = math.ceil(math.exp(log_q))
+        return max(self.cfg.min_reserve_tokens, tokens)
+
+    def reserve_tokens(self, key: OutputClassKey, *, max_reserve_tokens: int) -> int:
+        """The output reserve (tokens per sequence) of a request of class ``key`` without a client
+        maximum: the class's bounded learned quantile (its prior's quantile before it has learned),
+        at least ``min_reserve_tokens``, at most ``max_reserve_tokens`` (what the largest pool allows)
+        and ``OutputReserveConfig.max_reserve_tokens``."""
+        state = self._states.get(key)
+        eps = self.read_tail_share
+        if state is not None and state.reserve_tokens > 0:
+            if self._tail_used.get(key) != eps:
+                self._refresh(key, state)
+            value = state.reserve_tokens
+        else:
+            name = prior_class_of(key)
+            cached = self._cold.get(name)
+            if cached is None or cached[0] != eps:
+                cached = self._cold[name] = (eps, self.prior_quantile_tokens(key, eps))
+            value = cached[1]
+        cap = self.cfg.max_reserve_tokens
+        if cap is not None:
+            value = min(value, cap)
+        return max(1, min(value, max_reserve_tokens))
+
+    def _refresh(self, key: OutputClassKey, state: OutputLengthState) -> None:
+        """Move the class's reserve towards its quantile by one bounded step."""
+        target = self.quantile_tokens(key)
+        current = state.reserve_tokens or self.prior_quantile_tokens(key)
+        step = 1.0 + self.cfg.max_step
+        low, high = math.floor(current / step), math.ceil(current * step)
+        state.reserve_tokens = max(self.cfg.min_reserve_tokens, min(max(target, low), high))
+        self._tail_used[key] = self.read_tail_share
+
+    # -- learning --------------------------------------------------------------------------
+
+    def observe(
+        self, key: OutputClassKey, completion_tokens: int, *, truncated: bool, capped: bool = False
+    ) -> None:
+        """Learn one answer of class ``key``.
+
+        Args:
+            key: the request's class.
+            completion_tokens: the answer's ``usage.completion_tokens`` (per choice when n > 1: call
+                once per choice).
+            truncated: a pool cut the answer short (its ``max_model_len`` was reached while a larger
+                pool would have allowed more and the client's maximum was not the limit): the true
+                length is at least ``completion_tokens`` (censored), and the truncation controller
+                lowers the tail share.
+            capped: the client's own maximum cut the answer short (censored too, not a truncation).
+
+        Non-positive ``completion_tokens`` of an uncensored answer are learned as one token; a
+        censored answer of 0 tokens teaches nothing.
+        """
+        censored = truncated or capped
+        if censored and completion_tokens <= 0:
+            return
+        tokens = max(1, int(completion_tokens))
+        state = self._states.get(key)
+        if state is None:
+            state = self._states[key] = OutputLengthState()
+        d = self._decay
+        if state.counts:
+            state.counts = {b: w * d for b, w in state.counts.items() if w * d > 1e-9}
+        if censored:
+            self._add_censored(key, state, tokens, 1.0)
+            state.censored += 1
+        else:
+            b = bin_of(tokens)
+            state.counts[b] = state.counts.get(b, 0.0) + 1.0
+        state.samples += 1
+        self.observations += 1
+        if truncated:
+            state.truncated += 1
+            self.truncations += 1
+        self._steer(truncated)
+        self._refresh(key, state)
+
+    def _add_censored(
+        self, key: OutputClassKey, state: OutputLengthState, tokens: int, weight: float
+    ) -> None:
+        """Spread ``weight`` over the bins above ``tokens`` in proportion to their mass (prior
+        included), or at twice the length when nothing lies above (module docstring)."""
+        first = bin_of(tokens) + 1
+        pmf = self._prior_pmf(key)
+        masses = [(b, pmf[b] + state.counts.get(b, 0.0)) for b in range(first, N_BINS)]
+        total = sum(m for _, m in masses)
+        if total <= 1e-12:
+            b = bin_of(2 * tokens)
+            state.counts[b] = state.counts.get(b, 0.0) + weight
+            return
+        for b, m in masses:
+            if m > 0.0:
+                state.counts[b] = state.counts.get(b, 0.0) + weight * m / total
+
+    def _steer(self, truncated: bool) -> None:
+        """The truncation controller (module docstring)."""
+        step = self.cfg.controller_step
+        if step <= 0.0:
+            return
+        if truncated:
+            share = self.tail_share / (1.0 + step)
+        else:
+            share = self.tail_share * (1.0 + step * self.cfg.truncation_budget)
+        self.tail_share = min(self.cfg.max_tail_share, max(self.cfg.min_tail_share, share))
+
+    # -- sharing ---------------------------------------------------------------------------
+
+    def get(self, key: OutputClassKey) -> OutputLengthState | None:
+        """The state of a class, or None when it never observed an answer."""
+        return self._states.get(key)
+
+    def items(self) -> list[tuple[OutputClassKey, OutputLengthState]]:
+        """Every class with its state (snapshots, admin views, metrics), sorted by key."""
+        return sorted(self._states.items())
+
+    def restore(
+        self, states: dict[OutputClassKey, OutputLengthState] | list[tuple[OutputClassKey, OutputLengthState]]
+    ) -> int:
+        """Replace the states of the given classes (a snapshot or a shared store's pull); returns
+        how many. A state without a reserve gets its class's quantile."""
+        pairs = list(states.items()) if isinstance(states, dict) else list(states)
+        for key, state in pairs:
+            self._states[key] = state
+            if state.reserve_tokens <= 0:
+                state.reserve_tokens = self.quantile_tokens(key)
+            self._tail_used[key] = self.read_tail_share
+        return len(pairs)
+
+    def merge(self, key: OutputClassKey, state: OutputLengthState) -> OutputLengthState:
+        """Fold the answers another replica learned (``state``: its observations since it last
+        shared, or its whole state) into this replica's class: histogram weights and counts add;
+        the reserve then moves one bounded step towards the merged quantile. Returns the merged state.
+
+        Adding a replica's whole state twice counts its answers twice: a shared store should pass
+        each replica's answers once (its delta since the last sync), then :meth:`restore` the sum.
+        """
+        local = self._states.get(key)
+        if local is None:
+            local = self._states[key] = OutputLengthState()
+        for b, w in state.counts.items():
+            if 0 <= b < N_BINS and w > 0.0 and math.isfinite(w):
+                local.counts[b] = local.counts.get(b, 0.0) + w
+        local.samples += max(0, state.samples)
+        local.censored += max(0, state.censored)
+        local.truncated += max(0, state.truncated)
+        self._refresh(key, local)
+        return local
