@@ -199,22 +199,25 @@ class OutputReserveConfig(Strict):
     truncation_budget: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.001
     """Target share of requests whose answer the router lets a pool cut short (fleet-wide). The
     learner's tail share is steered so that the observed truncation rate stays under it."""
-    tail_share: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.01
+    tail_share: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.03
     """Starting share of a class's answers allowed above its reserve (the reserve is the
-    ``1 − tail_share`` quantile). A truncation needs an answer above the reserve *and* beyond the
-    pool's free room, so the fleet's truncation rate is well below this (measured in
-    docs/estimator.md §Output half)."""
+    ``1 − tail_share`` quantile; cold, the prior's 97th percentile). A truncation needs an answer
+    above the reserve *and* beyond the pool's free room, so the fleet's truncation rate is far below
+    this; the controller then moves it (defaults chosen by the sweep in docs/estimator.md §Output half)."""
     min_tail_share: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.0005
     """Lowest tail share the truncation controller may steer to."""
-    max_tail_share: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.02
+    max_tail_share: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.3
     """Highest tail share the truncation controller may steer to."""
-    controller_step: Annotated[float, Field(ge=0.0, le=1.0)] = 0.2
-    """Relative decrease of the tail share on one observed truncation (the increase per untruncated
-    answer is ``controller_step · truncation_budget``, so the two balance at the budget); 0 = off."""
+    controller_step: Annotated[float, Field(ge=0.0, le=2.0)] = 1.0
+    """Decrease of the log tail share on one observed truncation (the increase per untruncated answer
+    is ``controller_step · t / (1 − t)``, ``t = controller_margin · truncation_budget``, so the two
+    balance when a share ``t`` of answers is truncated); 0 = the tail share stays ``tail_share``."""
+    controller_margin: Annotated[float, Field(gt=0.0, le=1.0)] = 0.7
+    """The controller aims at this share of ``truncation_budget`` (its noise stays under the budget)."""
     horizon_observations: Annotated[int, Field(ge=10, le=10_000_000)] = 5000
     """Observations of a class after which an old observation's weight has fallen to 1/e (the
     histogram's exponential forgetting)."""
-    prior_weight: Annotated[float, Field(ge=0.0, le=100_000.0)] = 200.0
+    prior_weight: Annotated[float, Field(ge=0.0, le=100_000.0)] = 50.0
     """Answers (decayed weight) over which a class's reserve moves from its cold prior's quantile to
     its own, geometrically: ``q_prior^(1−w) · q_learned^w``, ``w = min(1, weight / this)``; 0 = its
     own from the first answer."""

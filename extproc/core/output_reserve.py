@@ -13,7 +13,10 @@ is read at the upper edge of the bin where the weight above falls to the tail sh
 has ``prior_weight`` answers' worth of weight, the reserve is the geometric blend
 ``q_prior^(1−w) · q_learned^w`` with ``w = weight / prior_weight`` of its cold prior's quantile
 (:data:`OUTPUT_PRIORS`) and its own (the prompt learner's ramp from prior to learned,
-docs/estimator.md §Learning): a few answers cannot undo the prior.
+docs/estimator.md §Learning): a few answers cannot undo the prior. Every answer also teaches the
+class's **parent**, the same class over all prompt bands (``prompt_band`` = :data:`ALL_BANDS`); a band
+class ramps from its parent's quantile rather than from the cold prior once the parent has learned,
+so a rarely seen band starts from what its model has shown, not from the published prior.
 
 **Censored answers.** An answer cut short (``finish_reason: "length"``, truncated by a pool or capped
 by the client) is at least ``completion_tokens`` long; its weight is spread over the bins above that
@@ -28,10 +31,11 @@ moves it far; a class with no observation routes on its prior's quantile.
 **The truncation budget.** The quantile level is ``1 − tail_share``. A truncation needs an answer
 above the reserve *and* beyond the free room of the pool that served it (``max_model_len − prompt``),
 so the fleet-wide truncation rate is well below the tail share; a controller steers the shared tail
-share so that the observed truncation rate stays at ``truncation_budget``: each truncation divides it
-by ``1 + controller_step``, each untruncated answer multiplies it by
-``1 + controller_step · truncation_budget`` (they balance when truncations are the budget's share of
-answers), within ``[min_tail_share, max_tail_share]``.
+share so that the observed truncation rate stays under ``truncation_budget``: each truncation
+multiplies it by ``exp(−controller_step)``, each untruncated answer by ``exp(controller_step · t /
+(1 − t))`` with ``t = controller_margin · truncation_budget`` (they balance when truncations are ``t``
+of the answers: a stochastic-approximation controller, the quantile tracker's pinball step applied to
+the truncation indicator), within ``[min_tail_share, max_tail_share]``.
 
 Everything here is pure (no I/O, no clock): the same observations in the same order give the same
 reserves. Shared state (Redis) and snapshots use :meth:`OutputLengthState.to_dict` /
@@ -51,6 +55,7 @@ from extproc.config.estimation import DEFAULT_REASONING_MODEL_PATTERNS, OutputRe
 from extproc.core.request_body import RequestFeatures
 
 __all__ = [
+    "ALL_BANDS",
     "BINS_PER_OCTAVE",
     "DEFAULT_PROMPT_BAND_EDGES_TOKENS",
     "N_BINS",
@@ -75,6 +80,9 @@ MAX_OCTAVES = 18
 N_BINS = BINS_PER_OCTAVE * MAX_OCTAVES + 1
 """Bins 0 … N_BINS − 1 cover 1 to 2^18 = 262,144 tokens (longer answers fall in the last bin)."""
 DEFAULT_PROMPT_BAND_EDGES_TOKENS: tuple[int, ...] = OutputReserveConfig().prompt_band_edges_tokens
+ALL_BANDS = -1
+"""``prompt_band`` of a class's parent: the answers of all its prompt bands. A band class's reserve
+starts from its parent's (learned) quantile instead of the cold prior."""
 _Z99 = 2.3263478740408408
 """The standard normal's 0.99 quantile."""
 
@@ -100,7 +108,8 @@ class OutputClassKey(NamedTuple):
         reasoning: ``off``, ``on`` (the model's default effort), ``minimal``, ``low``, ``medium``
             or ``high`` (:func:`reasoning_of`).
         tools: the request defines tools (agent turns answer with tool calls or short text).
-        prompt_band: index of the estimated prompt length among the band edges (0 = shortest).
+        prompt_band: index of the estimated prompt length among the band edges (0 = shortest);
+            :data:`ALL_BANDS` (−1) for the parent class that learns from every band.
     """
 
     model: str
@@ -213,16 +222,40 @@ class OutputPrior:
         return [max(0.0, cdf[i + 1] - cdf[i]) for i in range(N_BINS)]
 
 
+_CHAT_SOURCE = (
+    "answer lengths of five public chat workloads, measured in docs/estimator.md §Output half: "
+    "ShareGPT V3 (ChatGPT) p50/p99 251/770, LMSYS-Chat-1M 134/466, MT-Bench GPT-4 references "
+    "226-246/493-615, Azure LLM inference trace 2023 conv 129/601, Mooncake FAST'25 conversation "
+    "trace 350/1119 tokens; median ≈ the middle median, p99 = the largest p99"
+)
 OUTPUT_PRIORS: dict[str, OutputPrior] = {
-    "chat": OutputPrior(
-        250.0,
-        1600.0,
-        "provisional (replaced by the measured prior of docs/estimator.md §Output half)",
+    "chat": OutputPrior(235.0, 1120.0, _CHAT_SOURCE),
+    "tools": OutputPrior(
+        235.0,
+        1120.0,
+        "the chat prior: no public answers to requests with tools were at hand (a tool call is shorter)",
     ),
-    "tools": OutputPrior(60.0, 700.0, "provisional"),
-    "completions": OutputPrior(40.0, 1000.0, "provisional"),
-    "reasoning": OutputPrior(3000.0, 24000.0, "provisional"),
-    "reasoning_low": OutputPrior(1200.0, 12000.0, "provisional"),
+    "completions": OutputPrior(
+        46.0,
+        1120.0,
+        "median of the HumanEval canonical solutions (46 tokens; the Azure 2023 code trace: 13), "
+        "the chat prior's p99 as the tail (a completions endpoint also serves prose)",
+    ),
+    "reasoning": OutputPrior(
+        2260.0,
+        25000.0,
+        "928 answers of 11 open-weight reasoning models (Qwen3 thinking, DeepSeek-R1 and a distill, "
+        "GLM-4.5, GLM-Z1, MiniMax-M1, Magistral Small, Nemotron Super, DeepHermes 3, gpt-oss) to "
+        "knowledge, logic and competition-math prompts, p50 2,258 / p99 25,004 tokens "
+        "(cpldcpu/LRMTokenEconomy, Apache-2.0; evaluation/reasoning_lengths.py)",
+    ),
+    "reasoning_low": OutputPrior(
+        690.0,
+        12300.0,
+        "580 answers of the short-chain-of-thought models of the same set (gpt-oss 20b/120b, "
+        "o1-mini, o3-mini-high, o4-mini), p50 688 / p99 12,267 tokens: no low-effort answers were at "
+        "hand, so this is what the shortest reasoners produce at their default effort",
+    ),
 }
 """Cold priors by prior class (:func:`prior_class_of`)."""
 
@@ -397,21 +430,36 @@ class OutputLengthLearner:
 
     def prior_quantile_tokens(self, key: OutputClassKey, tail_share: float | None = None) -> int:
         """The ``1 − tail_share`` quantile (tokens) of the class's cold prior alone."""
-        return self._quantile(key, {}, tail_share)
+        return self._quantile(key, {}, tail_share, use_parent=False)
 
-    def _quantile(self, key: OutputClassKey, counts: dict[int, float], tail_share: float | None) -> int:
-        """Geometric blend of the prior's quantile and the histogram's (module docstring)."""
+    def _quantile(
+        self,
+        key: OutputClassKey,
+        counts: dict[int, float],
+        tail_share: float | None,
+        *,
+        use_parent: bool = True,
+    ) -> int:
+        """Geometric blend of the base quantile (the class's all-bands parent, else its prior) and
+        its own histogram's (module docstring)."""
         eps = self.read_tail_share if tail_share is None else tail_share
-        prior = _tail_quantile_bin(self._prior_pmf(key), {}, 0.0, 1.0, eps)
+        parent = (
+            self._states.get(key._replace(prompt_band=ALL_BANDS))
+            if use_parent and key.prompt_band != ALL_BANDS
+            else None
+        )
+        if parent is not None and parent.counts:
+            base = self._quantile(key._replace(prompt_band=ALL_BANDS), parent.counts, eps)
+        else:
+            base = bin_upper_tokens(_tail_quantile_bin(self._prior_pmf(key), {}, 0.0, 1.0, eps))
         weight = sum(counts.values())
         ramp = self.cfg.prior_weight
         w = 1.0 if ramp <= 0.0 else min(1.0, weight / ramp)
         if w <= 0.0:
-            tokens = bin_upper_tokens(prior)
+            tokens = base
         else:
-            learned = _tail_quantile_bin([], counts, weight, 0.0, eps)
-            log_q = w * math.log(bin_upper_tokens(learned)) + (1.0 - w) * math.log(bin_upper_tokens(prior))
-            tokens = math.ceil(math.exp(log_q))
+            learned = bin_upper_tokens(_tail_quantile_bin([], counts, weight, 0.0, eps))
+            tokens = math.ceil(math.exp(w * math.log(learned) + (1.0 - w) * math.log(base)))
         return max(self.cfg.min_reserve_tokens, tokens)
 
     def reserve_tokens(self, key: OutputClassKey, *, max_reserve_tokens: int) -> int:
@@ -419,13 +467,16 @@ class OutputLengthLearner:
         maximum: the class's bounded learned quantile (its prior's quantile before it has learned),
         at least ``min_reserve_tokens``, at most ``max_reserve_tokens`` (what the largest pool allows)
         and ``OutputReserveConfig.max_reserve_tokens``."""
-        state = self._states.get(key)
         eps = self.read_tail_share
-        if state is not None and state.reserve_tokens > 0:
-            if self._tail_used.get(key) != eps:
-                self._refresh(key, state)
-            value = state.reserve_tokens
-        else:
+        value = 0
+        for k in (key, key._replace(prompt_band=ALL_BANDS)):
+            state = self._states.get(k)
+            if state is not None and state.reserve_tokens > 0:
+                if self._tail_used.get(k) != eps:
+                    self._refresh(k, state)
+                value = state.reserve_tokens
+                break
+        if not value:
             name = prior_class_of(key)
             cached = self._cold.get(name)
             if cached is None or cached[0] != eps:
@@ -439,7 +490,15 @@ class OutputLengthLearner:
     def _refresh(self, key: OutputClassKey, state: OutputLengthState) -> None:
         """Move the class's reserve towards its quantile by one bounded step."""
         target = self.quantile_tokens(key)
-        current = state.reserve_tokens or self.prior_quantile_tokens(key)
+        current = state.reserve_tokens
+        if not current:
+            parent = (
+                self._states.get(key._replace(prompt_band=ALL_BANDS))
+                if key.prompt_band != ALL_BANDS
+                else None
+            )
+            current = parent.reserve_tokens if parent is not None and parent.reserve_tokens else 0
+            current = current or self.prior_quantile_tokens(key)
         step = 1.0 + self.cfg.max_step
         low, high = math.floor(current / step), math.ceil(current * step)
         state.reserve_tokens = max(self.cfg.min_reserve_tokens, min(max(target, low), high))
@@ -469,25 +528,27 @@ class OutputLengthLearner:
         if censored and completion_tokens <= 0:
             return
         tokens = max(1, int(completion_tokens))
-        state = self._states.get(key)
-        if state is None:
-            state = self._states[key] = OutputLengthState()
-        d = self._decay
-        if state.counts:
-            state.counts = {b: w * d for b, w in state.counts.items() if w * d > 1e-9}
-        if censored:
-            self._add_censored(key, state, tokens, 1.0)
-            state.censored += 1
-        else:
-            b = bin_of(tokens)
-            state.counts[b] = state.counts.get(b, 0.0) + 1.0
-        state.samples += 1
+        keys = [key] if key.prompt_band == ALL_BANDS else [key, key._replace(prompt_band=ALL_BANDS)]
+        for k in keys:
+            state = self._states.get(k)
+            if state is None:
+                state = self._states[k] = OutputLengthState()
+            d = self._decay
+            if state.counts:
+                state.counts = {b: w * d for b, w in state.counts.items() if w * d > 1e-6}
+            if censored:
+                self._add_censored(k, state, tokens, 1.0)
+                state.censored += 1
+            else:
+                b = bin_of(tokens)
+                state.counts[b] = state.counts.get(b, 0.0) + 1.0
+            state.samples += 1
+            state.truncated += truncated
         self.observations += 1
-        if truncated:
-            state.truncated += 1
-            self.truncations += 1
+        self.truncations += truncated
         self._steer(truncated)
-        self._refresh(key, state)
+        for k in reversed(keys):  # the parent first: a new band class starts from it
+            self._refresh(k, self._states[k])
 
     def _add_censored(
         self, key: OutputClassKey, state: OutputLengthState, tokens: int, weight: float
@@ -507,14 +568,16 @@ class OutputLengthLearner:
                 state.counts[b] = state.counts.get(b, 0.0) + weight * m / total
 
     def _steer(self, truncated: bool) -> None:
-        """The truncation controller (module docstring)."""
+        """The truncation controller (module docstring): in log space, a truncation lowers the tail
+        share by ``controller_step``, an untruncated answer raises it by
+        ``controller_step · t / (1 − t)`` with ``t = controller_margin · truncation_budget``; the two
+        balance when truncations are ``t`` of the answers."""
         step = self.cfg.controller_step
         if step <= 0.0:
             return
-        if truncated:
-            share = self.tail_share / (1.0 + step)
-        else:
-            share = self.tail_share * (1.0 + step * self.cfg.truncation_budget)
+        target = self.cfg.controller_margin * self.cfg.truncation_budget
+        delta = -step if truncated else step * target / (1.0 - target)
+        share = self.tail_share * math.exp(delta)
         self.tail_share = min(self.cfg.max_tail_share, max(self.cfg.min_tail_share, share))
 
     # -- sharing ---------------------------------------------------------------------------
