@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
+from extproc.config import RouterConfig
 from planner.cli_common import (
     add_router_config_args,
     add_trace_args,
@@ -18,12 +23,64 @@ from planner.cli_common import (
     replay_for,
 )
 from planner.des import LB_POLICIES
-from planner.plan import PlanInputs, run_plan
+from planner.plan import PlanInputs, closed_form, run_plan
 from planner.plan_report import format_plan
 from planner.sizing import Slo
-from planner.trace import TraceError
+from planner.trace import NormalizationReport, Trace, TraceError
 
 __all__ = ["add_parser", "run"]
+
+
+def _output_reserve(
+    args: argparse.Namespace,
+    trace: Trace,
+    report: NormalizationReport,
+    cfg: RouterConfig | None,
+    est: npt.NDArray[np.int64] | None,
+    short: int,
+    long_: int,
+) -> tuple[Trace, dict[str, Any] | None]:
+    """The trace as the router would budget it (``--output-reserve``, else the router's policy);
+    returns the trace and the replay's numbers (None when the trace keeps its own budgets).
+
+    Raises:
+        ValueError: a bad ``--output-reserve``.
+    """
+    from extproc.config import EstimatorConfig
+    from planner.output_reserve import parse_output_reserve, replay_output_reserve
+
+    est_cfg = cfg.estimator if cfg is not None else EstimatorConfig()
+    if args.output_reserve is None:
+        if report.fmt in ("decision-log", "cdf"):
+            report.notes.append(
+                "output reserve: the trace's own budgets (decision log: the router's recorded reserves; "
+                "CDF: synthesised totals)"
+            )
+            return trace, None
+        text = (
+            "learned" if est_cfg.output_reserve.learned else f"fixed:{est_cfg.default_output_reserve_tokens}"
+        )
+    else:
+        text = args.output_reserve
+    policy, fixed = parse_output_reserve(text)
+    new, rep = replay_output_reserve(
+        trace,
+        policy,
+        threshold_tokens=short,
+        long_max_model_len_tokens=long_,
+        fixed_tokens=fixed,
+        config=est_cfg.output_reserve.model_copy(update={"learned": True}),
+        est_input_tokens=est,
+    )
+    report.notes.append(rep.line())
+    return new, {
+        "policy": rep.policy,
+        "truncated": rep.truncated,
+        "truncated_share": rep.truncated / max(1, rep.n),
+        "alpha": rep.alpha,
+        "alpha_oracle": rep.alpha_oracle,
+        "mean_reserve_tokens": rep.mean_reserve_tokens,
+    }
 
 
 def add_parser(subparsers: Any) -> None:
@@ -93,6 +150,15 @@ def add_parser(subparsers: Any) -> None:
     )
     add_router_config_args(p)
     p.add_argument(
+        "--output-reserve",
+        default=None,
+        metavar="fixed:N|learned|oracle",
+        help="what the router reserves for the answer (planner/output_reserve.py): fixed:N tokens, the "
+        "learned quantile replayed in arrival order, or the true output (oracle); default: the router's "
+        "own policy (--router-config's estimator.output_reserve, else the router defaults; decision-log "
+        "and CDF traces keep their own budgets)",
+    )
+    p.add_argument(
         "--no-spill-sizing",
         action="store_true",
         help="only replay spillover at the token-budget sizes (skip sizing with spillover on)",
@@ -130,6 +196,12 @@ def run(args: argparse.Namespace) -> int:
             "(--short-max-tokens must be smaller than --long-max-model-len)"
         )
         return 2
+    try:
+        oracle_trace = trace
+        trace, reserve_note = _output_reserve(args, trace, report, cfg, est, short, long_)
+    except ValueError as exc:
+        eprint(f"error: {exc}")
+        return 2
     source = None
     if report.fmt == "cdf" and len(args.trace) == 1:
         from pathlib import Path
@@ -165,6 +237,22 @@ def run(args: argparse.Namespace) -> int:
     )
     t0 = time.perf_counter()
     res = run_plan(inp, progress=eprint)
+    if reserve_note is not None:
+        oracle = closed_form(dataclasses.replace(inp, trace=oracle_trace), short)
+        res["output_reserve"] = {
+            **reserve_note,
+            "oracle": {
+                k: oracle[k]
+                for k in (
+                    "alpha",
+                    "rho",
+                    "savings_closed_form",
+                    "analytical_savings",
+                    "analytical_short_instances",
+                )
+            },
+        }
+        res["output_reserve"]["oracle"]["analytical_long_instances"] = oracle["analytical_long_instances"]
     res["wall_s"] = time.perf_counter() - t0
     eprint(f"plan done in {res['wall_s']:.0f} s")
     res["normalization"] = report.to_dict()

@@ -145,6 +145,16 @@ def format_plan(res: dict[str, Any], report_lines: list[str]) -> str:
         f"inside each pool: {res['lb']}",
         f"alpha = F(B) = {fmt_alpha(cf['alpha'])} (share of requests whose input + output budget <= B)",
     ]
+    rv = res.get("output_reserve")
+    if rv:
+        o = rv["oracle"]
+        lines.append(
+            f"output reserve {rv['policy']} (what the router reserves; mean {rv['mean_reserve_tokens']:,.0f} tokens): "
+            f"alpha {fmt_alpha(cf['alpha'])}, alpha(1-1/rho) {cf['savings_closed_form']:.1%}, M/G/c saving "
+            f"{cf['analytical_savings']:.1%}, {rv['truncated']} requests truncated ({rv['truncated_share']:.3%}); "
+            f"oracle (true output known): alpha {fmt_alpha(o['alpha'])}, alpha(1-1/rho) "
+            f"{o['savings_closed_form']:.1%}, M/G/c saving {o['analytical_savings']:.1%}"
+        )
     if res.get("too_long_share"):
         lines.append(
             f"WARNING: {res['too_long_share']:.4%} of requests exceed the long pool's max_model_len "

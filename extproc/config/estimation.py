@@ -199,7 +199,7 @@ class OutputReserveConfig(Strict):
     truncation_budget: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.001
     """Target share of requests whose answer the router lets a pool cut short (fleet-wide). The
     learner's tail share is steered so that the observed truncation rate stays under it."""
-    tail_share: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.03
+    tail_share: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.04
     """Starting share of a class's answers allowed above its reserve (the reserve is the
     ``1 − tail_share`` quantile; cold, the prior's 97th percentile). A truncation needs an answer
     above the reserve *and* beyond the pool's free room, so the fleet's truncation rate is far below
@@ -208,11 +208,14 @@ class OutputReserveConfig(Strict):
     """Lowest tail share the truncation controller may steer to."""
     max_tail_share: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.3
     """Highest tail share the truncation controller may steer to."""
-    controller_step: Annotated[float, Field(ge=0.0, le=2.0)] = 1.0
+    controller_step: Annotated[float, Field(ge=0.0, le=2.0)] = 0.4
     """Decrease of the log tail share on one observed truncation (the increase per untruncated answer
     is ``controller_step · t / (1 − t)``, ``t = controller_margin · truncation_budget``, so the two
     balance when a share ``t`` of answers is truncated); 0 = the tail share stays ``tail_share``."""
-    controller_margin: Annotated[float, Field(gt=0.0, le=1.0)] = 0.7
+    controller_scope: Literal["fleet", "class"] = "fleet"
+    """``fleet``: one tail share for every class, steered by all truncations (the best split of a
+    fleet-wide budget); ``class``: one per class, steered by the class's own truncations."""
+    controller_margin: Annotated[float, Field(gt=0.0, le=1.0)] = 0.6
     """The controller aims at this share of ``truncation_budget`` (its noise stays under the budget)."""
     horizon_observations: Annotated[int, Field(ge=10, le=10_000_000)] = 5000
     """Observations of a class after which an old observation's weight has fallen to 1/e (the

@@ -28,14 +28,18 @@ censored data", 1967), or, when nothing lies above, put at twice the length.
 ×/÷ (1 + ``max_step``) per observation of the class, so no single answer (or a burst of odd ones)
 moves it far; a class with no observation routes on its prior's quantile.
 
-**The truncation budget.** The quantile level is ``1 − tail_share``. A truncation needs an answer
-above the reserve *and* beyond the free room of the pool that served it (``max_model_len − prompt``),
-so the fleet-wide truncation rate is well below the tail share; a controller steers the shared tail
-share so that the observed truncation rate stays under ``truncation_budget``: each truncation
-multiplies it by ``exp(−controller_step)``, each untruncated answer by ``exp(controller_step · t /
-(1 − t))`` with ``t = controller_margin · truncation_budget`` (they balance when truncations are ``t``
-of the answers: a stochastic-approximation controller, the quantile tracker's pinball step applied to
-the truncation indicator), within ``[min_tail_share, max_tail_share]``.
+**The truncation budget.** A class's quantile level is ``1 − tail_share``. A truncation needs an
+answer above the reserve *and* beyond the free room of the pool that served it (``max_model_len −
+prompt``), so the truncation rate is far below the tail share. One tail share λ for all classes is the
+best split of a fleet-wide budget: a request is routed short when its risk ``P(answer > B − prompt |
+class)`` is at most λ, so the requests routed short are those with the lowest risk per request
+routed, whatever their class (the Neyman–Pearson argument). A controller steers λ so that the
+observed truncation rate stays under ``truncation_budget``: each truncation multiplies λ by
+``exp(−controller_step)``, each untruncated answer by ``exp(controller_step · t / (1 − t))`` with
+``t = controller_margin · truncation_budget`` (they balance when truncations are ``t`` of the answers:
+a stochastic-approximation controller, the quantile tracker's pinball step applied to the truncation
+indicator), within ``[min_tail_share, max_tail_share]``. ``controller_scope: class`` gives each class
+(and each all-bands parent) its own λ and controller instead (measured worse: docs/estimator.md).
 
 Everything here is pure (no I/O, no clock): the same observations in the same order give the same
 reserves. Shared state (Redis) and snapshots use :meth:`OutputLengthState.to_dict` /
@@ -286,6 +290,8 @@ class OutputLengthState:
         censored: answers observed cut short (truncated or client-capped).
         truncated: answers a pool cut short (a subset of ``censored``).
         reserve_tokens: the bounded reserve the class routes with (0 = not set yet: the prior's).
+        tail_share: the class's share of answers allowed above its reserve, steered by its
+            truncations (0.0 = not set yet: ``OutputReserveConfig.tail_share``).
     """
 
     counts: dict[int, float] = field(default_factory=dict)
@@ -293,16 +299,18 @@ class OutputLengthState:
     censored: int = 0
     truncated: int = 0
     reserve_tokens: int = 0
+    tail_share: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """``{"counts": {"<bin>": weight, ...}, "samples", "censored", "truncated",
-        "reserve_tokens"}`` (bins as strings: JSON object keys)."""
+        "reserve_tokens", "tail_share"}`` (bins as strings: JSON object keys)."""
         return {
             "counts": {str(b): round(w, 9) for b, w in sorted(self.counts.items()) if w > 0.0},
             "samples": self.samples,
             "censored": self.censored,
             "truncated": self.truncated,
             "reserve_tokens": self.reserve_tokens,
+            "tail_share": self.tail_share,
         }
 
     @classmethod
@@ -321,6 +329,7 @@ class OutputLengthState:
                 int(data.get("censored", 0)),
                 int(data.get("truncated", 0)),
                 int(data.get("reserve_tokens", 0)),
+                float(data.get("tail_share", 0.0)),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"not an output length state: {exc!r}") from exc
@@ -328,12 +337,20 @@ class OutputLengthState:
             raise ValueError("not an output length state: bad histogram")
         if min(state.samples, state.censored, state.truncated, state.reserve_tokens) < 0:
             raise ValueError("not an output length state: negative count")
+        if not 0.0 <= state.tail_share < 1.0:
+            raise ValueError("not an output length state: tail share outside [0, 1)")
         return state
 
     @property
     def weight(self) -> float:
         """Total decayed weight of the observed answers."""
         return sum(self.counts.values())
+
+
+def _snap(share: float) -> float:
+    """``share`` on a 2 % log grid (cached reserves change only when it moves by a grid step)."""
+    g = math.log(1.02)
+    return math.exp(round(math.log(share) / g) * g)
 
 
 def _tail_quantile_bin(
@@ -371,9 +388,10 @@ class OutputLengthLearner:
         self._states: dict[OutputClassKey, OutputLengthState] = {}
         self._pmf: dict[str, list[float]] = {}
         self._cold: dict[str, tuple[float, int]] = {}
-        self.tail_share = self.cfg.tail_share
-        """The current tail share (the quantile level is ``1 − tail_share``), steered by truncations."""
         self._tail_used: dict[OutputClassKey, float] = {}
+        self.fleet_tail_share = self.cfg.tail_share
+        """The tail share of every class under ``controller_scope: fleet``, steered by all truncations
+        (process state: a restarted router starts again from ``tail_share``)."""
         self.truncations = 0
         """Truncations observed since start (all classes)."""
         self.observations = 0
@@ -414,35 +432,43 @@ class OutputLengthLearner:
 
     # -- reading ---------------------------------------------------------------------------
 
-    @property
-    def read_tail_share(self) -> float:
-        """The tail share the quantiles are read at: :attr:`tail_share` snapped to a 2 % log grid,
-        so cached reserves are recomputed only when the controller has moved it by a grid step."""
-        g = math.log(1.02)
-        return math.exp(round(math.log(self.tail_share) / g) * g)
+    def tail_share(self, key: OutputClassKey) -> float:
+        """The class's current tail share (its quantile level is ``1 − tail_share``): the fleet's
+        (:attr:`fleet_tail_share`) under ``controller_scope: fleet``, else the class's own."""
+        if self.cfg.controller_scope == "fleet":
+            return self.fleet_tail_share
+        state = self._states.get(key)
+        return state.tail_share if state is not None and state.tail_share > 0.0 else self.cfg.tail_share
+
+    def read_tail_share(self, key: OutputClassKey) -> float:
+        """The tail share the class's quantile is read at: :meth:`tail_share` snapped to a 2 % log
+        grid, so a reserve is recomputed only when the controller has moved it by a grid step."""
+        return _snap(self.tail_share(key))
 
     def quantile_tokens(self, key: OutputClassKey, tail_share: float | None = None) -> int:
-        """The ``1 − tail_share`` quantile (tokens) of the class's answers and its prior (upper edge
-        of the bin where the mass above first exceeds ``tail_share`` of the total); no bounded step.
-        ``tail_share`` None = :attr:`read_tail_share`."""
+        """The ``1 − tail_share`` quantile (tokens) of the class's answers blended with its base (its
+        parent's quantile, else its prior's; module docstring); no bounded step. ``tail_share`` None
+        = :meth:`read_tail_share`."""
         state = self._states.get(key)
-        return self._quantile(key, state.counts if state is not None else {}, tail_share)
+        eps = self.read_tail_share(key) if tail_share is None else tail_share
+        return self._quantile(key, state.counts if state is not None else {}, eps)
 
     def prior_quantile_tokens(self, key: OutputClassKey, tail_share: float | None = None) -> int:
-        """The ``1 − tail_share`` quantile (tokens) of the class's cold prior alone."""
-        return self._quantile(key, {}, tail_share, use_parent=False)
+        """The ``1 − tail_share`` quantile (tokens) of the class's cold prior alone (``tail_share``
+        None = ``OutputReserveConfig.tail_share``)."""
+        eps = _snap(self.cfg.tail_share) if tail_share is None else tail_share
+        return self._quantile(key, {}, eps, use_parent=False)
 
     def _quantile(
         self,
         key: OutputClassKey,
         counts: dict[int, float],
-        tail_share: float | None,
+        eps: float,
         *,
         use_parent: bool = True,
     ) -> int:
         """Geometric blend of the base quantile (the class's all-bands parent, else its prior) and
-        its own histogram's (module docstring)."""
-        eps = self.read_tail_share if tail_share is None else tail_share
+        its own histogram's, both at tail share ``eps`` (module docstring)."""
         parent = (
             self._states.get(key._replace(prompt_band=ALL_BANDS))
             if use_parent and key.prompt_band != ALL_BANDS
@@ -464,23 +490,22 @@ class OutputLengthLearner:
 
     def reserve_tokens(self, key: OutputClassKey, *, max_reserve_tokens: int) -> int:
         """The output reserve (tokens per sequence) of a request of class ``key`` without a client
-        maximum: the class's bounded learned quantile (its prior's quantile before it has learned),
-        at least ``min_reserve_tokens``, at most ``max_reserve_tokens`` (what the largest pool allows)
-        and ``OutputReserveConfig.max_reserve_tokens``."""
-        eps = self.read_tail_share
+        maximum: the class's bounded learned quantile; a class that has seen nothing takes its
+        all-bands parent's, else its prior's quantile. At least ``min_reserve_tokens``, at most
+        ``max_reserve_tokens`` (what the largest pool allows) and ``OutputReserveConfig.max_reserve_tokens``."""
         value = 0
         for k in (key, key._replace(prompt_band=ALL_BANDS)):
             state = self._states.get(k)
             if state is not None and state.reserve_tokens > 0:
-                if self._tail_used.get(k) != eps:
+                if self._tail_used.get(k) != self.read_tail_share(k):
                     self._refresh(k, state)
                 value = state.reserve_tokens
                 break
         if not value:
             name = prior_class_of(key)
             cached = self._cold.get(name)
-            if cached is None or cached[0] != eps:
-                cached = self._cold[name] = (eps, self.prior_quantile_tokens(key, eps))
+            if cached is None:
+                cached = self._cold[name] = (self.cfg.tail_share, self.prior_quantile_tokens(key))
             value = cached[1]
         cap = self.cfg.max_reserve_tokens
         if cap is not None:
@@ -489,7 +514,8 @@ class OutputLengthLearner:
 
     def _refresh(self, key: OutputClassKey, state: OutputLengthState) -> None:
         """Move the class's reserve towards its quantile by one bounded step."""
-        target = self.quantile_tokens(key)
+        eps = self.read_tail_share(key)
+        target = self._quantile(key, state.counts, eps)
         current = state.reserve_tokens
         if not current:
             parent = (
@@ -502,14 +528,14 @@ class OutputLengthLearner:
         step = 1.0 + self.cfg.max_step
         low, high = math.floor(current / step), math.ceil(current * step)
         state.reserve_tokens = max(self.cfg.min_reserve_tokens, min(max(target, low), high))
-        self._tail_used[key] = self.read_tail_share
+        self._tail_used[key] = eps
 
     # -- learning --------------------------------------------------------------------------
 
     def observe(
         self, key: OutputClassKey, completion_tokens: int, *, truncated: bool, capped: bool = False
     ) -> None:
-        """Learn one answer of class ``key``.
+        """Learn one answer of class ``key`` (and of its all-bands parent).
 
         Args:
             key: the request's class.
@@ -517,8 +543,8 @@ class OutputLengthLearner:
                 once per choice).
             truncated: a pool cut the answer short (its ``max_model_len`` was reached while a larger
                 pool would have allowed more and the client's maximum was not the limit): the true
-                length is at least ``completion_tokens`` (censored), and the truncation controller
-                lowers the tail share.
+                length is at least ``completion_tokens`` (censored), and the class's truncation
+                controller lowers its tail share.
             capped: the client's own maximum cut the answer short (censored too, not a truncation).
 
         Non-positive ``completion_tokens`` of an uncensored answer are learned as one token; a
@@ -532,7 +558,7 @@ class OutputLengthLearner:
         for k in keys:
             state = self._states.get(k)
             if state is None:
-                state = self._states[k] = OutputLengthState()
+                state = self._states[k] = OutputLengthState(tail_share=self.cfg.tail_share)
             d = self._decay
             if state.counts:
                 state.counts = {b: w * d for b, w in state.counts.items() if w * d > 1e-6}
@@ -544,9 +570,10 @@ class OutputLengthLearner:
                 state.counts[b] = state.counts.get(b, 0.0) + 1.0
             state.samples += 1
             state.truncated += truncated
+            state.tail_share = self._steer(state.tail_share or self.cfg.tail_share, truncated)
         self.observations += 1
         self.truncations += truncated
-        self._steer(truncated)
+        self.fleet_tail_share = self._steer(self.fleet_tail_share, truncated)
         for k in reversed(keys):  # the parent first: a new band class starts from it
             self._refresh(k, self._states[k])
 
@@ -567,18 +594,17 @@ class OutputLengthLearner:
             if m > 0.0:
                 state.counts[b] = state.counts.get(b, 0.0) + weight * m / total
 
-    def _steer(self, truncated: bool) -> None:
-        """The truncation controller (module docstring): in log space, a truncation lowers the tail
-        share by ``controller_step``, an untruncated answer raises it by
+    def _steer(self, share: float, truncated: bool) -> float:
+        """One step of a class's truncation controller (module docstring): in log space, a
+        truncation lowers the tail share by ``controller_step``, an untruncated answer raises it by
         ``controller_step · t / (1 − t)`` with ``t = controller_margin · truncation_budget``; the two
-        balance when truncations are ``t`` of the answers."""
+        balance when truncations are ``t`` of the class's answers."""
         step = self.cfg.controller_step
         if step <= 0.0:
-            return
+            return share
         target = self.cfg.controller_margin * self.cfg.truncation_budget
         delta = -step if truncated else step * target / (1.0 - target)
-        share = self.tail_share * math.exp(delta)
-        self.tail_share = min(self.cfg.max_tail_share, max(self.cfg.min_tail_share, share))
+        return min(self.cfg.max_tail_share, max(self.cfg.min_tail_share, share * math.exp(delta)))
 
     # -- sharing ---------------------------------------------------------------------------
 
@@ -598,9 +624,11 @@ class OutputLengthLearner:
         pairs = list(states.items()) if isinstance(states, dict) else list(states)
         for key, state in pairs:
             self._states[key] = state
+            if state.tail_share <= 0.0:
+                state.tail_share = self.cfg.tail_share
             if state.reserve_tokens <= 0:
                 state.reserve_tokens = self.quantile_tokens(key)
-            self._tail_used[key] = self.read_tail_share
+            self._tail_used[key] = self.read_tail_share(key)
         return len(pairs)
 
     def merge(self, key: OutputClassKey, state: OutputLengthState) -> OutputLengthState:

@@ -254,21 +254,37 @@ def test_a_truncated_answer_is_censored_and_raises_the_reserve() -> None:
 def test_the_controller_holds_truncations_at_the_budget() -> None:
     learner = _learner(truncation_budget=0.001, tail_share=0.01, controller_step=0.2)
     key = OutputClassKey("m")
-    start = learner.tail_share
+    start = learner.fleet_tail_share
     learner.observe(key, 100, truncated=True)
-    assert learner.tail_share == pytest.approx(start * math.exp(-0.2))
+    assert learner.fleet_tail_share == pytest.approx(start * math.exp(-0.2))
     shares = []
     rng = random.Random(3)
     for i in range(60_000):  # 1 % truncated: ten times the budget
         learner.observe(key, 100, truncated=rng.random() < 0.01)
         if i % 1000 == 0:
-            shares.append(learner.tail_share)
-    assert learner.tail_share <= 1.05 * learner.cfg.min_tail_share
+            shares.append(learner.fleet_tail_share)
+    assert learner.fleet_tail_share <= 1.05 * learner.cfg.min_tail_share
     assert shares[-1] < shares[0]
     quiet = _learner()
     for _ in range(20_000):  # no truncation: the share relaxes up to its maximum
         quiet.observe(key, 100, truncated=False)
-    assert quiet.tail_share == quiet.cfg.max_tail_share
+    assert quiet.fleet_tail_share == quiet.cfg.max_tail_share
+    # at the controller's target rate the share holds: t = margin x budget
+    steady = _learner(truncation_budget=0.01, controller_margin=1.0, controller_step=0.2, max_tail_share=0.4)
+    for i in range(50_000):
+        steady.observe(key, 100, truncated=i % 100 == 0)
+    assert 0.5 * steady.cfg.tail_share < steady.fleet_tail_share < 2.0 * steady.cfg.tail_share
+
+
+def test_one_tail_share_for_the_fleet_or_one_per_class() -> None:
+    a, b = OutputClassKey("m", prompt_band=0), OutputClassKey("m", prompt_band=1)
+    fleet, per_class = _learner(), _learner(controller_scope="class")
+    for learner in (fleet, per_class):
+        for _ in range(200):
+            learner.observe(a, 100, truncated=False)
+            learner.observe(b, 100, truncated=True)
+    assert fleet.tail_share(a) == fleet.tail_share(b) == fleet.fleet_tail_share
+    assert per_class.tail_share(a) > per_class.cfg.tail_share > per_class.tail_share(b)
 
 
 def test_same_observations_same_reserves() -> None:
