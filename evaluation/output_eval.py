@@ -22,6 +22,8 @@ knowing both halves). Every B is a separate replay (truncations steer the learne
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ __all__ = [
     "build_output_items",
     "reasoning_items",
     "replay_output",
+    "with_client_max",
 ]
 
 LONG_MAX_MODEL_LEN_TOKENS = 65536
@@ -65,6 +68,8 @@ class OutputItem:
     output_tokens: int
     reasoning: str = "off"
     """The reasoning label of requests without a body (traces, reasoning answers)."""
+    max_tokens: int | None = None
+    """The client's maximum (``max_tokens``), None when absent (:func:`with_client_max`)."""
 
 
 @dataclass(slots=True)
@@ -205,6 +210,22 @@ def _class(item: OutputItem, learner: OutputLengthLearner) -> OutputClassKey:
     return OutputClassKey(item.model_key, item.endpoint, item.reasoning, False, band)
 
 
+def with_client_max(
+    items: Sequence[OutputItem], share: float, *, seed: int, low: int = 16, high: int = 8192
+) -> list[OutputItem]:
+    """The items with a client maximum on ``share`` of them (seeded): ``max_tokens`` log-uniform on
+    ``[low, high]``, the distribution of ``tbr eval-estimator``'s replay
+    (:class:`evaluation.replay.ReserveDistribution`)."""
+    rng = random.Random(seed)
+    out = []
+    for item in items:
+        m = None
+        if rng.random() < share:
+            m = round(math.exp(rng.uniform(math.log(low), math.log(high))))
+        out.append(dataclasses.replace(item, max_tokens=m))
+    return out
+
+
 def replay_output(
     items: Sequence[OutputItem],
     threshold_tokens: int,
@@ -212,16 +233,22 @@ def replay_output(
     *,
     config: OutputReserveConfig | None = None,
     long_max_model_len_tokens: int = LONG_MAX_MODEL_LEN_TOKENS,
+    policy: str = "strict",
 ) -> OutputOutcome:
     """Replay ``items`` at B = ``threshold_tokens`` under ``reserve`` (module docstring).
+
+    A request with a client maximum answers ``min(output, max_tokens)`` tokens (capped answers are
+    learned as censored) and reserves the maximum (``policy`` ``strict``) or the smaller of the
+    maximum and ``reserve``'s value (``risk``).
 
     Args:
         reserve: ``online`` (learned, observing every answer), ``cold`` (the learner's priors,
             never observing), ``fixed:N`` (N tokens for every request) or ``oracle`` (the true answer).
         config: the learner's settings (default :class:`OutputReserveConfig` with ``learned``).
+        policy: ``strict`` or ``risk`` (requests with a client maximum).
 
     Raises:
-        ValueError: unknown ``reserve``.
+        ValueError: unknown ``reserve`` or ``policy``.
     """
     cfg = config if config is not None else OutputReserveConfig(learned=True)
     learner = OutputLengthLearner(cfg)
@@ -230,22 +257,25 @@ def replay_output(
         fixed = int(reserve.removeprefix("fixed:"))
     elif reserve not in ("online", "cold", "oracle"):
         raise ValueError(f"unknown reserve {reserve!r}: online, cold, fixed:N or oracle")
+    if policy not in ("strict", "risk"):
+        raise ValueError(f"unknown policy {policy!r}: strict or risk")
     out = OutputOutcome(threshold_tokens, reserve)
     b = threshold_tokens
     for item in items:
         key = _class(item, learner)
         room = max(1, long_max_model_len_tokens - item.prompt_est_tokens)
-        if fixed is not None:
-            r = fixed
-        elif reserve == "oracle":
-            r = item.output_tokens
-        else:
-            r = learner.reserve_tokens(key, max_reserve_tokens=room)
+        answer = item.output_tokens if item.max_tokens is None else min(item.output_tokens, item.max_tokens)
+        capped = item.max_tokens is not None and item.output_tokens >= item.max_tokens
+        if reserve == "oracle":
+            fixed = answer
+        r = fixed if fixed is not None else learner.reserve_tokens(key, max_reserve_tokens=room)
+        if item.max_tokens is not None:
+            r = item.max_tokens if policy == "strict" else min(r, item.max_tokens)
         out.n += 1
         out.reserve_sum += r
         short = item.prompt_est_tokens + r <= b
         true_fits = item.prompt_tokens + r <= b
-        ideal = item.prompt_tokens + item.output_tokens <= b
+        ideal = item.prompt_tokens + answer <= b
         out.ideal_short += ideal
         truncated = False
         if short:
@@ -263,5 +293,5 @@ def replay_output(
             if truncated or (short and not true_fits and not ideal):
                 learner.observe(key, max(1, b - item.prompt_tokens), truncated=True)
             else:
-                learner.observe(key, item.output_tokens, truncated=False)
+                learner.observe(key, answer, truncated=False, capped=capped)
     return out

@@ -43,6 +43,8 @@ class OutputReserveReplay:
     alpha: float
     alpha_oracle: float
     mean_reserve_tokens: float
+    n: int = 0
+    """Requests replayed."""
 
     def line(self) -> str:
         """One line for the normalisation report."""
@@ -51,8 +53,6 @@ class OutputReserveReplay:
             f"at B = {self.threshold_tokens:,} (oracle {self.alpha_oracle:.3f}), {self.truncated} requests "
             f"truncated by the short pool ({self.truncated / max(1, self.n):.3%}; outputs cut to B - prompt)"
         )
-
-    n: int = 0
 
 
 def parse_output_reserve(text: str) -> tuple[str, int | None]:

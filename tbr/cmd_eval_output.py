@@ -48,6 +48,18 @@ def add_parser(subparsers: Any) -> None:
         "models, default) or one for all",
     )
     p.add_argument(
+        "--client-max",
+        type=float,
+        default=0.0,
+        help="share of requests given a client max_tokens (log-uniform 16-8192, seeded; default 0: none)",
+    )
+    p.add_argument(
+        "--policy",
+        choices=("strict", "risk"),
+        default="strict",
+        help="reserve of a request with a client maximum: the maximum (strict) or min(maximum, learned) (risk)",
+    )
+    p.add_argument(
         "--json-out", dest="json_path", default=None, help="also write all numbers to this JSON file"
     )
     p.set_defaults(func=run)
@@ -59,7 +71,7 @@ def _ints(text: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the replay; returns 0, or 2 on bad arguments or missing data."""
-    from evaluation.output_eval import build_output_items, reasoning_items, replay_output
+    from evaluation.output_eval import build_output_items, reasoning_items, replay_output, with_client_max
     from evaluation.output_pairs import load_output_pairs, load_trace_pairs
     from evaluation.reasoning_lengths import load_reasoning_answers
     from extproc.config import OutputReserveConfig
@@ -80,7 +92,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     cfg = OutputReserveConfig(learned=True)
     report: dict[str, Any] = {"thresholds": thresholds, "config": cfg.model_dump(mode="json"), "sets": {}}
-    print(f"# Output reserve on real answers: B = {thresholds}, seeds {seeds}\n")
+    print(
+        f"# Output reserve on real answers: B = {thresholds}, seeds {seeds}, client max_tokens on "
+        f"{args.client_max:.0%} of requests, policy {args.policy}\n"
+    )
     print(
         "| set | reserve | seed | n | "
         + " | ".join(f"B={b}: truncated / α ÷ ideal (α, ideal) / harmful, wasteful" for b in thresholds)
@@ -108,11 +123,13 @@ def run(args: argparse.Namespace) -> int:
                 (None, build_output_items(load_trace_pairs(data, name), seed=None, estimate_prompts=False))
             ]
         rows = []
+        if args.client_max > 0.0:
+            runs = [(s, with_client_max(items, args.client_max, seed=s or 0)) for s, items in runs]
         for seed, items in runs:
             for reserve in reserves:
                 cells, outs = [], []
                 for b in thresholds:
-                    o = replay_output(items, b, reserve, config=cfg)
+                    o = replay_output(items, b, reserve, config=cfg, policy=args.policy)
                     outs.append(o.to_dict())
                     cells.append(
                         f"{o.truncation_rate:.3%} / **{o.alpha_ratio:.3f}** ({o.alpha:.3f}, {o.ideal_alpha:.3f})"

@@ -193,9 +193,11 @@ class OutputReserveConfig(Strict):
 
     policy: Literal["strict", "risk"] = "strict"
     """``strict``: a client maximum is the reserve; ``risk``: ``min(maximum, learned quantile)``."""
-    learned: bool = False
-    """Reserve the learned quantile of the class for requests without a maximum; False =
-    ``estimator.default_output_reserve_tokens`` (the reserve of earlier releases)."""
+    learned: bool = True
+    """Reserve the learned quantile of the class for requests without a maximum (from the class's
+    cold prior until it has learned); False = ``estimator.default_output_reserve_tokens`` (the fixed
+    reserve of earlier releases: 52 % of reasoning answers cut at B = 2048, α 0.60 of the ideal on the
+    Azure conv trace; docs/estimator.md §Output half)."""
     truncation_budget: Annotated[float, Field(gt=0.0, lt=0.5)] = 0.001
     """Target share of requests whose answer the router lets a pool cut short (fleet-wide). The
     learner's tail share is steered so that the observed truncation rate stays under it."""

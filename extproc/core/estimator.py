@@ -344,7 +344,7 @@ class Estimator:
           ``default_output_reserve_tokens``.
 
         A learned reserve never exceeds the largest pool's ``max_model_len`` minus
-        ``prompt_tokens_est`` (at least 1 token). Sources: ``client``, ``risk``, ``learned``, ``default``.
+        ``prompt_tokens_est`` (not capped when the prompt alone is over it: no pool holds the request). Sources: ``client``, ``risk``, ``learned``, ``default``.
         """
         learner = self.output_learner
         maximum = f.max_output_tokens
@@ -356,12 +356,10 @@ class Estimator:
             return maximum, "client"
         if key is None:
             key = learner.class_of(f, self.model_key(f.model), prompt_tokens_est)
-        room = (
-            self.max_model_len_tokens - prompt_tokens_est
-            if self.max_model_len_tokens is not None
-            else 1 << 30
-        )
-        learned = learner.reserve_tokens(key, max_reserve_tokens=max(1, room))
+        room = 1 << 30
+        if self.max_model_len_tokens is not None and prompt_tokens_est < self.max_model_len_tokens:
+            room = self.max_model_len_tokens - prompt_tokens_est  # a prompt over every pool: no cap
+        learned = learner.reserve_tokens(key, max_reserve_tokens=room)
         if maximum is None:
             return learned, "learned"
         return (learned, "risk") if learned < maximum else (maximum, "client")

@@ -32,8 +32,10 @@ moves it far; a class with no observation routes on its prior's quantile.
 answer above the reserve *and* beyond the free room of the pool that served it (``max_model_len −
 prompt``), so the truncation rate is far below the tail share. One tail share λ for all classes is the
 best split of a fleet-wide budget: a request is routed short when its risk ``P(answer > B − prompt |
-class)`` is at most λ, so the requests routed short are those with the lowest risk per request
-routed, whatever their class (the Neyman–Pearson argument). A controller steers λ so that the
+class)`` is at most λ, so the requests routed short are those of lowest risk, whatever their class
+(each request routed short counts once in α and adds its risk to the expected truncations, so for a
+given expected number of truncations the most requests go short when they are taken in order of risk;
+this assumes each class's histogram is its true distribution). A controller steers λ so that the
 observed truncation rate stays under ``truncation_budget``: each truncation multiplies λ by
 ``exp(−controller_step)``, each untruncated answer by ``exp(controller_step · t / (1 − t))`` with
 ``t = controller_margin · truncation_budget`` (they balance when truncations are ``t`` of the answers:

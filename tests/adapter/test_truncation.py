@@ -296,7 +296,8 @@ def test_each_answer_teaches_its_class(
 
 
 def test_nothing_is_learned_while_the_reserve_is_not_learned() -> None:
-    _, _, proc = _run("chat", ["length"], CAP, stream=False)
+    fixed = {**CONFIG, "estimator": {"output_reserve": {"learned": False}}}
+    _, _, proc = _run("chat", ["length"], CAP, stream=False, config=fixed)
     assert proc.router.estimator.output_learner is None and proc.truncated is True
 
 

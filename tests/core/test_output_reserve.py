@@ -414,6 +414,26 @@ def test_reserve_never_exceeds_the_largest_pool() -> None:
     assert budget.output_reserve_tokens == 4096 - budget.prompt_tokens
 
 
+def test_a_byte_bound_reserves_the_most_of_the_bands_its_prompt_may_be_in() -> None:
+    from extproc.core.screen import bound_budget
+
+    est = _estimator()
+    learner = est.output_learner
+    assert learner is not None
+    f = parse_request_body(_chat(messages=[{"role": "user", "content": "word " * 1000}]), "chat")
+    exact = est.estimate(f)
+    bound = bound_budget(est, f)
+    assert bound is not None and exact.output_class is not None and bound.output_class is not None
+    assert bound.output_class.prompt_band > exact.output_class.prompt_band
+    # the estimate's band learns long answers, the bound's band short ones
+    for _ in range(300):
+        learner.observe(exact.output_class, 3000, truncated=False)
+        learner.observe(bound.output_class, 10, truncated=False)
+    exact, bound = est.estimate(f), bound_budget(est, f)
+    assert bound is not None
+    assert bound.output_reserve_tokens >= exact.output_reserve_tokens > 1000
+
+
 def test_config_rejects_bad_settings() -> None:
     with pytest.raises(ValueError):
         OutputReserveConfig(prompt_band_edges_tokens=(4096, 1024))

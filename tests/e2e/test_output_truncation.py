@@ -10,9 +10,10 @@ does. Each such answer must be counted as a truncation misroute of the short poo
 and teach the output learner, so that the same requests then go to the long pool and get their
 whole 5,000 tokens with ``"stop"``.
 
-The first test runs the shipped reserve (``estimator.output_reserve.learned`` off: 1,024 tokens,
-nothing learned). The second turns the learner on with its default settings and repeats the three
-requests until each goes long: every answer on the way is either long and whole or counted.
+The first test runs the reserve of earlier releases (``estimator.output_reserve.learned: false``:
+1,024 tokens, nothing learned). The second runs the learner (the default) with its default settings
+and repeats the three requests until each goes long: every answer on the way is either long and
+whole or counted.
 """
 
 from __future__ import annotations
@@ -88,7 +89,12 @@ async def _drained(stack: Any, timeout_s: float = 20.0) -> None:
 
 async def test_a_5000_token_answer_cut_by_the_short_pool_is_counted(tmp_path: Path) -> None:
     log_path = tmp_path / "decisions.jsonl"
-    router = {"server": {"grace_period_s": 0.5}, "decision_log_path": str(log_path)}
+    # the reserve of earlier releases: a fixed 1,024 tokens without max_tokens, nothing learned
+    router = {
+        "server": {"grace_period_s": 0.5},
+        "decision_log_path": str(log_path),
+        "estimator": {"output_reserve": {"learned": False}},
+    }
     # any model name: "m" is no reasoning model, so its class starts from the chat prior
     natural = {"natural_output_tokens": f"fixed:{NATURAL}", "strict_model": False}
     async with (

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.output_eval import OutputItem, build_output_items, reasoning_items, replay_output
+from evaluation.output_eval import (
+    OutputItem,
+    build_output_items,
+    reasoning_items,
+    replay_output,
+    with_client_max,
+)
 from evaluation.output_pairs import PAIR_SOURCES, load_output_pairs, load_trace_pairs
 from evaluation.reasoning_lengths import CSV_PATH, load_reasoning_answers
 from extproc.config import OutputReserveConfig
@@ -32,6 +38,22 @@ def test_outcomes_are_counted_as_defined() -> None:
     assert (h.harmful, h.truncated, h.short) == (1, 0, 1)
     with pytest.raises(ValueError):
         replay_output(items, 2048, "magic")
+
+
+def test_strict_reserves_the_client_maximum_and_risk_the_smaller() -> None:
+    items = [_item(1000, 100 + i % 200) for i in range(3000)]
+    capped = with_client_max(items, 1.0, seed=0, low=4000, high=4000)
+    assert {i.max_tokens for i in capped} == {4000} and with_client_max(items, 0.0, seed=0) == items
+    strict = replay_output(capped, 2048, "online", policy="strict")
+    risk = replay_output(capped, 2048, "online", policy="risk")
+    assert strict.short == 0 and strict.truncated == 0  # 1000 + 4000 > 2048: all long
+    assert risk.alpha_ratio > 0.9 and risk.truncated == 0
+    # a maximum below the answer caps it: the ideal counts the capped answer
+    small = with_client_max([_item(1900, 500)], 1.0, seed=0, low=100, high=100)
+    o = replay_output(small, 2048, "oracle", policy="strict")
+    assert (o.short, o.ideal_short, o.truncated) == (1, 1, 0)
+    with pytest.raises(ValueError):
+        replay_output(items, 2048, "online", policy="bold")
 
 
 def test_online_learns_short_answers_and_routes_more_short() -> None:

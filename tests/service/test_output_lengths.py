@@ -180,7 +180,8 @@ async def test_router_restores_saves_and_shows_the_output_lengths(tmp_path: Path
 
 
 async def test_output_lengths_view_says_when_nothing_is_learned() -> None:
-    async with RouterApp(parse_config({"pools": POOLS}), grpc_port=0, admin_port=0) as app:
+    cfg = parse_config({"pools": POOLS, "estimator": {"output_reserve": {"learned": False}}})
+    async with RouterApp(cfg, grpc_port=0, admin_port=0) as app:
         assert app.output_learner is None
         view = (await admin_get(app.admin_port, "/output-lengths")).json()
         assert view == {"learned": False, "classes": []}
