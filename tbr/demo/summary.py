@@ -2,9 +2,10 @@
 
 Definitions (all sizes in tokens, true counts from the serving pool's ``usage.prompt_tokens``):
 
-* **true budget** = ``prompt_tokens + output reserve``, where the reserve is the request's
-  ``max_tokens`` or, when absent, the router's ``default_output_reserve_tokens`` (what the router
-  budgets for it).
+* **true budget** = ``prompt_tokens + output reserve``, where the reserve is what the router
+  reserved for the request (its decision record's ``output_reserve_tokens``: the request's
+  ``max_tokens``, or the learned reserve of its output class), else the request's ``max_tokens`` or
+  the router's ``default_output_reserve_tokens``.
 * **harmful misroute**: sent to the short pool although over its limit: either the client saw the
   pool's refusal, or Envoy's misroute recovery retried it on the long pool (``retried_to_pool`` in
   the router's decision log; the client then got a 200). Before recovery existed:
@@ -137,7 +138,11 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
         if true_prompt is None:
             unknown_size += 1
             continue
-        reserve = req.max_tokens if req.max_tokens is not None else inp.default_output_reserve_tokens
+        logged_reserve = rec.get("output_reserve_tokens") if rec else None
+        if isinstance(logged_reserve, int) and not isinstance(logged_reserve, bool):
+            reserve = logged_reserve * max(1, _int(rec, "n_sequences"))  # the router's own reserve
+        else:
+            reserve = req.max_tokens if req.max_tokens is not None else inp.default_output_reserve_tokens
         true_budget = true_prompt + reserve
         fits_short = true_budget <= inp.short_max_model_len
         matrix[(fits_short, pool)] += 1
@@ -303,6 +308,12 @@ def format_summary(s: dict[str, Any]) -> str:
         add(f"Envoy pool clusters: {trouble}")
     add("=" * 78)
     return "\n".join(lines)
+
+
+def _int(rec: dict[str, Any] | None, key: str) -> int:
+    """``rec[key]`` when it is an int, else 0."""
+    v = rec.get(key) if rec else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
 def _num(v: Any) -> str:

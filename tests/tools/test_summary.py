@@ -142,3 +142,13 @@ def test_truncated_answers_are_counted_from_the_decision_log() -> None:
     assert (s["truncated_misroutes"], s["truncated_request_ids"]) == (1, ["cut"])
     assert "truncated misroutes (answer cut at the serving pool's max_model_len" in format_summary(s)
     assert s["harmful_misroutes"] == 0
+
+
+def test_the_routers_own_reserve_from_the_decision_log_defines_wasteful() -> None:
+    """With a learned reserve the router budgets neither max_tokens nor the default: 7000 + its
+    logged 2,000-token reserve does not fit 8192, so the long pool was right, not wasteful."""
+    o = Outcome(_req("w", None), 200, "long", 7000, 16, 0.1)
+    rec = {"request_id": "w", "pool": "long", "output_reserve_tokens": 2000, "n_sequences": 1}
+    assert build_summary(_inputs([o], {"w": rec}))["wasteful_misroutes"] == 0
+    rec["output_reserve_tokens"] = 500  # 7000 + 500 fits: wasteful
+    assert build_summary(_inputs([o], {"w": rec}))["wasteful_misroutes"] == 1
