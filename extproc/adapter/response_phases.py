@@ -182,28 +182,30 @@ def judge_answer(proc: StreamProcessor, finish_reasons: tuple[str, ...]) -> None
     if budget is None or routed is None or proc.endpoint == "chat_batch":
         return
     served = proc.retried_to or routed
-    models = proc.router.models
-    pool = models.pool(served)
-    larger = models.next_larger(served)
+    r = proc.router
+    pool, larger = r.models.pool(served), r.models.next_larger(served)
+    # where the server really cuts: its reported max_model_len when the pool check read it
+    served_len = r.served_limits.get(served, pool.max_model_len) if pool is not None else None
+    larger_len = r.served_limits.get(larger.name, larger.max_model_len) if larger is not None else None
     report = judge_output(
         api=API_OF_ENDPOINT.get(proc.endpoint or "", "openai"),
         finish_reasons=finish_reasons,
         prompt_tokens=proc.prompt_tokens,
         completion_tokens=proc.completion_tokens,
         n_sequences=budget.n_sequences,
-        served_max_model_len=pool.max_model_len if pool is not None else None,
-        larger_max_model_len=larger.max_model_len if larger is not None else None,
+        served_max_model_len=served_len,
+        larger_max_model_len=larger_len,
         client_max_output_tokens=proc.client_max_output_tokens,
     )
     proc.finish_reason = report.finish_reason
     proc.truncated = report.truncated
     if report.truncated:
         proc.misroute = proc.misroute or "truncated"
-        proc.router.observer.misroute(served, served, "truncated")
+        r.observer.misroute(served, served, "truncated")
     key = budget.output_class
     if key is not None:  # an answer's length is exact also where its prompt is not learned from
         for tokens, censored in report.sequences:
-            proc.router.observe_output(
+            r.observe_output(
                 key, tokens, truncated=censored and report.truncated, capped=censored and not report.truncated
             )
 

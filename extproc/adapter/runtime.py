@@ -8,6 +8,7 @@ the instance they started with.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Protocol
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
@@ -60,6 +61,9 @@ class Runtime:
         output_learner: the learned answer lengths (kept across reloads); None = the estimator's
             own (a new one when ``estimator.output_reserve.learned``, else none).
         output_sink: where each answer learned from is also queued for the other replicas (Redis).
+        served_limits: pool name → the ``max_model_len`` its server reports (kept across reloads,
+            filled by the pool limit check); where known, the truncation judgement uses it instead of
+            the configured limit: it is where the server cuts an answer.
     """
 
     def __init__(
@@ -74,6 +78,7 @@ class Runtime:
         held_records: HeldRecords | None = None,
         output_learner: OutputLengthLearner | None = None,
         output_sink: OutputSink | None = None,
+        served_limits: Mapping[str, int] | None = None,
     ) -> None:
         self.config = config
         self.store: RatioStore = (
@@ -88,6 +93,7 @@ class Runtime:
             max_model_len_tokens=max(p.max_model_len for p in config.pools),
         )
         self.output_sink = output_sink
+        self.served_limits: Mapping[str, int] = served_limits if served_limits is not None else {}
         self.load = load if load is not None else LoadTracker()
         self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
         self.models = ModelRouting(config, self.load)

@@ -148,6 +148,9 @@ class RouterApp:
         """The learned answer lengths (issue 30), kept across reloads; None while
         ``estimator.output_reserve.learned`` has never been on."""
         self.output_sync: OutputLengthSync | None = None
+        self.served_limits: dict[str, int] = {}
+        """Pool name → the ``max_model_len`` its vLLM server reports on ``/v1/models`` (the pool
+        limit check at start); the truncation judgement uses it over the configured one."""
         self.metrics.registry.register(OutputCollector(self._active_learner))
         self.load = LoadTracker()
         self.metrics.registry.register(LoadCollector(self.load))
@@ -311,6 +314,7 @@ class RouterApp:
             held_records=self.held_records,
             output_learner=self._output_learner_for(cfg),
             output_sink=self.output_sync,
+            served_limits=self.served_limits,
         )
         # Models already learned keep their keys across reloads/restarts (most observed first),
         # so the bounded model set (estimator.max_models) does not grow with each reload.
@@ -377,7 +381,11 @@ class RouterApp:
 
         async def run() -> object:
             async with httpx.AsyncClient() as client:
-                return await check_pool_limits(cfg.pools, client, self.metrics.pool_check)
+                checks = await check_pool_limits(cfg.pools, client, self.metrics.pool_check)
+            for check in checks:  # what the server cuts answers at (extproc/core/truncation.py)
+                if check.served_tokens is not None:
+                    self.served_limits[check.pool] = check.served_tokens
+            return checks
 
         self._pool_check = asyncio.create_task(run(), name="tbr-pool-limit-check")
 

@@ -145,9 +145,11 @@ def _run(
     extra: dict[str, Any] | None = None,
     attempt: str = "1",
     config: dict[str, Any] | None = None,
+    served_limits: dict[str, int] | None = None,
 ) -> tuple[Recorder, list[pb.ProcessingResponse], StreamProcessor]:
     obs = Recorder()
-    proc = StreamProcessor(Runtime(parse_config(config or CONFIG), observer=obs), rng=random.Random(0))
+    runtime = Runtime(parse_config(config or CONFIG), observer=obs, served_limits=served_limits)
+    proc = StreamProcessor(runtime, rng=random.Random(0))
     out = [proc.handle(_headers(**{":path": PATHS[endpoint], ":method": "POST", "x-request-id": "t1"}))]
     body = _request_body(endpoint, {"stream": stream, **(extra or {})})
     out.append(proc.handle(pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))))
@@ -328,3 +330,17 @@ def test_payload_with_the_longest_model_key_and_its_class_still_decodes() -> Non
         routing.budget, "short", "chat", True, "r" * 128, "k" * 32, client_max_output_tokens=5
     )
     assert decode_payload(encode_payload(payload)) == payload
+
+
+def test_the_limit_the_pools_server_reports_is_where_it_cuts() -> None:
+    """The config says short = 8,192 but its vLLM server serves 4,096 (the pool limit check read
+    /v1/models): max_tokens 2000 over 4,096 − 3,900 is clamped by vLLM to 196 tokens, a truncation.
+    Judged by the configured 8,192 alone, 2,000 would have fitted and the cut looks like the
+    client's own maximum."""
+    cut = 4096 - PROMPT
+    obs, _, proc = _run(
+        "chat", ["length"], cut, stream=False, extra={"max_tokens": 2000}, served_limits={"short": 4096}
+    )
+    assert obs.misroutes == [("short", "short", "truncated")] and proc.truncated is True
+    obs, _, proc = _run("chat", ["length"], cut, stream=False, extra={"max_tokens": 2000})
+    assert obs.misroutes == [] and proc.truncated is False
