@@ -135,7 +135,7 @@ class Apis:
         )
         if fit.error is not None:
             return fit.error
-        plan = plan_choice(self.pool.settings, fit.max_tokens)
+        plan = plan_choice(self.pool.settings, fit.max_tokens, self.pool.state.natural.draw(request.headers))
         rid, mid = protocol.new_id("resp").replace("-", "_"), protocol.new_id("msg").replace("-", "_")
 
         def envelope(status: str, text: str | None, usage: dict[str, Any] | None) -> dict[str, Any]:
@@ -220,7 +220,7 @@ class Apis:
         if fit.error is not None:
             err = orjson.loads(bytes(fit.error.body))["error"]
             return anthropic_error(err["message"], 400, err["type"])
-        plan = plan_choice(self.pool.settings, fit.max_tokens)
+        plan = plan_choice(self.pool.settings, fit.max_tokens, self.pool.state.natural.draw(request.headers))
         mid = protocol.new_id("msg").replace("-", "_")
         stop = "max_tokens" if plan.finish_reason == "length" else "end_turn"
         if body.get("stream") is True:
@@ -311,7 +311,9 @@ class Apis:
             fit = protocol.check_length(count, max_tokens, limit)
             if fit.error is not None:
                 return fit.error
-            plans.append(plan_choice(self.pool.settings, fit.max_tokens))
+            plans.append(
+                plan_choice(self.pool.settings, fit.max_tokens, self.pool.state.natural.draw(request.headers))
+            )
         texts = await self._texts(request, sum(counts), plans)  # one sequence per conversation
         if texts is None:
             return Response(status_code=CLIENT_CLOSED_STATUS)

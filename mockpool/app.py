@@ -126,7 +126,9 @@ class PoolApp:
         )
         if fit.error is not None:
             return self._too_long(fit.error, common)
-        plans = [plan_choice(self.settings, fit.max_tokens)] * common.n
+        plans = [
+            plan_choice(self.settings, fit.max_tokens, self.state.natural.draw(request.headers))
+        ] * common.n
         return await self._respond(
             request, common, prompt_tokens, plans, chat=True, top_logprobs=chat.top_logprobs
         )
@@ -161,13 +163,14 @@ class PoolApp:
         except RequestError as exc:
             return exc.response()
         plans: list[ChoicePlan] = []
+        natural = self.state.natural.draw(request.headers)
         for prompt, prompt_tokens in zip(prompts, counts, strict=True):
             fit = protocol.check_length(
                 prompt_tokens, max_tokens, self.settings.max_model_len, token_ids=not isinstance(prompt, str)
             )
             if fit.error is not None:
                 return self._too_long(fit.error, common)
-            plans.extend([plan_choice(self.settings, fit.max_tokens)] * common.n)
+            plans.extend([plan_choice(self.settings, fit.max_tokens, natural)] * common.n)
         prompt_tokens = sum(counts)
         return await self._respond(request, common, prompt_tokens, plans, chat=False)
 

@@ -47,6 +47,14 @@ def add_parser(subparsers: Any) -> None:
         "--any-model", action="store_true", help="accept any model name and echo it back (not vLLM behaviour)"
     )
     p.add_argument("--output-tokens", type=int, default=d.output_tokens, help="tokens generated per choice")
+    p.add_argument(
+        "--natural-output-tokens",
+        default=d.natural_output_tokens,
+        metavar="fixed:N|lognormal:MEDIAN:SIGMA",
+        help="the model's natural answer length per request (seeded draw); cut like vLLM at "
+        "max_tokens or max_model_len - prompt with finish_reason length (default: --output-tokens)",
+    )
+    p.add_argument("--natural-output-seed", type=int, default=0, help="seed of the natural-length draws")
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="vLLM max_num_seqs")
     p.add_argument("--kv-cache-capacity-tokens", type=int, default=0, help="KV capacity, 0 = len × seqs")
     p.add_argument("--time-to-first-token-s", type=float, default=0.0, help="delay before the first token")
@@ -82,6 +90,8 @@ def settings_from_args(args: argparse.Namespace) -> PoolSettings:
         served_model_names=tuple(args.served_model_name),
         strict_model=not args.any_model,
         output_tokens=args.output_tokens,
+        natural_output_tokens=args.natural_output_tokens,
+        natural_output_seed=args.natural_output_seed,
         max_num_seqs=args.max_num_seqs,
         kv_cache_capacity_tokens=args.kv_cache_capacity_tokens,
         time_to_first_token_s=args.time_to_first_token_s,

@@ -2,9 +2,12 @@
 
 Output text of a choice with ``k`` tokens is the first ``k`` entries of the cycle
 :data:`mockpool.settings.OUTPUT_PIECES` (each exactly one token in the Qwen3 and the Llama-3 vocabulary).
-A choice gets ``k = min(max_tokens, settings.output_tokens)`` tokens, where a missing ``max_tokens`` is
-``max_model_len - prompt_tokens`` (vLLM's default); ``finish_reason`` is ``"length"`` when ``k == max_tokens``,
-else ``"stop"``.
+A choice gets ``k = min(max_tokens, natural)`` tokens, where a missing ``max_tokens`` is
+``max_model_len - prompt_tokens`` (vLLM's default) and ``natural`` is the length the model would
+answer with if nothing stopped it (:class:`mockpool.natural.NaturalLengths`: ``settings.output_tokens``, or one draw
+per request from ``settings.natural_output_tokens``, or the request's
+:data:`mockpool.natural.NATURAL_TOKENS_HEADER`); ``finish_reason`` is ``"length"`` when ``k == max_tokens``, else
+``"stop"``, as vLLM reports a cut answer.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ class ChoicePlan:
     finish_reason: str
 
 
-def plan_choice(settings: PoolSettings, max_tokens: int) -> ChoicePlan:
-    """Tokens and finish reason for one choice given its effective ``max_tokens`` (≥ 1)."""
-    tokens = min(max_tokens, settings.output_tokens)
+def plan_choice(settings: PoolSettings, max_tokens: int, natural_tokens: int | None = None) -> ChoicePlan:
+    """Tokens and finish reason for one choice given its effective ``max_tokens`` (≥ 1) and its
+    natural length (``settings.output_tokens`` when None): ``"length"`` when ``max_tokens`` cut it."""
+    natural = settings.output_tokens if natural_tokens is None else natural_tokens
+    tokens = min(max_tokens, natural)
     return ChoicePlan(tokens, "length" if tokens >= max_tokens else "stop")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from mockpool.natural import parse_natural_spec
+
 TokenizerFamily = Literal["qwen3", "llama3"]
 ImageRuleName = Literal["flat", "qwen2.5-vl"]
 
@@ -31,7 +33,14 @@ class PoolSettings:
         served_model_names: names listed by ``/v1/models``; empty → :data:`DEFAULT_MODEL_NAMES`.
         strict_model: if true (default, as vLLM), a request for a model not in ``served_model_names``
             gets vLLM's 404; if false (``--any-model``) any model name is accepted and echoed back.
-        output_tokens: tokens generated per choice = ``min(max_tokens, output_tokens)``.
+        output_tokens: tokens generated per choice = ``min(max_tokens, output_tokens)`` (the natural
+            answer length when ``natural_output_tokens`` is empty).
+        natural_output_tokens: the model's natural answer length per request, ``fixed:N`` or
+            ``lognormal:MEDIAN:SIGMA`` (tokens; one seeded draw per request,
+            :class:`mockpool.natural.NaturalLengths`); each choice gets ``min(max_tokens,
+            natural)`` tokens, with vLLM's default ``max_tokens = max_model_len − prompt`` and
+            ``finish_reason: "length"`` when that cut it. ``""``: ``output_tokens``.
+        natural_output_seed: seed of those draws.
         max_num_seqs: vLLM ``max_num_seqs``: requests running at once; later ones wait in a FIFO queue.
         kv_cache_capacity_tokens: KV-cache size in tokens used for ``vllm:kv_cache_usage_perc``
             (Σ (prompt + generated) tokens of running requests / capacity); 0 → ``max_model_len × max_num_seqs``.
@@ -57,6 +66,8 @@ class PoolSettings:
     served_model_names: tuple[str, ...] = ()
     strict_model: bool = True
     output_tokens: int = 16
+    natural_output_tokens: str = ""
+    natural_output_seed: int = 0
     max_num_seqs: int = 256
     kv_cache_capacity_tokens: int = 0
     time_to_first_token_s: float = 0.0
@@ -75,6 +86,8 @@ class PoolSettings:
             raise ValueError(f"tokenizer must be 'qwen3' or 'llama3', got {self.tokenizer!r}")
         if not self.name:
             raise ValueError("pool name must not be empty")
+        if self.natural_output_tokens:
+            parse_natural_spec(self.natural_output_tokens)
         for attr in ("max_model_len", "max_num_seqs"):
             if getattr(self, attr) < 1:
                 raise ValueError(f"{attr} must be >= 1, got {getattr(self, attr)}")

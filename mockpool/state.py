@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from mockpool.natural import NaturalLengths
 from mockpool.settings import PoolSettings
 
 
@@ -38,6 +39,10 @@ class PoolState:
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
         self.finished: dict[str, int] = collections.Counter()
+        self.natural = NaturalLengths(
+            settings.natural_output_tokens, settings.output_tokens, settings.natural_output_seed
+        )
+        """The natural answer length of each request (:class:`mockpool.natural.NaturalLengths`)."""
 
     # -- hold / release -------------------------------------------------------------------------------
     def _event(self) -> asyncio.Event:

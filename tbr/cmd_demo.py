@@ -37,6 +37,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--short-max-model-len", type=int, default=8192, help="short pool limit (tokens)")
     p.add_argument("--long-max-model-len", type=int, default=65536, help="long pool limit (tokens)")
     p.add_argument("--model", default="Qwen/Qwen3-8B", help="model name sent in requests")
+    p.add_argument(
+        "--natural-output-tokens",
+        default="",
+        metavar="fixed:N|lognormal:MEDIAN:SIGMA",
+        help="the stand-in pools' natural answer length per request (seeded by --seed), cut as vLLM "
+        "cuts it; e.g. lognormal:300:1.0 (chat) or fixed:5000 (a thinking model) shows truncated "
+        "misroutes (default: 16-token answers)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
     p.add_argument("--json-out", type=Path, default=None, help="also write the summary as JSON to this path")
     p.add_argument(
@@ -144,7 +152,30 @@ def _check_args(args: argparse.Namespace, router_config: Path) -> str | None:
             return f"tbr demo: --envoy-config {args.envoy_config}: {problem}"
     if args.pools == "vllm" and args.two_models:
         return "tbr demo: --two-models runs four pools; on real vLLM (two cores) use the two-pool demo"
+    return natural_problem(args)
+
+
+def natural_problem(args: argparse.Namespace) -> str | None:
+    """Why ``--natural-output-tokens`` cannot run with ``args`` (a message for stderr), or None."""
+    from mockpool.natural import parse_natural_spec
+
+    if not args.natural_output_tokens:
+        return None
+    if args.two_models or args.pools == "vllm":
+        return "tbr demo: --natural-output-tokens sets the stand-in pools of the two-pool demo only"
+    try:
+        parse_natural_spec(args.natural_output_tokens)
+    except ValueError as exc:
+        return f"tbr demo: --natural-output-tokens: {exc}"
     return None
+
+
+def natural_pool_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``tbr mock-pool`` arguments of ``--natural-output-tokens`` (seeded by ``--seed``; ``()``
+    without it)."""
+    if not args.natural_output_tokens:
+        return ()
+    return ("--natural-output-tokens", args.natural_output_tokens, "--natural-output-seed", str(args.seed))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -183,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
             long_max_model_len=args.long_max_model_len,
             decision_log=True,
             vllm=vllm,
+            pool_args=natural_pool_args(args),
             **({"envoy_config": args.envoy_config} if args.envoy_config else {}),
         )
         _announce_start(f"{args.pools} pools, router and Envoy", args.work_dir)

@@ -26,6 +26,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter.responses import ROUTING_METADATA_NAMESPACE, header_option
 from extproc.core.budget import TokenBudget
+from extproc.core.output_reserve import decode_class_key, encode_class_key
 
 __all__ = [
     "CALIB_HEADER",
@@ -64,6 +65,9 @@ class CalibPayload:
         request_id: Envoy's ``x-request-id`` (logs only: a client may reuse it).
         record_key: pairs the routing stream's decision record with this stream
             (:mod:`extproc.adapter.held_records`); unique per routed request, "" = none.
+        client_max_output_tokens: the client's own output maximum (tokens; None when it sent
+            none): tells a pool's cut of the answer from the client's (:mod:`extproc.core.truncation`).
+            Key ``mx``, written only when set.
     """
 
     budget: TokenBudget
@@ -72,15 +76,20 @@ class CalibPayload:
     learn: bool
     request_id: str
     record_key: str = ""
+    client_max_output_tokens: int | None = None
 
 
 def encode_payload(p: CalibPayload) -> str:
     """The header value of ``p``: compact ASCII JSON (non-ASCII model names escaped)."""
     b = dataclasses.asdict(p.budget)
     b["key"] = list(p.budget.key)
+    oc = p.budget.output_class
+    b["output_class"] = encode_class_key(oc) if oc is not None else None
     doc = {"v": _VERSION, "b": b, "pool": p.pool, "ep": p.endpoint, "learn": p.learn, "id": p.request_id}
     if p.record_key:
         doc["k"] = p.record_key
+    if p.client_max_output_tokens is not None:
+        doc["mx"] = p.client_max_output_tokens
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
 
 
@@ -94,7 +103,7 @@ def _typed(name: str, value: Any) -> bool:
         return isinstance(value, bool)
     if kind == "str":
         return isinstance(value, str)
-    return True  # key: checked by the caller
+    return True  # key, output_class: checked by the caller
 
 
 def decode_payload(value: str) -> CalibPayload | None:
@@ -122,14 +131,25 @@ def decode_payload(value: str) -> CalibPayload | None:
     record_key = doc.get("k", "")
     if not isinstance(record_key, str) or len(record_key) > 64:
         return None
+    mx = doc.get("mx")
+    if mx is not None and not (isinstance(mx, int) and not isinstance(mx, bool) and mx >= 0):
+        return None
     key = b["key"]
     if not (isinstance(key, list) and len(key) == 2 and all(isinstance(k, str) for k in key)):
         return None
-    if not all(_typed(n, v) for n, v in b.items() if n != "key"):
+    if not all(_typed(n, v) for n, v in b.items() if n not in ("key", "output_class")):
         return None
     fields: dict[str, Any] = {n: (float(v) if _BUDGET_FIELDS[n] == "float" else v) for n, v in b.items()}
     fields["key"] = (key[0], key[1])
-    return CalibPayload(TokenBudget(**fields), pool, endpoint, learn, rid[:128], record_key)
+    oc = b["output_class"]
+    if oc is not None:
+        if not isinstance(oc, str):
+            return None
+        try:
+            fields["output_class"] = decode_class_key(oc)
+        except ValueError:
+            return None
+    return CalibPayload(TokenBudget(**fields), pool, endpoint, learn, rid[:128], record_key, mx)
 
 
 def route_and_sample(routing: pb.ProcessingResponse, payload: CalibPayload) -> pb.ProcessingResponse:

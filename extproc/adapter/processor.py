@@ -81,10 +81,12 @@ class StreamProcessor:
         "budget",
         "calibrated",
         "category",
+        "client_max_output_tokens",
         "completion_tokens",
         "counted_pool",
         "endpoint",
         "exchange",
+        "finish_reason",
         "learn",
         "method",
         "misroute",
@@ -103,6 +105,7 @@ class StreamProcessor:
         "status",
         "t_start",
         "traceparent",
+        "truncated",
     )
 
     def __init__(self, router: Runtime, rng: random.Random | None = None) -> None:
@@ -123,6 +126,12 @@ class StreamProcessor:
         self.status = 0
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.client_max_output_tokens: int | None = None
+        """The client's own output maximum (``max_completion_tokens`` / ``max_tokens`` /
+        ``max_output_tokens``), None when it sent none."""
+        self.finish_reason: str | None = None
+        self.truncated: bool | None = None
+        """Whether the serving pool cut the answer (None when the answer was not judged)."""
         self.calibrated = False
         self.sampled: bool | None = None
         self.exchange = Exchange.REQUEST_HEADERS
@@ -254,6 +263,7 @@ class StreamProcessor:
             self.exchange = Exchange.DONE
             return R.CONTINUE_REQUEST_HEADERS
         self.budget, self.pool, self.endpoint = payload.budget, payload.pool, payload.endpoint
+        self.client_max_output_tokens = payload.client_max_output_tokens
         self.learn, self.request_id, self.sampled = payload.learn, payload.request_id, True
         self.record_key = payload.record_key
         self.router.held_records.claim(self.record_key)
@@ -314,6 +324,7 @@ class StreamProcessor:
             budget = self._estimate(features)
         decision = self._decide(features.model, features.previous_response_id, budget.total_tokens)
         self.budget = budget
+        self.client_max_output_tokens = features.max_output_tokens
         self.pool = decision.pool.name
         self.reason = decision.reason
         self.category = budget.key[1]
@@ -344,7 +355,13 @@ class StreamProcessor:
             return self._route_answers[self.pool]
         self.record_key = new_record_key()
         payload = CalibPayload(
-            learned, self.pool, self.endpoint or "", self.learn, self.request_id, self.record_key
+            learned,
+            self.pool,
+            self.endpoint or "",
+            self.learn,
+            self.request_id,
+            self.record_key,
+            client_max_output_tokens=self.client_max_output_tokens,
         )
         # The observability stream learns this response; were Envoy to send it here too (response
         # phases configured on a one-message filter), it would be learned twice.
@@ -473,6 +490,8 @@ class StreamProcessor:
             end=end,
             retried_to_pool=self.retried_to,
             misroute=self.misroute,
+            finish_reason=self.finish_reason,
+            truncated=self.truncated,
         )
         if self.record_key:
             # the observability stream fills in the response half (extproc.adapter.held_records)
@@ -485,6 +504,7 @@ class StreamProcessor:
         (now, or when the routing stream's end is processed: :mod:`extproc.adapter.held_records`)."""
         status, prompt, completion = self.status or None, self.prompt_tokens, self.completion_tokens
         retried_to, misroute = self.retried_to, self.misroute
+        finish_reason, truncated = self.finish_reason, self.truncated
 
         def complete(record: DecisionRecord) -> DecisionRecord:
             return dataclasses.replace(
@@ -495,6 +515,8 @@ class StreamProcessor:
                 end=end,
                 retried_to_pool=retried_to,
                 misroute=misroute,
+                finish_reason=finish_reason,
+                truncated=truncated,
             )
 
         self.router.held_records.release(self.record_key, complete)

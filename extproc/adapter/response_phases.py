@@ -26,6 +26,7 @@ from extproc.core.encoding import DecodeError, make_decoder
 from extproc.core.estimator import TokenBudget
 from extproc.core.recovery import parse_attempt_count
 from extproc.core.sse import JSONUsageReader, SSEUsageReader, StreamError, is_context_length_error
+from extproc.core.truncation import judge_output
 
 if TYPE_CHECKING:
     from extproc.adapter.processor import StreamProcessor
@@ -127,11 +128,13 @@ def finish_response(proc: StreamProcessor) -> None:
         proc.prompt_tokens = proc._sse.prompt_tokens
         proc.completion_tokens = proc._sse.completion_tokens
         proc.response_id = proc._sse.response_id
+        finish_reasons = proc._sse.finish_reasons
     elif proc._json is not None:
         proc._json.close()
         proc.prompt_tokens = proc._json.prompt_tokens
         proc.completion_tokens = proc._json.completion_tokens
         proc.response_id = proc._json.response_id
+        finish_reasons = tuple(proc._json.finish_reasons)
     else:
         return
     proc._sse = None
@@ -144,6 +147,7 @@ def finish_response(proc: StreamProcessor) -> None:
     if proc.prompt_tokens is None:
         r.observer.calibration("no_usage")
         return
+    judge_answer(proc, finish_reasons)
     learned = learned_budget(proc)
     if learned is None:
         return
@@ -164,6 +168,46 @@ def finish_response(proc: StreamProcessor) -> None:
             r.observer.misroute_calibration(routed, outcome)
     if obs is not None:
         r.publish_ratio(*obs.key)
+
+
+def judge_answer(proc: StreamProcessor, finish_reasons: tuple[str, ...]) -> None:
+    """Was the answer cut by the pool that served it (:func:`extproc.core.truncation.judge_output`)?
+    A cut answer is a misroute of that pool: ``tbr_misroutes_total{outcome="truncated"}`` (``to_pool``
+    = the serving pool: nothing was retried) and the decision record's ``truncated``; the record's
+    ``misroute`` says ``truncated`` unless a retry already named the request a misroute. Each
+    sequence's length then teaches the output learner the request's class (censored when a limit cut
+    it). The response passes unchanged. A chat batch (usage summed over conversations) is not judged."""
+    budget = proc.budget
+    routed = proc.routed_pool
+    if budget is None or routed is None or proc.endpoint == "chat_batch":
+        return
+    served = proc.retried_to or routed
+    r = proc.router
+    pool, larger = r.models.pool(served), r.models.next_larger(served)
+    # where the server really cuts: its reported max_model_len when the pool check read it
+    served_len = r.served_limits.get(served, pool.max_model_len) if pool is not None else None
+    larger_len = r.served_limits.get(larger.name, larger.max_model_len) if larger is not None else None
+    report = judge_output(
+        api=API_OF_ENDPOINT.get(proc.endpoint or "", "openai"),
+        finish_reasons=finish_reasons,
+        prompt_tokens=proc.prompt_tokens,
+        completion_tokens=proc.completion_tokens,
+        n_sequences=budget.n_sequences,
+        served_max_model_len=served_len,
+        larger_max_model_len=larger_len,
+        client_max_output_tokens=proc.client_max_output_tokens,
+    )
+    proc.finish_reason = report.finish_reason
+    proc.truncated = report.truncated
+    if report.truncated:
+        proc.misroute = proc.misroute or "truncated"
+        r.observer.misroute(served, served, "truncated")
+    key = budget.output_class
+    if key is not None:  # an answer's length is exact also where its prompt is not learned from
+        for tokens, censored in report.sequences:
+            r.observe_output(
+                key, tokens, truncated=censored and report.truncated, capped=censored and not report.truncated
+            )
 
 
 def learned_budget(proc: StreamProcessor) -> TokenBudget | None:

@@ -8,6 +8,7 @@ the instance they started with.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Protocol
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
@@ -21,11 +22,12 @@ from extproc.core.decision import DecisionRecord
 from extproc.core.estimator import Estimator
 from extproc.core.load import LoadTracker
 from extproc.core.model_sets import ModelRouting
+from extproc.core.output_reserve import OutputClassKey, OutputLengthLearner
 from extproc.core.policy import Policy
 from extproc.core.recovery import MisrouteRecovery
 from extproc.core.response_ids import ResponsePools
 
-__all__ = ["DecisionSink", "Runtime"]
+__all__ = ["DecisionSink", "OutputSink", "Runtime"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,13 @@ class DecisionSink(Protocol):
     """Where decision records go (extproc/service/decision_log.py): ``submit`` must not block."""
 
     def submit(self, record: DecisionRecord) -> None: ...
+
+
+class OutputSink(Protocol):
+    """Where the answers the learner saw go to be shared (extproc/service/output_sync.py): ``add``
+    must not block."""
+
+    def add(self, key: OutputClassKey, completion_tokens: int, *, truncated: bool, capped: bool) -> None: ...
 
 
 class Runtime:
@@ -49,6 +58,12 @@ class Runtime:
         response_pools: the Responses API ``id`` → pool map (kept across reloads); new when None.
         held_records: routing records waiting for their off-path stream (kept across reloads);
             new, writing through :meth:`write_record`, when None.
+        output_learner: the learned answer lengths (kept across reloads); None = the estimator's
+            own (a new one when ``estimator.output_reserve.learned``, else none).
+        output_sink: where each answer learned from is also queued for the other replicas (Redis).
+        served_limits: pool name → the ``max_model_len`` its server reports (kept across reloads,
+            filled by the pool limit check); where known, the truncation judgement uses it instead of
+            the configured limit: it is where the server cuts an answer.
     """
 
     def __init__(
@@ -61,6 +76,9 @@ class Runtime:
         load: LoadTracker | None = None,
         response_pools: ResponsePools | None = None,
         held_records: HeldRecords | None = None,
+        output_learner: OutputLengthLearner | None = None,
+        output_sink: OutputSink | None = None,
+        served_limits: Mapping[str, int] | None = None,
     ) -> None:
         self.config = config
         self.store: RatioStore = (
@@ -71,8 +89,11 @@ class Runtime:
             estimator=config.estimator,
             calibration=config.calibration,
             store=self.store,
+            output_learner=output_learner,
             max_model_len_tokens=max(p.max_model_len for p in config.pools),
         )
+        self.output_sink = output_sink
+        self.served_limits: Mapping[str, int] = served_limits if served_limits is not None else {}
         self.load = load if load is not None else LoadTracker()
         self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
         self.models = ModelRouting(config, self.load)
@@ -104,6 +125,19 @@ class Runtime:
         if state is None:
             return
         self.observer.ratio_updated(model, category, state.mean_bpt, state.dev_bpt, state.samples)
+
+    def observe_output(
+        self, key: OutputClassKey, completion_tokens: int, *, truncated: bool, capped: bool
+    ) -> None:
+        """Teach the output learner one answer of class ``key`` (``completion_tokens`` per sequence;
+        ``truncated``: a pool cut it, a misroute; ``capped``: the client's maximum or the largest
+        pool cut it), and queue it for the other replicas. Nothing without a learner."""
+        learner = self.estimator.output_learner
+        if learner is None:
+            return
+        learner.observe(key, completion_tokens, truncated=truncated, capped=capped)
+        if self.output_sink is not None:
+            self.output_sink.add(key, completion_tokens, truncated=truncated, capped=capped)
 
     def write_record(self, record: DecisionRecord, traceparent: str) -> None:
         """One finished request: to the decision log and, when it records requests, the observer."""

@@ -21,7 +21,17 @@ from typing import Any
 
 import orjson
 
-__all__ = ["API_OF_ENDPOINT", "json_usage", "response_id_of", "usage_of"]
+__all__ = [
+    "API_OF_ENDPOINT",
+    "MAX_FINISH_REASONS",
+    "finish_reasons_of",
+    "json_usage",
+    "response_id_of",
+    "usage_of",
+]
+
+MAX_FINISH_REASONS = 128
+"""Choices whose finish reason a reader keeps (more is not a real answer: the judgement is skipped)."""
 
 API_OF_ENDPOINT = {
     "chat": "openai",
@@ -64,6 +74,53 @@ def usage_of(obj: Any, api: str) -> tuple[int | None, int | None]:
         for key in ("cache_creation_input_tokens", "cache_read_input_tokens"):
             prompt += _count(usage, key, 0) or 0
     return prompt, _count(usage, "output_tokens", 0)
+
+
+def _reason(value: Any) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= 64 else None
+
+
+def finish_reasons_of(obj: Any, api: str) -> list[tuple[int, str]]:
+    """``(choice index, finish reason)`` pairs of one JSON body or stream event of ``api``.
+
+    * ``openai``: each ``choices[i].finish_reason`` that is a string (``length``, ``stop``,
+      ``tool_calls``, ...), at the choice's ``index`` (its position when absent); a stream chunk
+      carries it in the choice's last chunk.
+    * ``responses``: the response's ``status`` (``completed``, ``failed``, ...), or for
+      ``status: "incomplete"`` its ``incomplete_details.reason`` (``max_output_tokens``), at index 0;
+      streamed in ``response.completed`` / ``response.incomplete``.
+    * ``anthropic``: ``stop_reason`` (``end_turn``, ``max_tokens``, ...) of the message, or of a
+      stream's ``message_delta`` ``delta``, at index 0.
+
+    Empty when ``obj`` carries none (``null`` values, other shapes).
+    """
+    if not isinstance(obj, dict):
+        return []
+    if api == "openai":
+        choices = obj.get("choices")
+        if not isinstance(choices, list):
+            return []
+        out: list[tuple[int, str]] = []
+        for pos, choice in enumerate(choices[:MAX_FINISH_REASONS]):
+            if not isinstance(choice, dict):
+                continue
+            reason = _reason(choice.get("finish_reason"))
+            index = choice.get("index", pos)
+            if reason is not None and isinstance(index, int) and 0 <= index < MAX_FINISH_REASONS:
+                out.append((index, reason))
+        return out
+    if api == "responses":
+        inner = obj.get("response", obj)
+        if not isinstance(inner, dict):
+            return []
+        status = _reason(inner.get("status"))
+        if status == "incomplete":
+            details = inner.get("incomplete_details")
+            status = (_reason(details.get("reason")) if isinstance(details, dict) else None) or status
+        return [(0, status)] if status is not None and status != "in_progress" else []
+    delta = obj.get("delta") if obj.get("type") == "message_delta" else obj
+    reason = _reason(delta.get("stop_reason")) if isinstance(delta, dict) else None
+    return [(0, reason)] if reason is not None else []
 
 
 def response_id_of(obj: Any) -> str | None:

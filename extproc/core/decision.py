@@ -46,7 +46,14 @@ class DecisionRecord:
         misroute: why the request counts as a misroute of ``pool`` (None when it does not): Envoy's
             retry after the pool's 400 (``recovered`` / ``retry_failed``), or the pool's
             context-length error inside a 2xx SSE stream (``error_in_stream``); the same values as
-            ``tbr_misroutes_total{outcome}``.
+            ``tbr_misroutes_total{outcome}``; ``truncated`` when the pool cut the answer at its
+            ``max_model_len`` (:mod:`extproc.core.truncation`) and nothing else named it a misroute.
+        finish_reason: the answer's finish reason in the API's terms (``length``, ``stop``,
+            ``max_output_tokens``, ``max_tokens``, ...; the length reason when any choice stopped at
+            a token limit); None when not read.
+        truncated: True when the serving pool cut the answer at its ``max_model_len`` while a
+            larger pool would have allowed more and the client's maximum was not the limit; None
+            when the answer was not judged (not read, no usage).
     """
 
     ts_s: float
@@ -65,6 +72,8 @@ class DecisionRecord:
     end: str
     retried_to_pool: str | None
     misroute: str | None = None
+    finish_reason: str | None = None
+    truncated: bool | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The record as a JSON object (``ts_s`` rounded to microseconds)."""
@@ -97,6 +106,8 @@ class DecisionRecord:
         }
         retried = row.get("retried_to_pool")
         misroute = row.get("misroute")
+        finish = row.get("finish_reason")
+        truncated = row.get("truncated")
         return cls(
             ts_s=float(t),
             request_id=str(row.get("request_id") or ""),
@@ -107,6 +118,8 @@ class DecisionRecord:
             end=str(row.get("end") or ""),
             retried_to_pool=None if retried is None else str(retried),
             misroute=None if misroute is None else str(misroute),
+            finish_reason=None if finish is None else str(finish)[:64],
+            truncated=truncated if isinstance(truncated, bool) else None,
             **ints,
         )
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from extproc.core.api_usage import response_id_of, usage_of
+from extproc.core.api_usage import MAX_FINISH_REASONS, finish_reasons_of, response_id_of, usage_of
 
 __all__ = [
     "JSONUsageReader",
@@ -130,6 +130,22 @@ def _object_at(data: bytes, start: int) -> bytes | None:
 
 
 _RESPONSE_ID = re.compile(rb'"id"\s*:\s*"(resp[_-][A-Za-z0-9_-]{1,200})"')
+_FINISH_KEYS = {
+    "openai": re.compile(rb'"finish_reason"\s{0,8}:\s{0,8}"([A-Za-z_]{1,32})"'),
+    "anthropic": re.compile(rb'"stop_reason"\s{0,8}:\s{0,8}"([A-Za-z_]{1,32})"'),
+    "responses": re.compile(
+        rb'"incomplete_details"\s{0,8}:\s{0,8}\{\s{0,8}"reason"\s{0,8}:\s{0,8}"([A-Za-z_]{1,32})"'
+    ),
+}
+"""A finish reason's key and string value in a JSON body (per usage shape). A JSON string cannot
+contain an unescaped ``"finish_reason":"`` sequence, so a match is a real key."""
+_FINISH_LITERALS = {
+    "openai": b'"finish_reason"',
+    "anthropic": b'"stop_reason"',
+    "responses": b'"incomplete_details"',
+}
+"""Each pattern's first bytes: found with ``bytes.find`` (much faster than the regex's own search)."""
+_FINISH_CARRY_BYTES = 96  # the longest match above, with its bounded whitespace
 
 
 class JSONUsageReader:
@@ -154,9 +170,11 @@ class JSONUsageReader:
         "_api",
         "_candidate",
         "_carry",
+        "_finish_carry",
         "_missing",
         "bytes_seen",
         "completion_tokens",
+        "finish_reasons",
         "max_usage_bytes",
         "prompt_tokens",
         "response_id",
@@ -174,11 +192,17 @@ class JSONUsageReader:
         self.bytes_seen = 0
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
+        self.finish_reasons: list[str] = []
+        """Finish reasons in body order (one per choice; ``incomplete_details.reason`` for the
+        Responses API, found only when the response is incomplete), at most
+        :data:`~extproc.core.api_usage.MAX_FINISH_REASONS` + 1."""
+        self._finish_carry = b""
 
     def feed(self, chunk: bytes) -> None:
         """Consume the next bytes of the body (any chunking)."""
         if not chunk:
             return
+        self._scan_finish(chunk)
         if self._api == "responses" and self.response_id is None and self.bytes_seen < 4096:
             found = _RESPONSE_ID.search(self._carry + chunk[:4096])
             if found is not None:
@@ -195,6 +219,30 @@ class JSONUsageReader:
             self._candidate = data[last.end() - 1 : last.end() - 1 + self.max_usage_bytes]
             self._missing = self.max_usage_bytes - len(self._candidate)
         self._carry = data[-self._CARRY_BYTES :]
+
+    def _scan_finish(self, chunk: bytes) -> None:
+        """Collect the finish reasons in ``chunk``, and the one that crosses from the previous chunk
+        into it (each counted once); the chunk is searched in place, never copied whole."""
+        if len(self.finish_reasons) > MAX_FINISH_REASONS:
+            return
+        rx = _FINISH_KEYS.get(self._api, _FINISH_KEYS["openai"])
+        carry = self._finish_carry
+        found = self.finish_reasons
+        if carry:  # a match cannot be longer than the carry: it ends in the chunk's first bytes
+            for m in rx.finditer(carry + chunk[:_FINISH_CARRY_BYTES]):
+                if m.start() < len(carry) < m.end():
+                    found.append(m.group(1).decode("ascii"))
+        literal = _FINISH_LITERALS.get(self._api, _FINISH_LITERALS["openai"])
+        at = chunk.find(literal)
+        while at >= 0 and len(found) <= MAX_FINISH_REASONS:
+            hit = rx.match(chunk, at)
+            if hit is not None:
+                found.append(hit.group(1).decode("ascii"))
+            at = chunk.find(literal, at + len(literal))
+        tail = chunk[-_FINISH_CARRY_BYTES:]
+        self._finish_carry = (
+            tail if len(tail) == _FINISH_CARRY_BYTES else (carry + tail)[-_FINISH_CARRY_BYTES:]
+        )
 
     def close(self) -> None:
         """End of body: parse the last usage object seen (nothing when absent or unreadable)."""
@@ -237,6 +285,7 @@ class SSEUsageReader:
         "dropped_events",
         "error",
         "events",
+        "finish",
         "max_event_bytes",
         "prompt_tokens",
         "response_id",
@@ -245,6 +294,9 @@ class SSEUsageReader:
     def __init__(self, *, max_event_bytes: int = 1 << 20, api: str = "openai") -> None:
         self._api = api
         self._marker = b"prompt_tokens" if api == "openai" else b"input_tokens"
+        self.finish: dict[int, str] = {}
+        """Finish reason per choice index (the last one read wins), at most
+        :data:`~extproc.core.api_usage.MAX_FINISH_REASONS` choices."""
         self.response_id: str | None = None
         self._buf = bytearray()
         self._skipping = False
@@ -302,7 +354,8 @@ class SSEUsageReader:
             return
         self.events += 1
         has_error = b'"error"' in raw
-        if self._marker not in raw and not has_error:  # most chunks: no usage, or "usage": null
+        # most chunks: no usage ("usage": null) and "finish_reason":null
+        if self._marker not in raw and not has_error and not self._may_finish(raw):
             return
         data: list[bytes] = []
         for line in _LINE_SPLIT.split(raw):
@@ -323,6 +376,7 @@ class SSEUsageReader:
             if err is not None:
                 self.error = err
                 return
+        self._finish_of(obj)
         if self._api != "openai":
             self._api_usage(obj)
             return
@@ -331,10 +385,41 @@ class SSEUsageReader:
             self.prompt_tokens = tokens
             self.completion_tokens = completion_tokens_of(obj)
 
+    def _finish_of(self, obj: object) -> None:
+        for index, reason in finish_reasons_of(obj, self._api):
+            if index in self.finish or len(self.finish) < MAX_FINISH_REASONS:
+                self.finish[index] = reason
+
+    def _may_finish(self, raw: bytes) -> bool:
+        """Whether an event without usage may carry a finish reason (cheap byte tests; a false
+        positive costs one JSON parse): a chat/completions chunk whose ``finish_reason`` is not
+        the compact ``null`` every other chunk has, an Anthropic ``stop_reason`` string."""
+        if self._api == "openai":
+            at = raw.find(b'"finish_reason":')
+            if at < 0:
+                return False
+            # compact null (every chunk but a choice's last): only another choice's key may follow
+            return raw[at + 16 : at + 20] != b"null" or raw.find(b'"finish_reason":', at + 20) >= 0
+        if self._api == "anthropic":
+            return b'"stop_reason"' in raw and b'"stop_reason":null' not in raw
+        return b'"incomplete"' in raw or b'"response.completed"' in raw
+
+    @property
+    def finish_reasons(self) -> tuple[str, ...]:
+        """The finish reasons in choice order, when the choices read are ``0 … k−1``; else empty."""
+        if sorted(self.finish) != list(range(len(self.finish))):
+            return ()
+        return tuple(self.finish[i] for i in range(len(self.finish)))
+
     def _api_usage(self, obj: object) -> None:
-        """Usage (and the Responses API id) of a Responses or Anthropic stream event."""
+        """Usage (and the Responses API id) of a Responses or Anthropic stream event. Anthropic's
+        ``message_delta`` may carry only the cumulative ``output_tokens`` (Anthropic's own API;
+        vLLM repeats ``input_tokens``): it then updates the completion count of the prompt read
+        in ``message_start``."""
         tokens, completion = usage_of(obj, self._api)
         if tokens is not None:
             self.prompt_tokens, self.completion_tokens = tokens, completion
             if self._api == "responses":
                 self.response_id = response_id_of(obj) or self.response_id
+        elif self._api == "anthropic" and completion is not None and self.prompt_tokens is not None:
+            self.completion_tokens = completion

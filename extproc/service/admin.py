@@ -5,6 +5,9 @@
 * ``GET /readyz``: readiness (gRPC listener up, config loaded, not shutting down); 503 otherwise.
 * ``GET /ratios``: learned bytes-per-token ratios as JSON (model, category, ĉ, σ̂, c*, samples),
   plus the store's state (``memory`` or ``redis``, Redis reachability, queue length).
+* ``GET /output-lengths``: learned answer lengths per output class (issue 30): answers, censored,
+  truncated, the reserve the class routes with, its quantile and its prior's, its tail share, plus
+  the fleet's tail share; ``{"learned": false}`` while ``estimator.output_reserve.learned`` is off.
 * ``GET /debug/memory``: tracemalloc growth by allocation site when ``TBR_TRACEMALLOC`` is set
   (:mod:`extproc.service.memprof`); ``{"tracing": false}`` otherwise.
 
@@ -25,7 +28,7 @@ from starlette.routing import Route
 from extproc.adapter.runtime import Runtime
 from extproc.service.memprof import MemoryProfiler, trim_malloc
 
-__all__ = ["build_admin_app", "ratios_view"]
+__all__ = ["build_admin_app", "output_lengths_view", "ratios_view"]
 
 
 def ratios_view(router: Runtime) -> list[dict[str, object]]:
@@ -45,6 +48,43 @@ def ratios_view(router: Runtime) -> list[dict[str, object]]:
             }
         )
     return rows
+
+
+def output_lengths_view(router: Runtime) -> dict[str, object]:
+    """The ``/output-lengths`` document: the learner's state and one row per class, sorted by key."""
+    learner = router.estimator.output_learner
+    if learner is None:
+        return {"learned": False, "classes": []}
+    rows: list[dict[str, object]] = []
+    for key, state in learner.items():
+        prior = learner.prior(key)
+        rows.append(
+            {
+                "model": key.model,
+                "endpoint": key.endpoint,
+                "reasoning": key.reasoning,
+                "tools": key.tools,
+                "prompt_band": key.prompt_band,
+                "answers": state.samples,
+                "censored": state.censored,
+                "truncated": state.truncated,
+                "reserve_tokens": state.reserve_tokens,
+                "quantile_tokens": learner.quantile_tokens(key),
+                "prior_quantile_tokens": learner.prior_quantile_tokens(key),
+                "tail_share": learner.tail_share(key),
+                "prior_source": prior.source,
+            }
+        )
+    return {
+        "learned": True,
+        "policy": learner.cfg.policy,
+        "truncation_budget": learner.cfg.truncation_budget,
+        "controller_scope": learner.cfg.controller_scope,
+        "fleet_tail_share": learner.fleet_tail_share,
+        "answers": learner.observations,
+        "truncations": learner.truncations,
+        "classes": rows,
+    }
 
 
 def build_admin_app(
@@ -74,6 +114,9 @@ def build_admin_app(
             body["status"] = dict(status())
         return JSONResponse(body)
 
+    async def output_lengths(_: Request) -> Response:
+        return JSONResponse(output_lengths_view(get_router()))
+
     profiler = MemoryProfiler()
 
     async def debug_memory(request: Request) -> Response:
@@ -91,5 +134,6 @@ def build_admin_app(
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/ratios", ratios),
+            Route("/output-lengths", output_lengths),
         ]
     )

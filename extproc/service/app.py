@@ -36,6 +36,7 @@ from extproc.core.calibration import InMemoryRatioStore
 from extproc.core.categories import CATEGORIES
 from extproc.core.decision import DecisionRecord
 from extproc.core.load import LoadTracker
+from extproc.core.output_reserve import OutputLengthLearner
 from extproc.core.response_ids import ResponsePools
 from extproc.core.runs import RUNSCAN
 from extproc.service.admin import build_admin_app
@@ -43,12 +44,14 @@ from extproc.service.decision_log import DecisionLogWriter
 from extproc.service.load_metrics import LoadCollector
 from extproc.service.metrics import PrometheusObserver, RouterMetrics
 from extproc.service.otel import OtelRecorder
+from extproc.service.output_metrics import OutputCollector
+from extproc.service.output_sync import OutputLengthSync
 from extproc.service.pool_check import check_pool_limits
 from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
 from extproc.service.response_sync import ResponsePoolSync
 from extproc.service.scrape import PoolScraper
-from extproc.service.snapshot import PeriodicSnapshot, load_snapshot
+from extproc.service.snapshot import PeriodicSnapshot, load_output_states, load_snapshot
 
 __all__ = ["RouterApp"]
 
@@ -140,6 +143,15 @@ class RouterApp:
             self.store = self.memory
             self.metrics.store_up.set(1)  # nothing shared that could be down
         self.reloader: ConfigReloader | None = None
+        self._redis_password = redis_password
+        self.output_learner: OutputLengthLearner | None = None
+        """The learned answer lengths (issue 30), kept across reloads; None while
+        ``estimator.output_reserve.learned`` has never been on."""
+        self.output_sync: OutputLengthSync | None = None
+        self.served_limits: dict[str, int] = {}
+        """Pool name → the ``max_model_len`` its vLLM server reports on ``/v1/models`` (the pool
+        limit check at start); the truncation judgement uses it over the configured one."""
+        self.metrics.registry.register(OutputCollector(self._active_learner))
         self.load = LoadTracker()
         self.metrics.registry.register(LoadCollector(self.load))
         self._http_client = http_client
@@ -161,6 +173,26 @@ class RouterApp:
         """The runtime new streams use."""
         assert self.router is not None, "RouterApp not started"
         return self.router
+
+    def _active_learner(self) -> OutputLengthLearner | None:
+        """The learner the current runtime routes with (None while the reserve is not learned)."""
+        return self.router.estimator.output_learner if self.router is not None else None
+
+    def _output_learner_for(self, cfg: RouterConfig) -> OutputLengthLearner | None:
+        """The process-wide learner for ``cfg``: created when ``output_reserve.learned`` is first on,
+        rebuilt with the learned states when its settings change on reload; None while it is off."""
+        out = cfg.estimator.output_reserve
+        if not out.learned:
+            return None
+        if self.output_learner is None:
+            self.output_learner = OutputLengthLearner(out)
+        elif self.output_learner.cfg != out:
+            learner = OutputLengthLearner(out)
+            learner.restore(self.output_learner.items())
+            self.output_learner = learner
+            if self.output_sync is not None:
+                self.output_sync.learner = learner
+        return self.output_learner
 
     def _publish(self, key: tuple[str, str]) -> None:
         if self.router is not None:
@@ -188,11 +220,20 @@ class RouterApp:
                     Path(snap).replace(aside)  # noqa: ASYNC240 (once, at start)
                 log.error("ignoring ratio snapshot (moved to %s): %s", aside, exc)
                 self.metrics.snapshots.labels("load", "invalid").inc()
+            learner = self._output_learner_for(cfg)
+            if learner is not None:
+                try:
+                    n = load_output_states(learner, snap)
+                    log.info("restored %d output classes from %s", n, snap)
+                except ValueError as exc:
+                    log.error("ignoring the output lengths of the snapshot: %s", exc)
+                    self.metrics.snapshots.labels("load", "invalid").inc()
             self._snapshot = PeriodicSnapshot(
                 self.memory,
                 snap,
                 cfg.calibration.snapshot_interval_s,
                 lambda op, outcome: self.metrics.snapshots.labels(op, outcome).inc(),
+                outputs=self._active_learner,
             )
             self._snapshot.start()
         if self.redis is not None:
@@ -208,6 +249,18 @@ class RouterApp:
                 timeout_s=cal.redis_timeout_s,
             )
             await self.response_sync.start()
+            learner = self._output_learner_for(cfg)
+            if learner is not None:
+                self.output_sync = OutputLengthSync(
+                    learner,
+                    url=cal.redis_url,
+                    key_prefix=cal.redis_key_prefix,
+                    interval_s=cal.redis_sync_interval_s,
+                    timeout_s=cal.redis_timeout_s,
+                    password=self._redis_password,
+                    on_row=lambda outcome: self.metrics.output_sync_rows.labels(outcome).inc(),
+                )
+                await self.output_sync.start()
         if cfg.decision_log_path:
             self._decision_log = DecisionLogWriter(
                 cfg.decision_log_path,
@@ -259,6 +312,9 @@ class RouterApp:
             load=self.load,
             response_pools=self.response_pools,
             held_records=self.held_records,
+            output_learner=self._output_learner_for(cfg),
+            output_sink=self.output_sync,
+            served_limits=self.served_limits,
         )
         # Models already learned keep their keys across reloads/restarts (most observed first),
         # so the bounded model set (estimator.max_models) does not grow with each reload.
@@ -291,6 +347,9 @@ class RouterApp:
         if self.redis is not None:
             out["redis_up"] = self.redis.up
             out["redis_queue_length"] = self.redis.queue_length
+        if self.output_sync is not None:
+            out["output_sync_up"] = self.output_sync.up
+            out["output_sync_queue_length"] = self.output_sync.queue_length
         return out
 
     def _start_scraper(self) -> None:
@@ -322,7 +381,11 @@ class RouterApp:
 
         async def run() -> object:
             async with httpx.AsyncClient() as client:
-                return await check_pool_limits(cfg.pools, client, self.metrics.pool_check)
+                checks = await check_pool_limits(cfg.pools, client, self.metrics.pool_check)
+            for check in checks:  # what the server cuts answers at (extproc/core/truncation.py)
+                if check.served_tokens is not None:
+                    self.served_limits[check.pool] = check.served_tokens
+            return checks
 
         self._pool_check = asyncio.create_task(run(), name="tbr-pool-limit-check")
 
@@ -345,6 +408,14 @@ class RouterApp:
                 self._admin_task.result()
             await asyncio.sleep(0.01)
 
+    async def _close_redis(self) -> None:
+        """Push what is queued for Redis once more and disconnect (each step time-bounded)."""
+        for sync in (self.response_sync, self.output_sync):
+            if sync is not None:
+                await sync.close()
+        if self.redis is not None:
+            await self.redis.close()
+
     async def stop(self) -> None:
         """Graceful shutdown: not ready (shutdown delay), stop accepting, drain streams (grace
         period), push or persist ratios."""
@@ -364,10 +435,7 @@ class RouterApp:
             await self._admin_task
         if self._admin_sock is not None:
             self._admin_sock.close()
-        if self.response_sync is not None:
-            await self.response_sync.close()
-        if self.redis is not None:
-            await self.redis.close()
+        await self._close_redis()
         await self._stop_pool_tasks()
         if self._own_http_client and self._http_client is not None:
             await self._http_client.aclose()

@@ -48,8 +48,9 @@ class LoadMetrics:
         )
         self.misroutes = Counter(
             "tbr_misroutes",
-            "Requests Envoy retried on the next larger pool after a 400 from their first pool, by "
-            "outcome of the retry (recovered = 2xx, retry_failed).",
+            "Misroutes by outcome: Envoy retried the request on the next larger pool after a 400 from "
+            "its first pool (recovered = 2xx, retry_failed); a context-length error inside the pool's "
+            "2xx stream (error_in_stream); the pool cut the answer at its max_model_len (truncated).",
             ["from_pool", "to_pool", "outcome"],
             registry=r,
         )

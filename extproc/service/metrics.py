@@ -198,6 +198,13 @@ class RouterMetrics:
             "Observations waiting to be pushed to the shared store.",
             registry=r,
         )
+        self.output_sync_rows = Counter(
+            "tbr_output_sync_rows",
+            "Answers of other replicas read from Redis (issue 30): applied to the output learner, or "
+            "bad_row (did not parse, or a class beyond the limit): skipped.",
+            ["outcome"],
+            registry=r,
+        )
         self.snapshots = Counter(
             "tbr_ratio_snapshots",
             "Ratio snapshot file operations: load (at start) ok/invalid, save (periodic and at shutdown) ok/error.",

@@ -10,7 +10,8 @@ For every routed request (when its ext_proc stream ends) :class:`OtelRecorder` e
 * one span ``tbr.route`` whose parent is Envoy's trace context (the request's W3C
   ``traceparent`` header, as Envoy's tracer propagates it), so the routing decision appears inside
   the request's trace; attributes: the decision (``tbr.pool``, ``tbr.category``, ``tbr.reason``,
-  ``tbr.budget_tokens``, ``tbr.estimated_prompt_tokens``, ``tbr.retried_to_pool``, ``tbr.stream_end``)
+  ``tbr.budget_tokens``, ``tbr.estimated_prompt_tokens``, ``tbr.retried_to_pool``, ``tbr.stream_end``,
+  ``tbr.misroute``, ``tbr.truncated``)
   and the GenAI semantic-convention attributes the router can see (``gen_ai.request.model``,
   ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``, ``http.response.status_code``);
 * GenAI semantic-convention metrics (https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-metrics/):
@@ -142,6 +143,9 @@ class OtelRecorder:
             "gen_ai.usage.output_tokens": record.completion_tokens,
             "http.response.status_code": record.status,
             "tbr.retried_to_pool": record.retried_to_pool,
+            "tbr.misroute": record.misroute,
+            "tbr.truncated": record.truncated,
+            "gen_ai.response.finish_reasons": [record.finish_reason] if record.finish_reason else None,
         }
         attrs.update({k: v for k, v in optional.items() if v is not None})
         start_ns = int(record.ts_s * 1e9)

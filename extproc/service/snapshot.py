@@ -1,7 +1,10 @@
 """Ratio snapshots on disk: learned ratios written atomically as JSON and restored at start.
 
-The document is :func:`extproc.core.calibration.encode_snapshot`'s; this module only does the file
-I/O: write to a temporary file in the same directory, fsync, then ``os.replace`` (atomic on POSIX),
+The document is :func:`extproc.core.calibration.encode_snapshot`'s, plus, when the output reserve
+is learned (issue 30), the learned answer lengths under ``"output_lengths"``: encoded class key
+(:func:`~extproc.core.output_reserve.encode_class_key`) → :meth:`OutputLengthState.to_dict`
+(a router without it ignores the key; a snapshot without it restores no output state). This
+module only does the file I/O: write to a temporary file in the same directory, fsync, then ``os.replace`` (atomic on POSIX),
 so a crash never leaves a half-written snapshot. :class:`PeriodicSnapshot` writes one every
 ``calibration.snapshot_interval_s`` (in a worker thread, off the event loop) and at shutdown, so
 a crash or SIGKILL loses at most one interval of learning.
@@ -17,6 +20,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from extproc.core.calibration import (
     InMemoryRatioStore,
@@ -25,8 +29,55 @@ from extproc.core.calibration import (
     decode_snapshot,
     encode_snapshot,
 )
+from extproc.core.output_reserve import (
+    OutputClassKey,
+    OutputLengthLearner,
+    OutputLengthState,
+    decode_class_key,
+    encode_class_key,
+)
 
-__all__ = ["PeriodicSnapshot", "load_snapshot", "save_snapshot", "write_snapshot"]
+__all__ = [
+    "OutputStates",
+    "PeriodicSnapshot",
+    "encode_output_states",
+    "load_output_states",
+    "load_snapshot",
+    "save_snapshot",
+    "write_snapshot",
+]
+
+OutputStates = dict[str, dict[str, Any]]
+"""Learned answer lengths as stored: encoded class key → :meth:`OutputLengthState.to_dict`."""
+
+
+def encode_output_states(items: list[tuple[OutputClassKey, OutputLengthState]]) -> OutputStates:
+    """The ``"output_lengths"`` value of a snapshot (copies: safe to write from another thread)."""
+    return {encode_class_key(k): s.to_dict() for k, s in items}
+
+
+def load_output_states(learner: OutputLengthLearner, path: str | Path) -> int:
+    """Restore the learned answer lengths of a snapshot into ``learner``; returns how many classes
+    (0 for a missing file or a snapshot without them).
+
+    Raises:
+        ValueError: the file is not JSON, or a class key or state does not parse (nothing restored).
+    """
+    p = Path(path)
+    if not p.exists():
+        return 0
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+        raw = doc.get("output_lengths") if isinstance(doc, dict) else None
+        if raw is None:
+            return 0
+        if not isinstance(raw, dict):
+            raise ValueError("output_lengths is not an object")
+        states = [(decode_class_key(str(k)), OutputLengthState.from_dict(v)) for k, v in raw.items()]
+    except ValueError as exc:
+        raise ValueError(f"invalid output lengths in snapshot {p}: {exc}") from exc
+    return learner.restore(states)
+
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +91,19 @@ def save_snapshot(store: InMemoryRatioStore, path: str | Path) -> None:
     write_snapshot(store.items(), path)
 
 
-def write_snapshot(items: list[tuple[RatioKey, RatioState]], path: str | Path) -> None:
-    """Atomically write ``items`` (a copy taken by the caller) to ``path``; creates the directory.
+def write_snapshot(
+    items: list[tuple[RatioKey, RatioState]], path: str | Path, outputs: OutputStates | None = None
+) -> None:
+    """Atomically write ``items`` (a copy taken by the caller) and, when given, the learned answer
+    lengths ``outputs`` (:func:`encode_output_states`) to ``path``; creates the directory.
 
     Raises:
         OSError: the directory cannot be created or written.
     """
     p = Path(path)
     doc = encode_snapshot(items)
+    if outputs is not None:
+        doc["output_lengths"] = outputs
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".ratios-", dir=str(p.parent))
     try:
@@ -92,6 +148,7 @@ class PeriodicSnapshot:
         path: the snapshot file.
         interval_s: seconds between writes (the most learning a crash can lose).
         on_outcome: called with ``("save", "ok" | "error")`` after each write (metrics).
+        outputs: returns the learner whose answer lengths are saved too (None: none).
     """
 
     def __init__(
@@ -100,8 +157,10 @@ class PeriodicSnapshot:
         path: str | Path,
         interval_s: float,
         on_outcome: Callable[[str, str], None],
+        outputs: Callable[[], OutputLengthLearner | None] | None = None,
     ) -> None:
         self.store = store
+        self._outputs = outputs
         self.path = Path(path)
         self.interval_s = interval_s
         self._on_outcome = on_outcome
@@ -119,8 +178,10 @@ class PeriodicSnapshot:
     async def save(self) -> bool:
         """Write one snapshot now; True on success."""
         items = self.store.items()
+        learner = self._outputs() if self._outputs is not None else None
+        outputs = encode_output_states(learner.items()) if learner is not None else None
         try:
-            await asyncio.to_thread(write_snapshot, items, self.path)
+            await asyncio.to_thread(write_snapshot, items, self.path, outputs)
         except OSError as exc:
             log.error("cannot save ratio snapshot %s: %s", self.path, exc)
             self._on_outcome("save", "error")

@@ -2,15 +2,21 @@
 
 Definitions (all sizes in tokens, true counts from the serving pool's ``usage.prompt_tokens``):
 
-* **true budget** = ``prompt_tokens + output reserve``, where the reserve is the request's
-  ``max_tokens`` or, when absent, the router's ``default_output_reserve_tokens`` (what the router
-  budgets for it).
+* **true budget** = ``prompt_tokens + output reserve``, where the reserve is what the router
+  reserved for the request (its decision record's ``output_reserve_tokens``: the request's
+  ``max_tokens``, or the learned reserve of its output class), else the request's ``max_tokens`` or
+  the router's ``default_output_reserve_tokens``.
 * **harmful misroute**: sent to the short pool although over its limit: either the client saw the
   pool's refusal, or Envoy's misroute recovery retried it on the long pool (``retried_to_pool`` in
   the router's decision log; the client then got a 200). Before recovery existed:
   served by the short pool, which refused it (HTTP 400 from vLLM's
   ``max_model_len`` check).
 * **wasteful misroute**: served by the long pool although its true budget fit the short pool.
+* **truncated misroute**: answered 200 by a pool that cut the answer at its ``max_model_len``
+  although a larger pool would have let it finish and the client's own maximum was not the limit
+  (vLLM caps an answer at ``max_model_len − prompt`` silently, ``finish_reason: "length"``): the
+  router's decision log says ``truncated: true`` (``extproc/core/truncation.py``). Only answers the
+  router read are judged (``calibration.sample_rate``, 1 in the demo).
 * **estimate error** = ``(estimated_prompt_tokens − prompt_tokens) / prompt_tokens`` per request,
   joining the router's decision log on ``x-request-id``; negative = under-estimate (the risky side).
 """
@@ -88,6 +94,7 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
     recovered: list[str] = []
     wasteful: list[str] = []
     wasteful_detail: list[dict[str, Any]] = []
+    truncated: list[str] = []
     # routing vs truth for answered requests of known size: (fits short?, pool) -> count
     matrix: Counter[tuple[bool, str]] = Counter()
     near_boundary = 0
@@ -120,6 +127,8 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
         if o.status >= 400:
             failed.append(req.request_id)
             continue
+        if rec is not None and rec.get("truncated") is True:
+            truncated.append(req.request_id)
         if rec is not None and rec.get("retried_to_pool"):
             # Routed short, refused there (over its limit), retried by Envoy on the next larger pool
             # (misroute recovery): the client got a 200, but the routing decision was harmful.
@@ -129,7 +138,11 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
         if true_prompt is None:
             unknown_size += 1
             continue
-        reserve = req.max_tokens if req.max_tokens is not None else inp.default_output_reserve_tokens
+        logged_reserve = rec.get("output_reserve_tokens") if rec else None
+        if isinstance(logged_reserve, int) and not isinstance(logged_reserve, bool):
+            reserve = logged_reserve * max(1, _int(rec, "n_sequences"))  # the router's own reserve
+        else:
+            reserve = req.max_tokens if req.max_tokens is not None else inp.default_output_reserve_tokens
         true_budget = true_prompt + reserve
         fits_short = true_budget <= inp.short_max_model_len
         matrix[(fits_short, pool)] += 1
@@ -177,6 +190,8 @@ def build_summary(inp: SummaryInputs) -> dict[str, Any]:
         "harmful_recovered_by_retry": len(recovered),
         "wasteful_misroutes": len(wasteful),
         "wasteful_detail": wasteful_detail,
+        "truncated_misroutes": len(truncated),
+        "truncated_request_ids": truncated,
         "routing_vs_truth": {
             "fits_short_sent_short": matrix[(True, "short")],
             "fits_short_sent_long": matrix[(True, "long")],
@@ -241,6 +256,10 @@ def format_summary(s: dict[str, Any]) -> str:
         f"wasteful misroutes (sent long, true prompt + reserve <= {s['limits_tokens']['short']}): "
         f"{s['wasteful_misroutes']}"
     )
+    add(
+        f"truncated misroutes (answer cut at the serving pool's max_model_len, a larger pool would "
+        f"have let it finish): {s['truncated_misroutes']}"
+    )
     rv = s["routing_vs_truth"]
     add(
         f"routing vs true budget: fits short → short {rv['fits_short_sent_short']}, → long "
@@ -289,6 +308,12 @@ def format_summary(s: dict[str, Any]) -> str:
         add(f"Envoy pool clusters: {trouble}")
     add("=" * 78)
     return "\n".join(lines)
+
+
+def _int(rec: dict[str, Any] | None, key: str) -> int:
+    """``rec[key]`` when it is an int, else 0."""
+    v = rec.get(key) if rec else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
 def _num(v: Any) -> str:

@@ -11,6 +11,7 @@ from extproc.core.load import LoadTracker
 from extproc.service.app import RouterApp
 from extproc.service.load_metrics import LoadCollector
 from extproc.service.metrics import RouterMetrics
+from extproc.service.output_metrics import OutputCollector
 from tests.service.contracts import documented
 from tests.service.streams import POOLS, admin_get, calibrate
 
@@ -26,6 +27,9 @@ def test_every_metric_object_is_documented_with_its_type_and_labels() -> None:
     }
     # series a collector reads from the load tracker at scrape time
     for fam in LoadCollector(LoadTracker()).collect():
+        code[fam.name] = (fam.type, frozenset(getattr(fam, "_labelnames", ())))
+    # and from the output learner (issue 30)
+    for fam in OutputCollector(lambda: None).collect():
         code[fam.name] = (fam.type, frozenset(getattr(fam, "_labelnames", ())))
     assert code == doc
 

@@ -116,6 +116,7 @@ async def test_routed_request_exports_a_span_in_envoys_trace_and_genai_metrics(
         and a["http.response.status_code"] == 200
     )
     assert a["tbr.budget_tokens"] >= a["tbr.estimated_prompt_tokens"] > 0
+    assert a["tbr.truncated"] is False and "tbr.misroute" not in a  # judged: not cut by its pool
     assert text.split()[0] not in str(span)  # no prompt text in telemetry
 
     by_name = {m.name: m for m in sink.metrics}

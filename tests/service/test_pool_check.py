@@ -3,12 +3,15 @@ stand-in pool servers (the same field real vLLM reports; tests/vllm runs it on v
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
 from devstack.procs import free_port
-from extproc.config import PoolConfig
+from extproc.config import PoolConfig, parse_config
+from extproc.service.app import RouterApp
 from extproc.service.pool_check import (
     PoolCheckMetrics,
     check_pool_limits,
@@ -53,3 +56,29 @@ async def test_agreeing_lying_and_absent_pools(caplog: pytest.LogCaptureFixture)
     assert value("tbr_pool_config_mismatch", {"pool": "lying"}) == 1
     assert value("tbr_pool_config_mismatch", {"pool": "down"}) is None
     assert "pool lying: configured max_model_len 8192 tokens but its vLLM server serves 2048" in caplog.text
+
+
+async def test_the_router_keeps_the_served_limits_for_the_truncation_judgement() -> None:
+    """What the check reads becomes the limit answers are judged against (issue 30: vLLM cuts an
+    answer at the limit it serves, not at the configured one)."""
+    async with serve_pool(PoolSettings(name="short", max_model_len=4096)) as base:
+        cfg = parse_config(
+            {
+                "pools": [
+                    {
+                        "name": "short",
+                        "max_model_len": 8192,
+                        "header_value": "short",
+                        "metrics_url": f"{base}/metrics",
+                    },
+                    {"name": "long", "max_model_len": 65536, "header_value": "long"},
+                ]
+            }
+        )
+        async with RouterApp(cfg, grpc_port=0, admin_port=0) as app:
+            for _ in range(200):
+                if app.served_limits:
+                    break
+                await asyncio.sleep(0.02)
+            assert app.served_limits == {"short": 4096}
+            assert app.current_router().served_limits is app.served_limits  # seen by every stream

@@ -125,3 +125,30 @@ def test_misroute_recovered_by_envoy_retry_is_still_harmful() -> None:
         0,
     )
     assert "1 recovered by Envoy's retry" in format_summary(s)
+
+
+def test_truncated_answers_are_counted_from_the_decision_log() -> None:
+    """An answer the short pool cut at its max_model_len (decision log ``truncated: true``) is a
+    truncated misroute; one the client's max_tokens cut (``truncated: false``) is not."""
+    outcomes = [
+        Outcome(_req("cut", None), 200, "short", 3900, 4292, 0.1),
+        Outcome(_req("client", 256), 200, "short", 3900, 256, 0.1),
+    ]
+    decisions: dict[str, dict[str, object]] = {
+        "cut": {"request_id": "cut", "pool": "short", "truncated": True, "finish_reason": "length"},
+        "client": {"request_id": "client", "pool": "short", "truncated": False, "finish_reason": "length"},
+    }
+    s = build_summary(_inputs(outcomes, decisions))
+    assert (s["truncated_misroutes"], s["truncated_request_ids"]) == (1, ["cut"])
+    assert "truncated misroutes (answer cut at the serving pool's max_model_len" in format_summary(s)
+    assert s["harmful_misroutes"] == 0
+
+
+def test_the_routers_own_reserve_from_the_decision_log_defines_wasteful() -> None:
+    """With a learned reserve the router budgets neither max_tokens nor the default: 7000 + its
+    logged 2,000-token reserve does not fit 8192, so the long pool was right, not wasteful."""
+    o = Outcome(_req("w", None), 200, "long", 7000, 16, 0.1)
+    rec = {"request_id": "w", "pool": "long", "output_reserve_tokens": 2000, "n_sequences": 1}
+    assert build_summary(_inputs([o], {"w": rec}))["wasteful_misroutes"] == 0
+    rec["output_reserve_tokens"] = 500  # 7000 + 500 fits: wasteful
+    assert build_summary(_inputs([o], {"w": rec}))["wasteful_misroutes"] == 1
