@@ -358,7 +358,7 @@ async def test_a_lying_pool_config_is_reported_and_vllm_clamps_what_it_forces_sh
 
 
 def check_truncation_detected(rec: dict[str, Any]) -> None:
-    """The router names the clamped answer a truncation (issue 30, branch ``output``)."""
-    if rec.get("truncated") is not True:
-        pytest.xfail("issue 30: truncation detection is not on this branch yet")
-    assert rec["misroute"] == "truncated"
+    """The router names the clamped answer a truncation of the pool that served it (issue 30): it
+    judges by the limit vLLM reports on /v1/models, not the configured one."""
+    assert rec["truncated"] is True and rec["misroute"] == "truncated"
+    assert rec["finish_reason"] == "length"
