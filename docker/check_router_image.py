@@ -22,6 +22,10 @@ import openai
 from devstack.envoy_runner import EnvoyPorts
 from devstack.procs import free_port
 from devstack.stack import envoy_process, pool_process
+from mockpool.settings import DEFAULT_MODEL_NAMES
+
+MODEL = DEFAULT_MODEL_NAMES["qwen3"][0]
+"""What the stand-in pools serve by default (they answer 404 for any other model, as vLLM does)."""
 
 SHORT_PROMPT = "Name three uses of a load balancer."
 LONG_PROMPT = "Summarise these notes.\n\n" + "Token budgets decide which pool serves a request. " * 1500
@@ -53,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             served = {}
             for kind, prompt in (("short", SHORT_PROMPT), ("long", LONG_PROMPT)):
                 raw = client.chat.completions.with_raw_response.create(
-                    model="m", messages=[{"role": "user", "content": prompt}], max_tokens=8
+                    model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=8
                 )
                 raw.parse()
                 served[kind] = raw.headers.get("x-served-by-pool", "")
