@@ -24,9 +24,7 @@ at most ``MAX_CLASSES`` classes are taken from Redis.
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
 import json
 import logging
 import uuid
@@ -43,6 +41,7 @@ from extproc.core.output_reserve import (
     decode_class_key,
     encode_class_key,
 )
+from extproc.service.periodic_sync import PeriodicSync
 
 __all__ = ["MAX_CLASSES", "QUEUE_MAX", "OutputLengthSync"]
 
@@ -57,7 +56,7 @@ MAX_CLASSES = 4096
 _KIND = {(False, False): 0, (False, True): 1, (True, False): 2, (True, True): 2}
 
 
-class OutputLengthSync:
+class OutputLengthSync(PeriodicSync):
     """Background push/pull of answer lengths through a Redis stream, and class states through a hash.
 
     Args:
@@ -83,25 +82,24 @@ class OutputLengthSync:
         on_row: Callable[[str], None] | None = None,
         client: Any = None,
     ) -> None:
-        self.learner = learner
-        self.stream_key = f"{key_prefix}output-lengths"
-        self.hash_key = f"{key_prefix}output-states"
-        self.interval_s = interval_s
-        self.timeout_s = timeout_s
-        self.replica_id = uuid.uuid4().hex[:16]
-        self._on_row = on_row or (lambda _outcome: None)
-        self._client = (
+        super().__init__(
             client
             if client is not None
             else aioredis.from_url(
                 url, password=password, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-            )
+            ),
+            interval_s=interval_s,
+            timeout_s=timeout_s,
+            task_name="redis-output-lengths",
         )
+        self.learner = learner
+        self.stream_key = f"{key_prefix}output-lengths"
+        self.hash_key = f"{key_prefix}output-states"
+        self.replica_id = uuid.uuid4().hex[:16]
+        self._on_row = on_row or (lambda _outcome: None)
         self._queue: collections.deque[tuple[str, int, int]] = collections.deque(maxlen=QUEUE_MAX)
         self._dirty: set[OutputClassKey] = set()
         self._last_id = "$"
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
         self._failing = False
         self.up = True
         """Whether the last sync reached Redis."""
@@ -115,31 +113,6 @@ class OutputLengthSync:
     def queue_length(self) -> int:
         """Answers waiting to be pushed."""
         return len(self._queue)
-
-    async def start(self) -> None:
-        """Start the background task (its first sync restores the shared states when nothing is learned)."""
-        self._task = asyncio.create_task(self._run(), name="redis-output-lengths")
-
-    async def close(self) -> None:
-        """Stop the task, push what is queued once more, disconnect (each step time-bounded)."""
-        if self._task is not None:
-            self._stopping = True
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        bound = max(self.timeout_s, 0.1) * 2
-        with contextlib.suppress(RedisError, OSError, TimeoutError):
-            await asyncio.wait_for(self._push(), timeout=bound)
-        with contextlib.suppress(RedisError, OSError, TimeoutError):
-            await asyncio.wait_for(self._client.aclose(), timeout=bound)
-
-    async def _run(self) -> None:
-        # the flag ends the loop even when a cancel was turned into a swallowed TimeoutError
-        while not self._stopping:
-            await self.sync_once()
-            if not self._stopping:
-                await asyncio.sleep(self.interval_s)
 
     async def sync_once(self) -> bool:
         """One push of queued answers and changed states, one pull of the others' answers; False

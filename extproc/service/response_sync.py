@@ -13,8 +13,6 @@ Redis layout: stream ``{prefix}response-pools`` (``XADD … MAXLEN ~ 100000``), 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from typing import Any
 
@@ -24,6 +22,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from extproc.core.response_ids import ResponsePools
+from extproc.service.periodic_sync import PeriodicSync
 
 __all__ = ["ResponsePoolSync"]
 
@@ -33,7 +32,7 @@ STREAM_MAXLEN = 100_000
 READ_COUNT = 10_000
 
 
-class ResponsePoolSync:
+class ResponsePoolSync(PeriodicSync):
     """Background push/pull of :class:`ResponsePools` entries through a Redis stream.
 
     Args:
@@ -47,44 +46,14 @@ class ResponsePoolSync:
     def __init__(
         self, pools: ResponsePools, *, url: str, key_prefix: str, interval_s: float, timeout_s: float
     ) -> None:
-        self.pools = pools
-        self.key = f"{key_prefix}response-pools"
-        self.interval_s = interval_s
-        self.timeout_s = timeout_s
-        self._client = aioredis.from_url(
+        client = aioredis.from_url(
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0)
         )
+        super().__init__(client, interval_s=interval_s, timeout_s=timeout_s, task_name="redis-response-pools")
+        self.pools = pools
+        self.key = f"{key_prefix}response-pools"
         self._last_id = "$"
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
         self._failing = False
-
-    async def start(self) -> None:
-        """Start the background task."""
-        self._task = asyncio.create_task(self._run(), name="redis-response-pools")
-
-    async def close(self) -> None:
-        """Stop the task, push what is queued once more, disconnect (each step time-bounded)."""
-        if self._task is not None:
-            self._stopping = True
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        bound = max(self.timeout_s, 0.1) * 2
-        with contextlib.suppress(RedisError, OSError, TimeoutError):
-            await asyncio.wait_for(self._push(), timeout=bound)
-        with contextlib.suppress(RedisError, OSError, TimeoutError):
-            await asyncio.wait_for(self._client.aclose(), timeout=bound)
-
-    async def _run(self) -> None:
-        # The flag, not only the cancellation, ends the loop: a cancel that lands while a Redis
-        # command times out can be turned into a TimeoutError (Python 3.11's asyncio.timeout /
-        # wait_for) and swallowed as a Redis failure, and close() would then wait forever.
-        while not self._stopping:
-            await self.sync_once()
-            if not self._stopping:
-                await asyncio.sleep(self.interval_s)
 
     async def sync_once(self) -> bool:
         """One push of queued entries and one pull of new ones; False when Redis failed."""
