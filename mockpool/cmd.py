@@ -14,6 +14,7 @@ import sys
 from types import FrameType
 from typing import Any
 
+from mockpool.logs import configure_logging
 from mockpool.server import bind_socket, make_server
 from mockpool.settings import PoolSettings
 from mockpool.tokencount import TokenizerUnavailableError
@@ -32,7 +33,9 @@ def add_parser(subparsers: Any) -> None:
     d = PoolSettings()
     p.add_argument("--name", required=True, help="pool name, sent back in the x-served-by-pool header")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default %(default)s)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port, 0 = any free port (default %(default)s)")
+    p.add_argument(
+        "--port", type=_port, default=8000, help="TCP port, 0 = any free port (default %(default)s)"
+    )
     p.add_argument("--max-model-len", type=int, default=d.max_model_len, help="vLLM max_model_len in tokens")
     p.add_argument("--tokenizer", choices=["qwen3", "llama3"], default=d.tokenizer, help="tokenizer family")
     p.add_argument(
@@ -78,7 +81,20 @@ def add_parser(subparsers: Any) -> None:
         help="answer a streamed request that does not fit with a 200 SSE error event (SGLang) instead of 400",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-format", default="json", choices=["json", "text"], help="log line format (as tbr serve)"
+    )
     p.set_defaults(func=run)
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is not in 0..65535")
+    return port
 
 
 def settings_from_args(args: argparse.Namespace) -> PoolSettings:
@@ -108,10 +124,12 @@ def settings_from_args(args: argparse.Namespace) -> PoolSettings:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; return 0, or 2 on bad settings / missing tokenizer / busy port."""
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(args.log_level, args.log_format)
     try:
         settings = settings_from_args(args)
-        server = make_server(settings, log_level=args.log_level, access_log=args.log_level == "debug")
+        server = make_server(
+            settings, log_level=args.log_level, access_log=args.log_level == "debug", own_logging=False
+        )
         sock = bind_socket(args.host, args.port)
     except (ValueError, TokenizerUnavailableError, OSError) as exc:
         print(f"tbr mock-pool: {exc}", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 from collections.abc import AsyncIterator
@@ -46,9 +47,12 @@ def base_url_of(sock: socket.socket) -> str:
 
 
 def make_server(
-    settings: PoolSettings, log_level: str = "warning", access_log: bool = False
+    settings: PoolSettings, log_level: str = "warning", access_log: bool = False, own_logging: bool = True
 ) -> uvicorn.Server:
-    """A uvicorn server for the pool app (no lifespan, no websockets, h11)."""
+    """A uvicorn server for the pool app (no lifespan, no websockets, h11).
+
+    ``own_logging=False`` leaves uvicorn's loggers to the root handler (``tbr mock-pool``'s JSON
+    lines) instead of uvicorn's own plain-text configuration."""
     config = uvicorn.Config(
         build_app(settings),
         log_level=log_level,
@@ -58,6 +62,11 @@ def make_server(
         http="h11",
         timeout_graceful_shutdown=2,
     )
+    if not own_logging:  # uvicorn.Config configured its loggers in __init__: hand them back to the root
+        for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+            logger = logging.getLogger(name)
+            logger.handlers.clear()
+            logger.propagate = True
     return uvicorn.Server(config)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import replace
 
@@ -20,6 +21,9 @@ __all__ = [
     "add_trace_args",
     "load_normalized",
     "load_router_config",
+    "non_negative_float",
+    "positive_float",
+    "positive_int",
     "profile_arg",
     "replay_for",
 ]
@@ -36,22 +40,28 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--rate",
-        type=float,
+        type=positive_float,
         default=None,
         help="time-scale arrivals to this mean rate, req/s; None = the trace's own rate",
     )
     p.add_argument(
         "--min-requests",
-        type=int,
+        type=_positive_int,
         default=60_000,
         help="tile the trace (or draw from a CDF) up to this many requests: the base trace; "
         "`plan` then runs each pool for its own steady-state length",
     )
     p.add_argument(
-        "--max-requests", type=int, default=None, help="truncate to this many requests; None = no truncation"
+        "--max-requests",
+        type=_positive_int,
+        default=None,
+        help="truncate to this many requests; None = no truncation",
     )
     p.add_argument(
-        "--clip-max-total-tokens", type=int, default=None, help="clip input + output of each request, tokens"
+        "--clip-max-total-tokens",
+        type=_positive_int,
+        default=None,
+        help="clip input + output of each request, tokens",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of CDF synthesis and p2c load balancing")
     p.add_argument(
@@ -75,6 +85,36 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be positive: {v}")
+    return v
+
+
+positive_int = _positive_int
+"""argparse type: an integer ≥ 1 (a usage error otherwise, exit 2, one line)."""
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (``inf``, ``nan``, 0 and negatives are usage errors)."""
+    v = _finite(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {text}")
+    return v
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number ≥ 0."""
+    v = _finite(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0: {text}")
+    return v
+
+
+def _finite(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number: {text}")
     return v
 
 

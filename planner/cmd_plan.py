@@ -19,6 +19,9 @@ from planner.cli_common import (
     eprint,
     load_normalized,
     load_router_config,
+    non_negative_float,
+    positive_float,
+    positive_int,
     profile_arg,
     replay_for,
 )
@@ -91,13 +94,21 @@ def add_parser(subparsers: Any) -> None:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_trace_args(p)
-    p.add_argument("--short-max-tokens", type=int, default=8192, help="B: short pool max_model_len, tokens")
-    p.add_argument("--long-max-model-len", type=int, default=65536, help="long pool max_model_len, tokens")
-    p.add_argument("--slo-ttft-p99-s", type=float, default=2.0, help="P99 time to first token, seconds")
-    p.add_argument("--slo-tpot-p99-s", type=float, default=None, help="P99 time per output token, seconds")
+    p.add_argument(
+        "--short-max-tokens", type=positive_int, default=8192, help="B: short pool max_model_len, tokens"
+    )
+    p.add_argument(
+        "--long-max-model-len", type=positive_int, default=65536, help="long pool max_model_len, tokens"
+    )
+    p.add_argument(
+        "--slo-ttft-p99-s", type=positive_float, default=2.0, help="P99 time to first token, seconds"
+    )
+    p.add_argument(
+        "--slo-tpot-p99-s", type=positive_float, default=None, help="P99 time per output token, seconds"
+    )
     p.add_argument(
         "--sweep",
-        type=int,
+        type=positive_int,
         nargs="*",
         default=[2048, 4096, 8192, 16384, 32768],
         help="candidate thresholds B, tokens (each sized by DES unless it cannot beat a verified one)",
@@ -105,7 +116,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--no-des", action="store_true", help="closed form and analytical sizing only")
     p.add_argument(
         "--size-tolerance",
-        type=float,
+        type=non_negative_float,
         default=0.01,
         help="stop the DES bisection within this fraction of the passing count (0 = exact)",
     )
@@ -121,17 +132,20 @@ def add_parser(subparsers: Any) -> None:
         help="also re-size the homogeneous fleet and the recommended B under the other --lb policies",
     )
     p.add_argument(
-        "--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes for the DES sizing"
+        "--jobs",
+        type=positive_int,
+        default=min(2, os.cpu_count() or 1),
+        help="worker processes for the DES sizing",
     )
     p.add_argument(
         "--mu-short-req-per-s",
-        type=float,
+        type=positive_float,
         default=None,
         help="given short-pool throughput per instance, req/s (e.g. the paper's 11.2); needs --mu-long-req-per-s",
     )
     p.add_argument(
         "--mu-long-req-per-s",
-        type=float,
+        type=positive_float,
         default=None,
         help="given long/homogeneous throughput per instance, req/s (e.g. the paper's 2.8)",
     )
@@ -169,7 +183,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the plan; exit 2 on unusable input."""
+    """Run the plan; exit 2 on unusable input, 1 when the DES found no threshold meeting the SLO."""
     try:
         cfg, sweep = load_router_config(args)
         trace, report = load_normalized(args)
@@ -266,4 +280,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(res, sort_keys=True, indent=1))
     else:
         print(format_plan(res, report.lines()))
+    des = res.get("des")
+    if des and des.get("recommended_threshold_tokens") is None:
+        eprint("no threshold meets the SLO in every pool (exit 1): see the causes above")
+        return 1
     return 0

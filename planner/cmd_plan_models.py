@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from extproc.config import RouterConfig, load_config
-from planner.cli_common import add_trace_args, eprint, load_normalized, profile_arg
+from planner.cli_common import add_trace_args, eprint, load_normalized, positive_float, profile_arg
 from planner.plan import PlanInputs, run_plan
 from planner.plan_report import format_plan
 from planner.sizing import Slo
@@ -33,8 +33,8 @@ def add_parser(subparsers: Any) -> None:
     )
     add_trace_args(p)
     p.add_argument("--router-config", required=True, metavar="YAML", help="router config with models:")
-    p.add_argument("--slo-ttft-p99-s", type=float, default=2.0)
-    p.add_argument("--slo-tpot-p99-s", type=float, default=None)
+    p.add_argument("--slo-ttft-p99-s", type=positive_float, default=2.0)
+    p.add_argument("--slo-tpot-p99-s", type=positive_float, default=None)
     p.add_argument("--no-des", action="store_true", help="closed form and analytical sizing only")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run, format="decision-log")

@@ -18,6 +18,7 @@ from planner.cli_common import (
     eprint,
     load_normalized,
     load_router_config,
+    positive_float,
     profile_arg,
     replay_for,
 )
@@ -85,8 +86,12 @@ def add_parser(subparsers: Any) -> None:
         default="auto",
         help="ground-truth tokens for the replay (auto: from the profile's model)",
     )
-    p.add_argument("--slo-ttft-p99-s", type=float, default=2.0, help="P99 time to first token, seconds")
-    p.add_argument("--slo-tpot-p99-s", type=float, default=None, help="P99 time per output token, seconds")
+    p.add_argument(
+        "--slo-ttft-p99-s", type=positive_float, default=2.0, help="P99 time to first token, seconds"
+    )
+    p.add_argument(
+        "--slo-tpot-p99-s", type=positive_float, default=None, help="P99 time per output token, seconds"
+    )
     p.add_argument("--lb", choices=LB_POLICIES, default="round_robin", help="load balancing inside each pool")
     p.add_argument(
         "--allow-unstable",

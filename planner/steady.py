@@ -42,6 +42,7 @@ from planner.trace import Trace
 __all__ = [
     "DRIFT_TOLERANCE",
     "MIN_MEASURED_REQUESTS",
+    "MIN_P99_REQUESTS",
     "SERVICE_MULTIPLE",
     "PoolLoad",
     "RunLength",
@@ -69,6 +70,9 @@ T95_ONE_SIDED = 1.833
 DRIFT_SE = 2.306
 """Second-half mean batch P99 above the first's by this many standard errors = still drifting
 (Student's t 0.975 quantile with 8 degrees of freedom: two halves of 5 batches)."""
+MIN_P99_REQUESTS = 100
+"""Below this many measured requests a P99 is the maximum of the sample: no verdict can be "meets"
+(``too few requests``)."""
 MIN_DRIFT_REQUESTS = 2_000
 """Below this many measured requests (10 per half beyond the P99) the halves are not compared."""
 DRIFT_TOLERANCE = 0.25
@@ -210,7 +214,8 @@ def verdict(
     max_rejection_rate: float = 0.0,
     batch_bound: bool = True,
 ) -> str:
-    """``meets`` / ``misses`` / ``not converged`` for a pool's summary block
+    """``meets`` / ``misses`` / ``not converged`` / ``too few requests`` (fewer than
+    :data:`MIN_P99_REQUESTS` measured) for a pool's summary block
     (:meth:`planner.des.SimResult.summary`).
 
     ``not converged``: the batch P99s drift upward (:func:`_drifting`: the second half's mean batch
@@ -223,6 +228,8 @@ def verdict(
     """
     if block.get("requests", 0) == 0:
         return "meets"
+    if block["requests"] < MIN_P99_REQUESTS:
+        return "too few requests"
     if block["rejection_rate"] > max_rejection_rate:
         return "misses"
     p_all = block["p99_ttft_s"]

@@ -350,6 +350,11 @@ def normalize(
         report.time_scale = scale
         report.rate_before_req_per_s = rate
         report.rate_after_req_per_s = target_rate_req_per_s
+    elif n > 1 and rate is None:
+        raise TraceError(
+            f"all {n} arrivals share one timestamp: the trace has no arrival rate "
+            "(a rate needs distinct arrival times; use a trace with them, or a CDF with --rate)"
+        )
     report.rows_kept = n
     return Trace(
         arrival_s=arr,

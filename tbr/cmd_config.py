@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from extproc.config import ConfigError, RouterConfig, load_config
+from extproc.config import ConfigError, RouterConfig
+from extproc.service.overrides import env_overrides, load_config_with_overrides, redis_password
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -18,9 +20,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run_check(args: argparse.Namespace) -> int:
-    """Validate ``args.path``; exit 0 when valid, 2 with the errors on stderr otherwise."""
+    """Validate ``args.path`` as ``tbr serve`` would load it (the ``TBR_*`` environment applied, a
+    password in ``calibration.redis_url`` rejected, ``TBR_REDIS_PASSWORD_FILE`` read); exit 0 when
+    valid, 2 with the errors on stderr otherwise."""
     try:
-        cfg = load_config(args.path)
+        cfg = load_config_with_overrides(args.path, env_overrides(os.environ))
+        redis_password(os.environ)
     except ConfigError as exc:
         print(f"{args.path}: {exc}", file=sys.stderr)
         return 2

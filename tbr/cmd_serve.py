@@ -27,6 +27,21 @@ if TYPE_CHECKING:  # imported in run(): `tbr --help` and the other subcommands s
 log = logging.getLogger("extproc.serve")
 
 
+def port_number(text: str) -> int:
+    """argparse type of a TCP port: an integer 0..65535 (0 = any free port).
+
+    Raises:
+        argparse.ArgumentTypeError: not an integer, or out of range (reported as a usage error).
+    """
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is not in 0..65535")
+    return port
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``tbr serve``."""
     p = subparsers.add_parser("serve", help="run the ext_proc router")
@@ -35,14 +50,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--grpc-host", help="override server.grpc_host (env TBR_GRPC_HOST)")
     p.add_argument(
         "--grpc-port",
-        type=int,
+        type=port_number,
         default=None,
         help="override server.grpc_port, 0 = any free port (env TBR_GRPC_PORT)",
     )
     p.add_argument("--admin-host", help="override admin.host (env TBR_ADMIN_HOST)")
     p.add_argument(
         "--admin-port",
-        type=int,
+        type=port_number,
         default=None,
         help="override admin.port, 0 = any free port (env TBR_ADMIN_PORT)",
     )

@@ -158,6 +158,15 @@ class RouterConfig(Strict):
             raise ValueError("spillover: max_waiting/max_kv_cache_usage need pools[].metrics_url")
         return self
 
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> RouterConfig:
+        port = self.server.grpc_port
+        if self.admin.enabled and port != 0 and port == self.admin.port:
+            raise ValueError(
+                f"server.grpc_port and admin.port are both {port}: the two listeners need their own ports"
+            )
+        return self
+
     @property
     def pools_by_size(self) -> tuple[PoolConfig, ...]:
         """Pools sorted by ``max_model_len`` ascending; the last is the fallback (long) pool."""
@@ -199,13 +208,20 @@ def read_config_data(path: str | Path) -> Any:
     """Read a YAML configuration file into plain data (not validated).
 
     Raises:
-        ConfigError: the file cannot be read or is not YAML.
+        ConfigError: the file cannot be read, is not UTF-8 text, or is not YAML.
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = p.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read configuration {p}: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"configuration {p} is not UTF-8 text: byte 0x{raw[exc.start]:02x} at offset {exc.start} (line {line})"
+        ) from exc
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 import re
 from typing import Annotated, Literal
 
@@ -378,10 +379,23 @@ class CalibrationConfig(Strict):
     snapshot_path: str | None = None
     """File the learned ratios are written to (atomically) every ``snapshot_interval_s`` and at
     shutdown, and restored from at start (when Redis is off); None = learned ratios live in memory
-    only. A corrupt or foreign file is reported (``tbr_ratio_snapshots_total{operation="load",
-    outcome="invalid"}``), moved aside to ``<path>.invalid`` and ignored."""
+    only. A leading ``~`` is the user's home directory (the shipped config keeps it outside the
+    checkout, ``~/.local/state/tbr/ratios.json``); a relative path is relative to the working
+    directory. A corrupt or foreign file is reported (``tbr_ratio_snapshots_total{operation="load",
+    outcome="invalid"}``), moved aside to ``<path>.invalid`` and ignored; a path that cannot be
+    written is reported at start."""
     snapshot_interval_s: Annotated[float, Field(gt=0.0, le=86_400.0)] = 30.0
     """Seconds between periodic snapshots: the most learning a crash (SIGKILL) can lose."""
+
+    @field_validator("snapshot_path")
+    @classmethod
+    def _expand_home(cls, v: str | None) -> str | None:
+        if v is None:
+            return None
+        if not v.strip():
+            raise ValueError("must be a file path (omit the setting to keep ratios in memory only)")
+        return os.path.expanduser(v)
+
     redis_url: str | None = None
     """Shared ratio store across replicas (e.g. ``redis://127.0.0.1:6379/0``); None = in-memory.
     See docs/operations.md for the consistency model."""

@@ -51,7 +51,7 @@ from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
 from extproc.service.response_sync import ResponsePoolSync
 from extproc.service.scrape import PoolScraper
-from extproc.service.snapshot import PeriodicSnapshot, load_output_states, load_snapshot
+from extproc.service.snapshot import PeriodicSnapshot, load_output_states, load_snapshot, snapshot_unwritable
 
 __all__ = ["RouterApp"]
 
@@ -198,6 +198,43 @@ class RouterApp:
         if self.router is not None:
             self.router.publish_ratio(*key)
 
+    def _restore_snapshot(self, snap: str) -> None:
+        """Restore the learned ratios and output classes of ``snap`` (counted, never raised) and
+        report at once a path that cannot be written."""
+        assert self.memory is not None
+        cfg = self.config
+        try:
+            n = load_snapshot(self.memory, snap)
+            if n is None:
+                log.info("no ratio snapshot at %s yet: starting without learned ratios", snap)
+            else:
+                log.info("restored %d learned ratios from %s", n, snap)
+                self.metrics.snapshots.labels("load", "ok").inc()
+        except ValueError as exc:
+            # Keep the bad file for inspection instead of overwriting it with the next save.
+            aside = Path(f"{snap}.invalid")
+            with contextlib.suppress(OSError):
+                Path(snap).replace(aside)  # once, at start (a sync helper of start())
+            log.error("ignoring ratio snapshot (moved to %s): %s", aside, exc)
+            self.metrics.snapshots.labels("load", "invalid").inc()
+        learner = self._output_learner_for(cfg)
+        if learner is not None:
+            try:
+                classes = load_output_states(learner, snap)
+                if classes:  # nothing is said of a snapshot that does not exist yet
+                    log.info("restored %d output classes from %s", classes, snap)
+            except ValueError as exc:
+                log.error("ignoring the output lengths of the snapshot: %s", exc)
+                self.metrics.snapshots.labels("load", "invalid").inc()
+        problem = snapshot_unwritable(snap)
+        if problem is not None:  # found now, not at the first periodic save or at shutdown
+            log.error(
+                "calibration.snapshot_path %s is not writable (%s): learned ratios will not survive a restart",
+                snap,
+                problem,
+            )
+            self.metrics.snapshots.labels("save", "error").inc()
+
     async def start(self) -> None:
         """Restore ratios (snapshot, or first Redis pull), open the decision log, start gRPC then
         admin HTTP, then the config watcher."""
@@ -209,25 +246,7 @@ class RouterApp:
             )
         snap = cfg.calibration.snapshot_path
         if snap and self.memory is not None:
-            try:
-                n = load_snapshot(self.memory, snap)
-                log.info("restored %d learned ratios from %s", n, snap)
-                self.metrics.snapshots.labels("load", "ok").inc()
-            except ValueError as exc:
-                # Keep the bad file for inspection instead of overwriting it with the next save.
-                aside = Path(f"{snap}.invalid")
-                with contextlib.suppress(OSError):
-                    Path(snap).replace(aside)  # noqa: ASYNC240 (once, at start)
-                log.error("ignoring ratio snapshot (moved to %s): %s", aside, exc)
-                self.metrics.snapshots.labels("load", "invalid").inc()
-            learner = self._output_learner_for(cfg)
-            if learner is not None:
-                try:
-                    n = load_output_states(learner, snap)
-                    log.info("restored %d output classes from %s", n, snap)
-                except ValueError as exc:
-                    log.error("ignoring the output lengths of the snapshot: %s", exc)
-                    self.metrics.snapshots.labels("load", "invalid").inc()
+            self._restore_snapshot(snap)
             self._snapshot = PeriodicSnapshot(
                 self.memory,
                 snap,
@@ -394,7 +413,11 @@ class RouterApp:
         port = cfg.port if self._admin_port_req is None else self._admin_port_req
         sock = socket.socket(socket.AF_INET6 if ":" in cfg.host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((cfg.host, port))
+        try:
+            sock.bind((cfg.host, port))
+        except OSError as exc:
+            sock.close()
+            raise OSError(exc.errno, f"admin listener {cfg.host}:{port}: {exc.strerror or exc}") from exc
         self._admin_sock = sock
         self.admin_port = sock.getsockname()[1]
         app = build_admin_app(

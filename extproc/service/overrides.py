@@ -136,6 +136,8 @@ def redis_password(env: Mapping[str, str]) -> str | None:
             return Path(file).read_text(encoding="utf-8").rstrip("\r\n")
         except OSError as exc:
             raise ConfigError(f"TBR_REDIS_PASSWORD_FILE {file}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"TBR_REDIS_PASSWORD_FILE {file}: not UTF-8 text") from exc
     return value or None
 
 

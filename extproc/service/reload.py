@@ -111,6 +111,9 @@ class ConfigReloader:
             except ConfigError as exc:
                 log.error("config reload rejected, keeping the running configuration: %s", exc)
                 outcome = "invalid"
+            except Exception:  # a loader bug must not stop the watcher or escape a signal handler
+                log.exception("config reload failed, keeping the running configuration")
+                outcome = "invalid"
             else:
                 old = self._current()
                 changed = changed_fields(old, new)

@@ -44,6 +44,7 @@ __all__ = [
     "load_output_states",
     "load_snapshot",
     "save_snapshot",
+    "snapshot_unwritable",
     "write_snapshot",
 ]
 
@@ -117,17 +118,33 @@ def write_snapshot(
         raise
 
 
-def load_snapshot(store: InMemoryRatioStore, path: str | Path) -> int:
+def snapshot_unwritable(path: str | Path) -> str | None:
+    """Why a snapshot cannot be written to ``path`` (None when it can): creates the directory and
+    a temporary file in it, as :func:`write_snapshot` does, then removes the file."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".ratios-", dir=str(p.parent))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
+    if p.is_dir():
+        return "it is a directory"
+    return None
+
+
+def load_snapshot(store: InMemoryRatioStore, path: str | Path) -> int | None:
     """Restore states into ``store`` from a snapshot written by :func:`save_snapshot`.
 
-    Returns the number of keys restored; a missing file restores nothing (0).
+    Returns the number of keys restored; None when the file does not exist (nothing restored).
 
     Raises:
         ValueError: the file exists but is not a valid snapshot (nothing is restored).
     """
     p = Path(path)
     if not p.exists():
-        return 0
+        return None
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
         states = decode_snapshot(data)

@@ -140,7 +140,7 @@ def test_plan_router_config_three_pools_sizes_with_spillover(
     sizes and sizes the fleet with spillover on (never more GPUs than without)."""
     args = _parser().parse_args(
         [
-            "plan", "--trace", str(_cdf(tmp_path)), "--rate", "20", "--min-requests", "1500",
+            "plan", "--trace", str(_cdf(tmp_path)), "--rate", "20", "--min-requests", "4000",
             "--profile", "a100-simcompat", "--router-config", str(ROUTER_3POOLS), "--sweep",
             "--jobs", "1", "--spill-sweep", "max_kv_cache_usage=0.5", "--json",
         ]

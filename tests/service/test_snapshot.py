@@ -27,4 +27,4 @@ def test_snapshot_round_trip(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError):
         load_snapshot(other, p)
-    assert load_snapshot(other, tmp_path / "absent.json") == 0
+    assert load_snapshot(other, tmp_path / "absent.json") is None
