@@ -416,6 +416,16 @@ class StreamProcessor:
             r.observer.unreadable(reason)
         return self._route_answers[self.pool] if body else r.header_responses[self.pool]
 
+    def _count_unrouted(self, reason: str) -> None:
+        """A request the router never answered: counted against the largest pool (where Envoy's
+        catch-all sent it) with ``reason``, and recorded like a routed one."""
+        r = self.router
+        self.pool = r.models.fallback_for(None).name
+        self.reason = reason
+        self.category = "unknown"
+        r.observer.decision(self.pool, "unknown", reason, None)
+        r.observer.unreadable(reason)
+
     @property
     def routed_pool(self) -> str | None:
         """The pool the router sent this request to, while the stream can still see its response:
@@ -468,6 +478,12 @@ class StreamProcessor:
         if self.silent:  # releases its claim also when there is nothing to write
             self._complete_held_record(end)
             return
+        if not self.pool and self.exchange is Exchange.REQUEST_BODY:
+            # The request headers came, the body message never did (a client that gave up while
+            # uploading, a body Envoy did not send): no answer of the router routed it (Envoy's
+            # catch-all goes to the largest pool). Counted, so no request goes unseen. A reset
+            # and a half-close look the same here (both end the read), hence one reason.
+            self._count_unrouted("body_missing")
         if r.decision_log is None and not r.observer.records_requests:
             return
         if not self.pool:

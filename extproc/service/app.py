@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -431,44 +431,72 @@ class RouterApp:
                 self._admin_task.result()
             await asyncio.sleep(0.01)
 
-    async def _close_redis(self) -> None:
-        """Push what is queued for Redis once more and disconnect (each step time-bounded)."""
-        for sync in (self.response_sync, self.output_sync):
-            if sync is not None:
-                await sync.close()
-        if self.redis is not None:
-            await self.redis.close()
-
     async def stop(self) -> None:
         """Graceful shutdown: not ready (shutdown delay), stop accepting, drain streams (grace
-        period), push or persist ratios."""
+        period), push or persist ratios, flush the decision log, shut OpenTelemetry down.
+
+        Every step runs even when an earlier one failed: a failure is logged and counted
+        (``tbr_shutdown_steps_total{step,outcome="error"}``), never raised (a decision log on a
+        full disk must not skip the OpenTelemetry flush or make ``tbr serve`` exit 1).
+        """
         self.ready = False
         self.metrics.ready.set(0)
         if self.reloader is not None:
-            await self.reloader.stop()
+            await self._step("config_watch", self.reloader.stop)
         if self.grpc is not None:
-            await self.grpc.set_serving(False)
-            if self.config.server.shutdown_delay_s > 0:
-                log.info("not ready; closing the listener in %.1f s", self.config.server.shutdown_delay_s)
-                await asyncio.sleep(self.config.server.shutdown_delay_s)
-            log.info("draining %d in-flight streams", self.grpc.servicer.active_streams)
-            await self.grpc.stop(self.config.server.grace_period_s)
+            await self._step("grpc", self._stop_grpc)
         if self._admin is not None and self._admin_task is not None:
-            self._admin.should_exit = True
-            await self._admin_task
+            await self._step("admin", self._stop_admin)
         if self._admin_sock is not None:
             self._admin_sock.close()
-        await self._close_redis()
-        await self._stop_pool_tasks()
+        if self.response_sync is not None:
+            await self._step("response_sync", self.response_sync.close)
+        if self.output_sync is not None:
+            await self._step("output_sync", self.output_sync.close)
+        if self.redis is not None:
+            await self._step("redis", self.redis.close)
+        await self._step("pool_tasks", self._stop_pool_tasks)
         if self._own_http_client and self._http_client is not None:
-            await self._http_client.aclose()
+            await self._step("http_client", self._http_client.aclose)
         if self._snapshot is not None:
-            await self._snapshot.stop()
-        self.held_records.flush()  # streams are drained: nothing will claim what is still held
+            await self._step("snapshot", self._snapshot.stop)
+        # streams are drained: nothing will claim what is still held
+        await self._step("held_records", self._flush_held)
         if self._decision_log is not None:
-            await self._decision_log.close()
+            await self._step("decision_log", self._decision_log.close)
         if self.otel is not None:  # flushes the last spans and metrics (blocking export)
-            await asyncio.to_thread(self.otel.shutdown)
+            await self._step("otel", self._shutdown_otel)
+
+    async def _step(self, name: str, step: Callable[[], Awaitable[object]]) -> None:
+        """Run one shutdown step; log and count its failure instead of raising it."""
+        try:
+            await step()
+        except Exception as exc:
+            log.error("shutdown step %s failed (the next steps still run): %s", name, exc, exc_info=True)
+            self.metrics.shutdown_steps.labels(name, "error").inc()
+        else:
+            self.metrics.shutdown_steps.labels(name, "ok").inc()
+
+    async def _stop_grpc(self) -> None:
+        assert self.grpc is not None
+        await self.grpc.set_serving(False)
+        if self.config.server.shutdown_delay_s > 0:
+            log.info("not ready; closing the listener in %.1f s", self.config.server.shutdown_delay_s)
+            await asyncio.sleep(self.config.server.shutdown_delay_s)
+        log.info("draining %d in-flight streams", self.grpc.servicer.active_streams)
+        await self.grpc.stop(self.config.server.grace_period_s)
+
+    async def _stop_admin(self) -> None:
+        assert self._admin is not None and self._admin_task is not None
+        self._admin.should_exit = True
+        await self._admin_task
+
+    async def _flush_held(self) -> None:
+        self.held_records.flush()
+
+    async def _shutdown_otel(self) -> None:
+        assert self.otel is not None
+        await asyncio.to_thread(self.otel.shutdown)
 
     async def __aenter__(self) -> RouterApp:
         try:

@@ -109,4 +109,8 @@ class DecisionLogWriter:
         await self.flush()
         if self._file is not None:
             file, self._file = self._file, None
-            await asyncio.to_thread(file.close)
+            try:
+                await asyncio.to_thread(file.close)
+            except OSError as exc:  # the last buffered bytes could not be written (full disk)
+                log.warning("decision log %s: closing lost its last buffered records: %s", self.path, exc)
+                raise

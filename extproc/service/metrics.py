@@ -211,6 +211,12 @@ class RouterMetrics:
             ["operation", "outcome"],
             registry=r,
         )
+        self.shutdown_steps = Counter(
+            "tbr_shutdown_steps",
+            "Steps of the graceful shutdown by outcome (ok, error: logged, and the next steps still run).",
+            ["step", "outcome"],
+            registry=r,
+        )
         self.decision_log_written = Counter(
             "tbr_decision_log_written_records",
             "Decision-log records written to the file (by the background flush).",

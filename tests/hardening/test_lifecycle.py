@@ -88,7 +88,8 @@ async def test_client_aborts_before_usage_learns_nothing(shared_app: RouterApp) 
 
 
 async def test_abort_during_request_phase(shared_app: RouterApp) -> None:
-    """Cancelled after request headers only (client gave up while uploading)."""
+    """Cancelled after request headers only (client gave up while uploading): the request is
+    still counted, with its reason (issue 34, item 6), and nothing is learned."""
     c = Counts(shared_app)
     ch, call = await _open(shared_app)
     await _send(call, [req_headers()])
@@ -96,7 +97,27 @@ async def test_abort_during_request_phase(shared_app: RouterApp) -> None:
     await ch.close(None)
     await _wait_inflight_zero(c)
     assert c.delta("tbr_streams_total") == 1.0
-    assert c.delta("tbr_routing_decisions_total") == 0.0
+    assert c.delta("tbr_routing_decisions_total") == 1.0
+    assert c.delta("tbr_routing_decisions_total", {"pool": "long", "reason": "body_missing"}) == 1.0
+    assert c.delta("tbr_unreadable_requests_total", {"reason": "body_missing"}) == 1.0
+    assert c.delta("tbr_calibration_events_total") == 0.0
+
+
+async def test_headers_without_a_body_message_are_counted_at_the_end_of_the_stream(
+    shared_app: RouterApp,
+) -> None:
+    """Request headers (not end of stream), then a half-close without a body message: counted at
+    the end of the stream, reason ``body_missing``, against the largest pool (Envoy's catch-all)."""
+    c = Counts(shared_app)
+    ch, call = await _open(shared_app)
+    await _send(call, [req_headers()])
+    await call.done_writing()
+    while await call.read() is not grpc.aio.EOF:  # type: ignore[attr-defined]  # missing from grpc-stubs
+        pass
+    await ch.close(None)
+    await _wait_inflight_zero(c)
+    assert c.delta("tbr_routing_decisions_total", {"pool": "long", "reason": "body_missing"}) == 1.0
+    assert c.delta("tbr_unreadable_requests_total", {"reason": "body_missing"}) == 1.0
 
 
 async def test_connection_dropped_without_cancel(shared_app: RouterApp) -> None:
