@@ -333,14 +333,16 @@ class Stack:
             raise RuntimeError("the stack is not running")
         return Gateway(self.envoy, self.base_url)
 
-    def add_envoy(self, *, router_grpc: int, tag: str) -> Gateway:
+    def add_envoy(self, *, router_grpc: int, tag: str, source: Path | None = None) -> Gateway:
         """Start one more Envoy on the same pools whose ext_proc cluster points at
-        ``router_grpc`` (e.g. a port nothing listens on: the router is down); stopped with the
-        stack."""
+        ``router_grpc`` (e.g. a port nothing listens on: the router is down), rendered from
+        ``source`` (default ``options.envoy_config``); stopped with the stack."""
         ports = dataclasses.replace(
             self.ports, listener=free_port(), admin=free_port(), router_grpc=router_grpc
         )
-        proc = envoy_process(ports, log_dir=self.work_dir, tag=tag, source=self.options.envoy_config)
+        proc = envoy_process(
+            ports, log_dir=self.work_dir, tag=tag, source=source or self.options.envoy_config
+        )
         self._start(proc)
         return Gateway(proc, f"http://{LOOPBACK}:{ports.listener}/v1")
 

@@ -135,7 +135,10 @@ def test_envoy_gateway_policy_and_route(docs: dict[Key, dict[str, Any]], router_
     assert ext["failOpen"] is True
 
     ctp = docs[("ClientTrafficPolicy", "tbr", "llm-gateway-clients")]
-    assert ctp["spec"]["headers"]["earlyRequestHeaders"]["remove"] == [router_cfg.routing_header]
+    removed = ctp["spec"]["headers"]["earlyRequestHeaders"]["remove"]
+    assert removed[0] == router_cfg.routing_header
+    assert {"x-envoy-retry-on", "x-envoy-max-retries", "x-envoy-upstream-rq-timeout-ms"} <= set(removed)
+    assert ctp["spec"]["clientIPDetection"] == {"xForwardedFor": {"numTrustedHops": 0}}  # issue 34, item 2
 
     route = docs[("HTTPRoute", "tbr", "llm")]
     for parent in route["spec"]["parentRefs"]:
@@ -208,7 +211,11 @@ def test_istio_envoyfilter_is_valid_envoy_config(
     (early,) = parsed.early_header_mutation_extensions
     mutation = header_mutation_pb2.HeaderMutation()
     early.typed_config.Unpack(mutation)
-    assert [m.remove for m in mutation.mutations] == [router_cfg.routing_header]
+    removed = [m.remove for m in mutation.mutations]
+    assert removed[0] == router_cfg.routing_header
+    assert {"x-envoy-retry-on", "x-envoy-max-retries", "x-envoy-upstream-rq-timeout-ms"} <= set(removed)
+    assert parsed.use_remote_address.value is True and parsed.xff_num_trusted_hops == 0  # issue 34, item 2
+    assert "xff_num_trusted_hops" in hcm  # set explicitly, not left to the default
 
 
 def test_istio_virtualservice_routes_by_router_header(
