@@ -120,6 +120,7 @@ class PoolApp:
             return exc.response()
         except (ChatInputError, ImageInputError) as exc:
             return protocol.error_response(str(exc))
+        prompt_tokens = self._truncated(prompt_tokens, body)
         param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
         fit = protocol.check_length(
             prompt_tokens, max_tokens, self.settings.max_model_len, max_tokens_param=param
@@ -162,6 +163,7 @@ class PoolApp:
             counts = await asyncio.to_thread(self._count_prompts, prompts)
         except RequestError as exc:
             return exc.response()
+        counts = [self._truncated(c, body) for c in counts]
         plans: list[ChoicePlan] = []
         natural = self.state.natural.draw(request.headers)
         for prompt, prompt_tokens in zip(prompts, counts, strict=True):
@@ -173,6 +175,14 @@ class PoolApp:
             plans.extend([plan_choice(self.settings, fit.max_tokens, natural)] * common.n)
         prompt_tokens = sum(counts)
         return await self._respond(request, common, prompt_tokens, plans, chat=False)
+
+    def _truncated(self, prompt_tokens: int, body: dict[str, Any]) -> int:
+        """vLLM's ``truncate_prompt_tokens``: N ≥ 1 keeps the last N tokens, -1 the pool's
+        ``max_model_len``; anything else (absent, 0, not an integer) leaves the count."""
+        n = body.get("truncate_prompt_tokens")
+        if isinstance(n, bool) or not isinstance(n, int) or n == 0 or n < -1:
+            return prompt_tokens
+        return min(prompt_tokens, self.settings.max_model_len if n == -1 else n)
 
     async def _respond(
         self,

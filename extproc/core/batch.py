@@ -34,4 +34,9 @@ def batch_budget(budgets: Sequence[TokenBudget]) -> TokenBudget | None:
         total_tokens=sum(b.total_tokens for b in budgets),
         ratio_bytes=sum(b.ratio_bytes for b in budgets),
         central_prompt_tokens=sum(b.central_prompt_tokens for b in budgets),
+        model_tokens=sum(b.model_tokens for b in budgets),
+        n_media=sum(b.n_media for b in budgets),
+        # With truncate_prompt_tokens the sum cannot tell which members vLLM cut: any served count
+        # reaches this cap of 1, so such a batch is not learned from (Estimator.observe).
+        prompt_cap_tokens=1 if any(b.prompt_cap_tokens for b in budgets) else 0,
     )

@@ -44,7 +44,8 @@ class TokenBudget:
         prompt_tokens: estimated prompt tokens (text + fixed).
         output_reserve_tokens: per-sequence output reserve.
         n_sequences: sequences generated.
-        total_tokens: ``prompt_tokens + n_sequences · output_reserve_tokens``.
+        total_tokens: ``min(prompt_tokens, prompt_cap_tokens) + n_sequences · output_reserve_tokens``
+            (the routing budget).
         warm: the learned ratio (not the prior) was used.
         ratio_bytes: bytes the ratio applies to (text + tool schemas − digits, punctuation
             and newlines).
@@ -69,6 +70,10 @@ class TokenBudget:
     """Image, audio and file parts (budgeted per item, learned per model)."""
     unexplained: bool = False
     """The request carries fields the model does not explain (unknown message fields)."""
+    prompt_cap_tokens: int = 0
+    """vLLM's ``truncate_prompt_tokens`` (0 = none): the pool holds at most this many prompt
+    tokens, so ``total_tokens`` counts ``min(prompt_tokens, prompt_cap_tokens)``; a served prompt of
+    this size or more was cut and is not learned from."""
     screened: str = ""
     """'' for the exact estimate; ``bound`` or ``windows`` for a routing-only budget of
     :mod:`extproc.core.screen` (never learned from)."""

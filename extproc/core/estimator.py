@@ -302,7 +302,8 @@ class Estimator:
     def budget_for(self, f: RequestFeatures, **fields: Any) -> TokenBudget:
         """A :class:`TokenBudget` of ``f`` from its prompt fields (``prompt_tokens``, ``key``, ...):
         adds the text bytes, the output reserve, ``n_sequences`` and ``total_tokens = prompt +
-        n_sequences · output_reserve`` (docs/method.md §2)."""
+        n_sequences · output_reserve`` (docs/method.md §2), the prompt counted as vLLM holds it:
+        at most ``truncate_prompt_tokens`` when the request sets it (vLLM keeps the last N tokens)."""
         prompt = int(fields["prompt_tokens"])
         key = self.output_class(f, prompt)
         reserve, source = self.output_reserve(f, prompt, key)
@@ -312,13 +313,16 @@ class Estimator:
             for band in range(key.prompt_band):
                 other, _ = self.output_reserve(f, prompt, key._replace(prompt_band=band))
                 reserve = max(reserve, other)
+        cap = f.truncate_prompt_tokens or 0
+        held = min(prompt, cap) if cap else prompt
         return TokenBudget(
             text_bytes=f.text_bytes,
             output_reserve_tokens=reserve,
             n_sequences=f.n_sequences,
-            total_tokens=prompt + f.n_sequences * reserve,
+            total_tokens=held + f.n_sequences * reserve,
             output_class=key,
             output_reserve_source=source,
+            prompt_cap_tokens=cap,
             **fields,
         )
 
@@ -381,9 +385,12 @@ class Estimator:
         """Learn from the served ``usage.prompt_tokens`` of a request estimated as ``budget``.
 
         Returns None (and learns nothing) when the observation carries no usable text signal:
-        no text, non-positive usage, or a prompt dominated by non-text parts. ``runs`` model: see
+        no text, non-positive usage, a prompt dominated by non-text parts, or a prompt vLLM cut
+        to ``truncate_prompt_tokens``. ``runs`` model: see
         :meth:`_observe_runs`.
         """
+        if budget.prompt_cap_tokens and prompt_tokens >= budget.prompt_cap_tokens:
+            return None  # vLLM cut the prompt to truncate_prompt_tokens: the count is the cap's
         if budget.model_tokens > 0.0:
             return self._observe_runs(budget, prompt_tokens)
         nbytes = budget.ratio_bytes or budget.text_bytes
@@ -461,6 +468,8 @@ class Estimator:
         Returns the new value (tokens per item for media), or None when nothing changed.
         """
         cfg = self.cfg
+        if budget.prompt_cap_tokens and prompt_tokens >= budget.prompt_cap_tokens:
+            return None  # a prompt vLLM cut to truncate_prompt_tokens says nothing of the ratio
         if budget.n_media:
             image, _ = self.media_tokens(budget.key[0])
             per_item = self._media_per_item(budget, prompt_tokens)

@@ -12,6 +12,7 @@ fixed string (a bounded metric label); the caller sends such requests to the lar
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,7 @@ __all__ = [
     "reasoning_request_of",
     "rendered_bytes",
     "tool_json",
+    "truncate_prompt_tokens",
     "utf8_bytes",
 ]
 
@@ -125,8 +127,14 @@ class RequestFeatures:
     ``"on"``, an effort (``"minimal"``, ``"low"``, ``"medium"``, ``"high"``), or None when it says
     nothing (the model's default applies)."""
     conversations: tuple[RequestFeatures, ...] = ()
-    """``/v1/chat/completions/batch``: the features of each conversation (this object then
-    describes the longest one); empty otherwise."""
+    """``/v1/chat/completions/batch``, and ``/v1/completions`` with a list of text prompts: the
+    features of each conversation or prompt (this object then describes the longest one); vLLM
+    serves each as its own sequence, checks each against ``max_model_len`` alone and reports
+    ``usage.prompt_tokens`` summed over them. Empty otherwise."""
+    truncate_prompt_tokens: int | None = None
+    """vLLM's ``truncate_prompt_tokens`` when ≥ 1: the pool keeps the prompt's last N tokens, so
+    the prompt it holds is at most N tokens. None when absent, 0 or -1 (-1 truncates to the
+    serving pool's own ``max_model_len``, which never makes a prompt plus its output fit)."""
     _counted: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def _count(self, name: str, text: str, codes: np.ndarray | None = None) -> RunCounts:
@@ -298,7 +306,10 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
     elif endpoint == "completions":
         if "prompt" not in parsed:
             raise UnreadableRequest("empty_prompt", "prompt")
-        exact = _prompt(parsed.get("prompt"), text)
+        prompt = parsed.get("prompt")
+        if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt):
+            return _prompt_list(parsed, prompt, sample_bytes)
+        exact = _prompt(prompt, text)
         suffix = parsed.get("suffix")
         if isinstance(suffix, str):
             text.add(suffix)
@@ -320,6 +331,7 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
     n = _int_field(parsed, "n") or 1
     best_of = _int_field(parsed, "best_of") or 1
     stream, include_usage = stream_flags(parsed)
+    truncate = truncate_prompt_tokens(parsed)
     prompt_text, text_bytes, prompt_codes = text.joined(template_texts)
 
     return RequestFeatures(
@@ -345,4 +357,35 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
         rendered_bytes=rendered_bytes(text_bytes, reasoning + template_texts, tools),
         image_sizes=tuple(images),
         reasoning_request=reasoning_request_of(parsed),
+        truncate_prompt_tokens=truncate,
     ).with_prompt_codes(prompt_codes)
+
+
+def _prompt_list(parsed: dict[str, Any], prompts: list[str], sample_bytes: int) -> RequestFeatures:
+    """A completions ``prompt`` list of texts: vLLM serves each text as its own request (its own
+    ``max_model_len`` check, ``n`` sequences each) and sums their ``usage.prompt_tokens``. The
+    features of the longest text, carrying every text's in ``conversations`` (routed by the
+    longest budget, learned sum against sum: :mod:`extproc.core.batch`)."""
+    each = tuple(features_of({**parsed, "prompt": p}, "completions", sample_bytes) for p in prompts)
+    longest = max(each, key=lambda f: f.text_bytes)
+    return dataclasses.replace(longest, conversations=each)
+
+
+def truncate_prompt_tokens(parsed: dict[str, Any]) -> int | None:
+    """vLLM's ``truncate_prompt_tokens`` when it bounds the prompt (≥ 1), else None (absent, 0,
+    or -1: see :attr:`RequestFeatures.truncate_prompt_tokens`).
+
+    vLLM (``serving_engine``/renderer, ``_validate_and_normalize_truncate_tokens``): None = no
+    truncation; -1 = the serving model's ``max_model_len``; N ≥ 1 = tokenized with
+    ``truncation=True, max_length=N`` (the last N tokens kept); the field is declared ``ge=-1``.
+
+    Raises:
+        UnreadableRequest: not an integer (``bad_field_type``), or below -1 (``bad_field_value``).
+    """
+    value = parsed.get("truncate_prompt_tokens")
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == -1:
+        return None
+    n = _int_field(parsed, "truncate_prompt_tokens")
+    return n if n else None

@@ -37,7 +37,7 @@ def test_output_reserve_prefers_max_completion_tokens_and_counts_n() -> None:
     ("prompt", "exact", "text_bytes"),
     [
         pytest.param("abc", 0, 3, id="string"),
-        pytest.param(["ab", "cd"], 0, 4, id="list-of-strings"),
+        pytest.param(["ab", "cde"], 0, 3, id="list-of-strings-longest"),  # each served alone (issue 34)
         pytest.param([1, 2, 3, 4], 4, 0, id="token-ids"),
         pytest.param([[1, 2], [3, 4, 5]], 3, 0, id="batch-of-token-ids-longest"),
     ],
@@ -100,3 +100,34 @@ def test_endpoint_for_path() -> None:
     assert endpoint_for_path("/v1/chat/completions?x=1") == "chat"
     assert endpoint_for_path("/v1/completions/") == "completions"
     assert endpoint_for_path("/v1/embeddings") is None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(3000, 3000), (3000.0, 3000), (-1, None), (0, None), (None, None)],
+    ids=["n", "integral_float", "minus_one_is_the_pools_own_limit", "zero", "absent"],
+)
+def test_truncate_prompt_tokens_is_read_as_vllm_applies_it(value: object, expected: int | None) -> None:
+    """vLLM: N ≥ 1 keeps the last N tokens; -1 the serving pool's max_model_len (no bound the
+    router can use); 0 and absent: no truncation (issue 34, item 5)."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "truncate_prompt_tokens": value}
+    assert parse_request_body(json.dumps(body).encode(), "chat").truncate_prompt_tokens == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [("3000", "bad_field_type"), (True, "bad_field_type"), (1.5, "bad_field_type"), (-2, "bad_field_value")],
+)
+def test_bad_truncate_prompt_tokens_is_unreadable(value: object, reason: str) -> None:
+    body = {"model": "m", "prompt": "hi", "truncate_prompt_tokens": value}
+    with pytest.raises(UnreadableRequest) as exc:
+        parse_request_body(json.dumps(body).encode(), "completions")
+    assert exc.value.reason == reason
+
+
+def test_completions_text_list_is_its_longest_member_carrying_each() -> None:
+    prompts = ["short one", "a much longer prompt than the others " * 5, "mid length prompt"]
+    f = parse_request_body(json.dumps({"model": "m", "prompt": prompts, "n": 2}).encode(), "completions")
+    assert f.text_bytes == len(prompts[1].encode())
+    assert [c.text_bytes for c in f.conversations] == [len(p.encode()) for p in prompts]
+    assert f.n_sequences == 2 and all(c.n_sequences == 2 for c in f.conversations)
