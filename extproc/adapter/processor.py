@@ -492,7 +492,7 @@ class StreamProcessor:
         record = DecisionRecord(
             ts_s=self.t_start,
             request_id=self.request_id,
-            model=b.key[0] if b else "",
+            model=(b.model or b.key[0]) if b else "",
             category=self.category,
             pool=self.pool,
             reason=self.reason,

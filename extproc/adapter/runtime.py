@@ -91,6 +91,9 @@ class Runtime:
             store=self.store,
             output_learner=output_learner,
             max_model_len_tokens=max(p.max_model_len for p in config.pools),
+            # names the model sets serve take key slots at once (others after a 2xx with usage)
+            reserved_models=[name for ms in config.models for name in ms.models],
+            reserved_patterns=[ms.pattern for ms in config.models if ms.pattern is not None],
         )
         self.output_sink = output_sink
         self.served_limits: Mapping[str, int] = served_limits if served_limits is not None else {}

@@ -19,8 +19,10 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from extproc.config.base import HEADER_NAME, ConfigError, Strict
 from extproc.config.estimation import (
+    DEFAULT_AUDIO_RULES,
     DEFAULT_IMAGE_RULES,
     DEFAULT_MODEL_PROFILES,
+    AudioRule,
     CalibrationConfig,
     EstimatorConfig,
     ImageRule,
@@ -31,9 +33,11 @@ from extproc.config.listeners import AdminConfig, ServerConfig
 from extproc.config.pools import ModelSet, PoolConfig, RecoveryConfig, SpilloverConfig
 
 __all__ = [
+    "DEFAULT_AUDIO_RULES",
     "DEFAULT_IMAGE_RULES",
     "DEFAULT_MODEL_PROFILES",
     "AdminConfig",
+    "AudioRule",
     "CalibrationConfig",
     "ConfigError",
     "EstimatorConfig",

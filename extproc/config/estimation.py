@@ -263,6 +263,37 @@ class OutputReserveConfig(Strict):
         return self
 
 
+class AudioRule(Strict):
+    """How many prompt tokens one second of audio costs for the models whose name matches
+    ``pattern`` (method and sources: :mod:`extproc.core.audio`): ``ceil(seconds ×
+    tokens_per_second) + extra_tokens`` per clip."""
+
+    pattern: Annotated[str, Field(min_length=1, max_length=256)]
+    """Python regular expression searched (``re.search``, case-insensitive) in the ``model`` field."""
+    tokens_per_second: Annotated[float, Field(gt=0.0, le=1000.0)]
+    extra_tokens: Annotated[int, Field(ge=0, le=4096)] = 0
+    """Tokens per clip beyond the frames (begin/end-of-audio markers)."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from exc
+        return v
+
+
+DEFAULT_AUDIO_RULES: tuple[AudioRule, ...] = (
+    # Voxtral: Whisper encoder (50 Hz) downsampled 4x -> 12.5 Hz (arXiv 2507.13264, section 2.1)
+    AudioRule(pattern=r"voxtral", tokens_per_second=12.5, extra_tokens=2),
+    # Qwen2-Audio / Qwen2.5-Omni: one encoder frame per 40 ms after pooling (arXiv 2407.10759)
+    AudioRule(pattern=r"qwen2(\.5)?-(audio|omni)", tokens_per_second=25.0, extra_tokens=2),
+)
+"""Built-in audio rules (first match wins); models matching none use
+``estimator.audio_tokens_per_second``."""
+
+
 class EstimatorConfig(Strict):
     """Token-budget estimator parameters (method: arXiv 2604.09613, docs/method.md §3; docs/estimator.md).
 
@@ -310,11 +341,20 @@ class EstimatorConfig(Strict):
     image_rules: tuple[ImageRule, ...] = DEFAULT_IMAGE_RULES
     """Per-model-family image cost from pixel size (first match wins); see :class:`ImageRule`."""
     audio_tokens: Annotated[int, Field(ge=0)] = 4096
-    """Budget per audio part (input_audio)."""
+    """Budget per audio part whose duration cannot be read from its header (a remote URL, an
+    unknown format)."""
+    audio_rules: tuple[AudioRule, ...] = DEFAULT_AUDIO_RULES
+    """Per-model-family audio cost from duration (first match wins); see :class:`AudioRule`."""
+    audio_tokens_per_second: Annotated[float, Field(gt=0.0, le=1000.0)] = 12.5
+    """Audio tokens per second of models matching no ``audio_rules`` entry: a Whisper-style encoder
+    (50 frames/s) pooled 4x, as Voxtral (arXiv 2507.13264)."""
     min_bytes_per_token: Annotated[float, Field(gt=0.1)] = 1.0
     """Floor for any routing ratio; no tokenizer in use produces fewer bytes per token on text."""
     max_models: Annotated[int, Field(ge=1, le=1024)] = 32
-    """Distinct model names tracked; further models share the ``_other`` key (bounded cardinality)."""
+    """Model-key slots (bounded cardinality); a name without one shares the ``_other`` key. Names in
+    ``models:`` (exact or by pattern) and names matching a model profile take a slot at once; any
+    other name after its first 2xx answer with usage; a slot that never learned anything is
+    reclaimed when the table is full (``extproc.core.estimator.Estimator.model_key``)."""
     sample_bytes: Annotated[int, Field(ge=256, le=1_048_576)] = 16384
     """Bytes of text examined by the content classifier (``bytes`` cost model)."""
     screen: bool = True

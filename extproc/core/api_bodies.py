@@ -31,8 +31,16 @@ from typing import Any
 
 import orjson
 
-from extproc.core.chat_messages import UnreadableRequest, _content, _json_text, _messages, _Text, _tool_defs
-from extproc.core.images import ImageSize
+from extproc.core.audio import AudioClip
+from extproc.core.chat_messages import (
+    MediaItem,
+    UnreadableRequest,
+    _content,
+    _json_text,
+    _messages,
+    _Text,
+    _tool_defs,
+)
 from extproc.core.request_body import (
     RequestFeatures,
     features_of,
@@ -78,7 +86,7 @@ def _features(
     endpoint: str,
     text: _Text,
     counts: list[int],
-    images: list[ImageSize | None],
+    images: list[MediaItem],
     n_messages: int,
     max_output: int | None,
     reasoning: list[str] | None = None,
@@ -110,7 +118,8 @@ def _features(
         reasoning_text="\n".join(reasoning or ()),
         tools_json=tools,
         rendered_bytes=rendered_bytes(text_bytes, reasoning or [], tools),
-        image_sizes=tuple(images),
+        image_sizes=tuple(x for x in images if not isinstance(x, AudioClip)),
+        audio_clips=tuple(x for x in images if isinstance(x, AudioClip)),
         reasoning_request=reasoning_request_of(parsed),
         **extra,
     ).with_prompt_codes(prompt_codes)
@@ -122,7 +131,7 @@ def _features(
 def _responses(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
     text = _Text(sample_bytes)
     counts = [0, 0, 0, 0]
-    images: list[ImageSize | None] = []
+    images: list[MediaItem] = []
     n_messages = 0
     instructions = parsed.get("instructions")
     if instructions is not None:
@@ -156,7 +165,7 @@ def _responses(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
     )
 
 
-def _response_item(item: Any, text: _Text, counts: list[int], images: list[ImageSize | None]) -> int:
+def _response_item(item: Any, text: _Text, counts: list[int], images: list[MediaItem]) -> int:
     """Add one ``input`` item; returns the chat messages it renders as (0 or 1)."""
     if not isinstance(item, dict):
         raise UnreadableRequest("bad_field_type", "input item")
@@ -189,7 +198,7 @@ def _response_item(item: Any, text: _Text, counts: list[int], images: list[Image
 def _anthropic(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
     text = _Text(sample_bytes)
     counts = [0, 0, 0, 0]
-    images: list[ImageSize | None] = []
+    images: list[MediaItem] = []
     n_messages = 0
     system = parsed.get("system")
     if system is not None:
@@ -219,7 +228,7 @@ def _anthropic(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
     return _features(parsed, "messages", text, counts, images, n_messages, int_field(parsed, "max_tokens"))
 
 
-def _blocks(blocks: list[Any], text: _Text, counts: list[int], images: list[ImageSize | None]) -> int:
+def _blocks(blocks: list[Any], text: _Text, counts: list[int], images: list[MediaItem]) -> int:
     """Add Anthropic content blocks; returns the extra chat messages they render as
     (vLLM turns each ``tool_result`` of a user turn into a ``tool`` message)."""
     extra = 0
@@ -269,7 +278,7 @@ def _batch(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
     for conversation in conversations:
         text = _Text(sample_bytes)
         counts = [0, 0, 0, 0]
-        images: list[ImageSize | None] = []
+        images: list[MediaItem] = []
         reasoning: list[str] = []
         n = _messages(conversation, text, counts, reasoning, images)
         each.append(_features(parsed, "chat_batch", text, counts, images, n, max_output, reasoning))

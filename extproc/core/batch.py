@@ -36,6 +36,9 @@ def batch_budget(budgets: Sequence[TokenBudget]) -> TokenBudget | None:
         central_prompt_tokens=sum(b.central_prompt_tokens for b in budgets),
         model_tokens=sum(b.model_tokens for b in budgets),
         n_media=sum(b.n_media for b in budgets),
+        media_tokens=sum(b.media_tokens for b in budgets),
+        media_base_tokens=sum(b.media_base_tokens for b in budgets),
+        media_key=first.media_key if len({b.media_key for b in budgets if b.n_media}) <= 1 else "",
         # With truncate_prompt_tokens the sum cannot tell which members vLLM cut: any served count
         # reaches this cap of 1, so such a batch is not learned from (Estimator.observe).
         prompt_cap_tokens=1 if any(b.prompt_cap_tokens for b in budgets) else 0,

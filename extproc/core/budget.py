@@ -67,7 +67,7 @@ class TokenBudget:
     model_tokens: float = 0.0
     """``runs`` model: modelled tokens of the text (what the key's value divides); 0 otherwise."""
     n_media: int = 0
-    """Image, audio and file parts (budgeted per item, learned per model)."""
+    """Image, audio and file parts (budgeted per part by rule, learned per kind and size class)."""
     unexplained: bool = False
     """The request carries fields the model does not explain (unknown message fields)."""
     prompt_cap_tokens: int = 0
@@ -84,6 +84,16 @@ class TokenBudget:
     """Where ``output_reserve_tokens`` came from: ``client`` (the request's maximum), ``learned``
     (the class's learned quantile, or its prior's before it has learned), ``risk`` (the learned
     quantile below the client's maximum) or ``default`` (``default_output_reserve_tokens``)."""
+    media_tokens: int = 0
+    """Tokens budgeted for the media parts (included in ``fixed_prompt_tokens``)."""
+    media_key: str = ""
+    """``<kind>:<size class>`` shared by every media part ('' when mixed or none): what the
+    served usage teaches (``Estimator.observe``)."""
+    media_base_tokens: float = 0.0
+    """The media parts' tokens by their rules, before the learned factor."""
+    model: str = ""
+    """The request's ``model`` as sent ('' when longer than 128 characters): a name keyed
+    ``_other`` takes a key slot when its 2xx usage is observed (``Estimator.admit``)."""
 
 
 @dataclass(frozen=True, slots=True)

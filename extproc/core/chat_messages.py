@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from extproc.core.audio import AudioClip, clip_of_part
 from extproc.core.images import ImageSize, size_from_base64, size_from_url
 from extproc.core.runs import text_utf8_length
 
@@ -70,6 +71,10 @@ def _arguments_text(args: Any) -> str:
             return args
         return _json_text(parsed)
     return "" if args is None else _json_text(args)
+
+
+MediaItem = ImageSize | AudioClip | None
+"""One media part in request order: an image's size (None when not inline) or an audio clip."""
 
 
 class _Text:
@@ -161,9 +166,7 @@ def _image_size(part: dict[str, Any]) -> ImageSize | None:
     return None
 
 
-def _content(
-    content: Any, text: _Text, counts: list[int], images: list[ImageSize | None] | None = None
-) -> None:
+def _content(content: Any, text: _Text, counts: list[int], images: list[MediaItem] | None = None) -> None:
     """Walk a message ``content``: string, or list of parts. counts = [images, audio]; the size
     of each image part is appended to ``images`` (None when not inline)."""
     if content is None:
@@ -185,16 +188,26 @@ def _content(
             if value is not None and not isinstance(value, str):
                 raise UnreadableRequest("bad_field_type", "content text")
             text.add(value or "")
-        elif kind in ("image_url", "input_image", "image"):
-            counts[0] += 1
-            if images is not None:
-                images.append(_image_size(part))
-        elif kind in ("input_audio", "audio"):
-            counts[1] += 1
-        elif kind in ("file", "input_file"):
-            counts[0] += 1  # documents render to pages; budget like an image
-        else:
+        elif not _media_part(kind, part, counts, images):
             raise UnreadableRequest("unknown_content_part")
+
+
+def _media_part(kind: Any, part: dict[str, Any], counts: list[int], images: list[MediaItem] | None) -> bool:
+    """Count an image, audio or document part (counts = [images, audio]) and append its size or
+    duration to ``images``; False for any other part type."""
+    if kind in ("image_url", "input_image", "image"):
+        counts[0] += 1
+        if images is not None:
+            images.append(_image_size(part))
+    elif kind in ("input_audio", "audio", "audio_url"):
+        counts[1] += 1
+        if images is not None:
+            images.append(clip_of_part(part))  # duration from the header (extproc.core.audio)
+    elif kind in ("file", "input_file"):
+        counts[0] += 1  # documents render to pages; budget like an image
+    else:
+        return False
+    return True
 
 
 def _tool_calls(calls: Any, text: _Text, counts: list[int]) -> None:
@@ -214,7 +227,7 @@ def _message(
     text: _Text,
     counts: list[int],
     reasoning: list[str],
-    images: list[ImageSize | None] | None = None,
+    images: list[MediaItem] | None = None,
 ) -> None:
     """Every field of one message the template can render (module docstring of the estimator)."""
     for field, value in msg.items():
@@ -236,7 +249,7 @@ def _messages(
     text: _Text,
     counts: list[int],
     reasoning: list[str],
-    images: list[ImageSize | None] | None = None,
+    images: list[MediaItem] | None = None,
 ) -> int:
     """Walk ``messages``; counts = [images, audio, tool calls, unknown fields]."""
     if not isinstance(messages, list):

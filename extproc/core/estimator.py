@@ -29,15 +29,18 @@ weight_ref_tokens)``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from extproc.config import CalibrationConfig, EstimatorConfig
+from extproc.core.audio import AudioBudget
 from extproc.core.budget import Framing, Observation, TokenBudget
 from extproc.core.calibration import RatioKey, RatioStore
 from extproc.core.categories import TextProfile, profile_text
-from extproc.core.images import ImageBudget
+from extproc.core.images import ImageBudget, rule_tokens
 from extproc.core.output_reserve import OutputClassKey, OutputLengthLearner
 from extproc.core.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
 from extproc.core.request_body import RequestFeatures
@@ -47,6 +50,7 @@ from extproc.core.runs import RunCounts
 __all__ = [
     "CATEGORY_PRIORS_BPT",
     "FAMILY_PRIORS_BPT",
+    "OTHER",
     "Estimator",
     "Framing",
     "Observation",
@@ -60,8 +64,25 @@ TOOL_CALL_FRAMING_TOKENS = 12
 """Template tokens around one assistant tool call beyond its name and arguments (Qwen3:
 ``<tool_call>\n{"name": "…", "arguments": …}\n</tool_call>`` = 12 tokens; Llama-3.1 ≈ 8)."""
 
+MEDIA_SIZE_CLASSES = (("s", 256), ("m", 2048), ("l", 16384))
+"""Size classes of a media part by its tokens under the rule: below 256, 2048, 16384, else ``xl``
+(a 5 s voice note and a 10-minute recording never share a learned cost)."""
+MIN_MEDIA_FACTOR = 1.0 / 16.0
+MAX_MEDIA_FACTOR = 16.0
+
+
+def size_class(tokens: float) -> str:
+    """The size class (``s``, ``m``, ``l``, ``xl``) of a media part of ``tokens`` by its rule."""
+    for name, below in MEDIA_SIZE_CLASSES:
+        if tokens < below:
+            return name
+    return "xl"
+
+
 TOOLS_CATEGORY = "tools"
 ALL_CATEGORY = "all"
+OTHER = "_other"
+"""The model key shared by every name without a key slot (:meth:`Estimator.model_key`)."""
 
 
 class Estimator:
@@ -75,6 +96,8 @@ class Estimator:
             new one when ``estimator.output_reserve.learned``, else none (the default reserve).
         max_model_len_tokens: the largest pool's ``max_model_len``: no output reserve exceeds it
             minus the prompt estimate (None = unbounded).
+        reserved_models / reserved_patterns: the ``models:`` sets' exact names and patterns, whose
+            names take a model-key slot at once (:meth:`model_key`).
     """
 
     def __init__(
@@ -85,6 +108,8 @@ class Estimator:
         store: RatioStore,
         output_learner: OutputLengthLearner | None = None,
         max_model_len_tokens: int | None = None,
+        reserved_models: Collection[str] = (),
+        reserved_patterns: Sequence[str] = (),
     ) -> None:
         self.cfg = estimator
         out_cfg = estimator.output_reserve
@@ -97,28 +122,99 @@ class Estimator:
         self.cal = calibration
         self.store = store
         self._models: dict[str, str] = {}
+        """Model names holding a key slot (the name is the key), at most ``max_models``."""
+        self._keys_learned: set[str] = set()
+        """Keys something was learned for (a ratio or a media cost): their slots are kept."""
+        self._reserved = frozenset(reserved_models)
+        self._reserved_rx = [re.compile(p, re.IGNORECASE) for p in reserved_patterns]
+        self._verdicts: dict[str, bool] = {}
+        """Whether a name not holding a slot may take one at once (bounded cache)."""
         self._framing: dict[str, Framing] = {}
         self._profiles = [(re.compile(p.pattern, re.IGNORECASE), p) for p in estimator.model_profiles]
         self._recovered: dict[RatioKey, tuple[float, int]] = {}
         """Keys lowered by misroute recovery: (value, observations left); process-local, so the
         in-memory and Redis stores behave the same."""
-        self._media: dict[str, float] = {}
-        """Learned tokens per media item of each model key (never below the configured budget)."""
+        self._media: dict[tuple[str, str, str], float] = {}
+        """Learned factor on the rule's tokens of each (model key, media kind, size class)."""
         self.images = ImageBudget(estimator.image_rules, estimator.image_tokens)
+        self.audio = AudioBudget(
+            estimator.audio_rules, estimator.audio_tokens_per_second, estimator.audio_tokens
+        )
 
     def model_key(self, model: str) -> str:
-        """Bounded model key: the first ``max_models`` distinct names, then ``_other``."""
+        """Bounded model key: the name itself when it holds one of the ``max_models`` slots, else
+        ``_other``.
+
+        A name takes a slot at once when it is *reserved*: listed in the router's ``models:`` sets,
+        matching one of their patterns, or matching a model profile (its framing and tokenizer
+        family are known). Any other name takes one only after a 2xx answer with usage
+        (:meth:`admit`, called by :meth:`observe`): names the pools do not serve (404s) never do.
+        A full table gives up a slot that never learned anything; names longer than 128
+        characters are always ``_other``.
+        """
+        key = self._models.get(model)
+        if key is not None:
+            return key
+        if len(model) > 128 or not self._is_reserved(model):
+            return OTHER
+        return self.admit(model)
+
+    def _is_reserved(self, model: str) -> bool:
+        verdict = self._verdicts.get(model)
+        if verdict is None:
+            verdict = (
+                model in self._reserved
+                or any(rx.search(model) for rx in self._reserved_rx)
+                or any(rx.search(model) for rx, _ in self._profiles)
+            )
+            if len(self._verdicts) < 4 * self.cfg.max_models:
+                self._verdicts[model] = verdict
+        return verdict
+
+    def admit(self, model: str, *, learned: bool = False) -> str:
+        """Give ``model`` a key slot if it can have one; returns its key (``_other`` when not).
+
+        Free slots are shared, except that an unreserved name leaves room for every exact
+        ``models:`` name not yet seen; with no room a slot that never learned anything is
+        reclaimed (its name falls back to ``_other`` until it takes a slot again). ``learned``
+        marks the key as holding learned values (restored from a snapshot or Redis).
+        """
         key = self._models.get(model)
         if key is None:
-            key = model if len(self._models) < self.cfg.max_models else "_other"
-            if len(model) > 128:
-                key = "_other"
-            if len(self._models) < 4 * self.cfg.max_models:
-                self._models[model] = key
+            if len(model) > 128 or model == OTHER:
+                return OTHER
+            reserved = self._is_reserved(model)
+            waiting = 0 if reserved else len(self._reserved.difference(self._models))
+            if len(self._models) + waiting >= self.cfg.max_models and not self._reclaim():
+                return OTHER
+            key = self._models[model] = model
+        if learned:
+            self._keys_learned.add(key)
         return key
 
+    def _reclaim(self) -> bool:
+        """Free the oldest slot that never learned anything; False when every slot has."""
+        for name in self._models:
+            if name not in self._keys_learned:
+                del self._models[name]
+                self._framing.pop(name, None)
+                return True
+        return False
+
+    @property
+    def model_keys(self) -> tuple[str, ...]:
+        """The names holding a key slot, oldest first."""
+        return tuple(self._models)
+
+    def framing_of(self, model: str) -> Framing:
+        """The :class:`Framing` of a request's raw ``model`` name: its profile is matched on the
+        name even when the name has no key slot (``_other``)."""
+        key = self.model_key(model)
+        return self.framing(model if key == OTHER and len(model) <= 128 else key)
+
     def framing(self, model_key: str) -> Framing:
-        """The :class:`Framing` of a model key: first matching profile, else the config defaults."""
+        """The :class:`Framing` of a model key (or raw name): first matching profile, else the
+        config defaults."""
         fr = self._framing.get(model_key)
         if fr is None:
             c = self.cfg
@@ -132,7 +228,7 @@ class Estimator:
                 c.punct_tokens_per_char,
                 c.newline_tokens_per_char,
             )
-            if model_key != "_other":
+            if model_key != OTHER:
                 for rx, p in self._profiles:
                     if rx.search(model_key):
                         fr = Framing(
@@ -148,7 +244,8 @@ class Estimator:
                             p.tools_json_spaced,
                         )
                         break
-            self._framing[model_key] = fr
+            if len(self._framing) < 4 * self.cfg.max_models or model_key in self._models:
+                self._framing[model_key] = fr
         return fr
 
     def prior(self, key: RatioKey) -> float:
@@ -197,23 +294,52 @@ class Estimator:
         ratio, _, warm = self._routing(key)
         return ratio, warm
 
-    def media_tokens(self, model_key: str) -> tuple[float, float]:
-        """``(tokens per image, tokens per audio part)`` budgeted for a model: the configured values,
-        raised by what observations and misroute recovery attributed to media."""
-        learned = self._media.get(model_key, 0.0)
-        return max(float(self.cfg.image_tokens), learned), max(float(self.cfg.audio_tokens), learned)
+    def media_items(self, f: RequestFeatures) -> list[tuple[str, int]]:
+        """``(kind, tokens by rule)`` of each media part: images (and documents) by the model's
+        image rule from their pixel size, else ``image_tokens``; audio by the model's audio rule
+        from the duration in its header, else ``audio_tokens`` (extproc.core.images, .audio)."""
+        items: list[tuple[str, int]] = []
+        if f.n_images:
+            rule = self.images.rule(f.model)
+            if rule is None:
+                items += [("image", self.cfg.image_tokens)] * f.n_images
+            else:
+                sizes = f.image_sizes[: f.n_images]
+                items += [("image", rule_tokens(rule, size)) for size in sizes]
+                items += [("image", rule.max_tokens)] * (f.n_images - len(sizes))
+        if f.n_audio:
+            clips = f.audio_clips[: f.n_audio]
+            items += [("audio", self.audio.tokens(f.model, clip)) for clip in clips]
+            items += [("audio", self.audio.unknown_tokens)] * (f.n_audio - len(clips))
+        return items
+
+    def media_budget(self, f: RequestFeatures) -> tuple[int, str, float]:
+        """``(tokens, media key, tokens by rule)`` of the request's media: each part's rule tokens
+        times the learned factor of its (model key, kind, size class), default 1; the media key is
+        ``"<kind>:<class>"`` when every part shares one (what an observation can be learned on),
+        else ''."""
+        items = self.media_items(f)
+        if not items:
+            return 0, "", 0.0
+        model_key = self.model_key(f.model)
+        total = base = 0.0
+        keys = set()
+        for kind, tokens in items:
+            cls = size_class(tokens)
+            total += tokens * self._media.get((model_key, kind, cls), 1.0)
+            base += tokens
+            keys.add(f"{kind}:{cls}")
+        return math.ceil(total), keys.pop() if len(keys) == 1 else "", base
+
+    def media_factor(self, model_key: str, kind: str, cls: str) -> float:
+        """The learned factor on the rule's tokens of (model key, media kind, size class); 1.0 until learned."""
+        return self._media.get((model_key, kind, cls), 1.0)
 
     def fixed_tokens(self, f: RequestFeatures) -> int:
         """Modelled non-ratio prompt tokens: template framing, media, token ids."""
-        image, audio = self.media_tokens(self.model_key(f.model))
-        # images of a model with an image rule cost their pixel size (extproc.core.images)
-        if self.images.rule(f.model) is not None:
-            image_total = float(self.images.tokens(f.model, f.n_images, f.image_sizes))
-        else:
-            image_total = f.n_images * image
-        fixed = f.exact_prompt_tokens + math.ceil(image_total + f.n_audio * audio)
+        fixed = f.exact_prompt_tokens + (self.media_budget(f)[0] if f.n_images or f.n_audio else 0)
         if f.endpoint != "completions":  # chat, responses, messages, chat_batch: chat template
-            fr = self.framing(self.model_key(f.model))
+            fr = self.framing_of(f.model)
             fixed += fr.request_tokens + fr.message_tokens * f.n_messages
             if f.n_tools:
                 fixed += fr.tool_tokens + fr.per_tool_tokens * f.n_tools
@@ -234,7 +360,7 @@ class Estimator:
         and scaled to the whole text, at the model's tokens per character."""
         if prof is None or not f.text_bytes:
             return 0, 0
-        fr = self.framing(self.model_key(f.model))
+        fr = self.framing_of(f.model)
         digits = prof.digits if self.cfg.count_digits else 0
         punct, newlines = (prof.punctuation, prof.newlines) if self.cfg.count_punctuation else (0, 0)
         in_sample = digits + punct + newlines
@@ -251,7 +377,7 @@ class Estimator:
         """The ``runs`` cost model: ``ceil(modelled_text_tokens / c*_key) + framing + media + ids``;
         ``prompt_counts`` replaces ``f.runs`` (the window screen, :mod:`extproc.core.screen`)."""
         model_key = self.model_key(f.model)
-        fr = self.framing(model_key)
+        fr = self.framing_of(f.model)
         costs = run_costs(fr.family)
         counts = f.runs if prompt_counts is None else prompt_counts
         if f.reasoning_runs is not None and fr.renders_reasoning:
@@ -285,8 +411,14 @@ class Estimator:
         routing value of ``key`` and ``fixed`` prompt tokens are added: ``L_total = prompt +
         n_sequences · output_reserve`` (docs/method.md §2)."""
         ratio, central, warm = self._routing(key)
+        media_tokens, media_key, media_base = (
+            self.media_budget(f) if f.n_images or f.n_audio else (0, "", 0.0)
+        )
         return self.budget_for(
             f,
+            media_tokens=media_tokens,
+            media_key=media_key,
+            media_base_tokens=media_base,
             key=key,
             ratio_bpt=ratio,
             fixed_prompt_tokens=fixed,
@@ -316,6 +448,7 @@ class Estimator:
         cap = f.truncate_prompt_tokens or 0
         held = min(prompt, cap) if cap else prompt
         return TokenBudget(
+            model=f.model if len(f.model) <= 128 else "",
             text_bytes=f.text_bytes,
             output_reserve_tokens=reserve,
             n_sequences=f.n_sequences,
@@ -389,8 +522,19 @@ class Estimator:
         to ``truncate_prompt_tokens``. ``runs`` model: see
         :meth:`_observe_runs`.
         """
+        if budget.key[0] == OTHER and budget.model and prompt_tokens > 0:
+            # a 2xx with usage: the pools serve this name, which may now take a key slot; the
+            # observation is then its own (the estimate used _other's values, as text is text)
+            key = self.admit(budget.model)
+            if key != OTHER:
+                budget = dataclasses.replace(budget, key=(key, budget.key[1]))
         if budget.prompt_cap_tokens and prompt_tokens >= budget.prompt_cap_tokens:
             return None  # vLLM cut the prompt to truncate_prompt_tokens: the count is the cap's
+        if budget.n_media:
+            # the tokens the text estimate does not explain are the media's: learned per media kind
+            # and size class, up or down; the text key learns nothing
+            self._learn_media(budget, prompt_tokens, recovery=False)
+            return None
         if budget.model_tokens > 0.0:
             return self._observe_runs(budget, prompt_tokens)
         nbytes = budget.ratio_bytes or budget.text_bytes
@@ -403,6 +547,7 @@ class Estimator:
         ref = self.cal.weight_ref_tokens
         weight = min(1.0, ratio_tokens / ref) if ref > 0 else 1.0
         state = self.store.observe(budget.key, c_obs, weight)
+        self._keys_learned.add(budget.key[0])
         rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
         return Observation(key=budget.key, c_obs_bpt=c_obs, rel_error=rel, state=state)
 
@@ -420,12 +565,6 @@ class Estimator:
         """
         cfg = self.cfg
         text_tokens = prompt_tokens - budget.fixed_prompt_tokens
-        model_key = budget.key[0]
-        if budget.n_media:
-            per_item = self._media_per_item(budget, prompt_tokens)
-            if per_item > self._media.get(model_key, 0.0):
-                self._media[model_key] = min(per_item, float(cfg.max_media_tokens))
-            return None
         if budget.unexplained or prompt_tokens <= 0 or text_tokens <= 0:
             return None
         c_obs = budget.model_tokens / text_tokens
@@ -441,6 +580,7 @@ class Estimator:
         ref = self.cal.weight_ref_tokens
         weight = min(1.0, text_tokens / ref) if ref > 0 else 1.0
         new = self.store.observe(budget.key, c_obs, weight)
+        self._keys_learned.add(budget.key[0])
         held = self._recovered.get(budget.key)
         if held is not None:
             if held[1] <= 1 or new.low_bpt <= held[0]:
@@ -450,13 +590,42 @@ class Estimator:
         rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
         return Observation(key=budget.key, c_obs_bpt=c_obs, rel_error=rel, state=new)
 
-    def _media_per_item(self, budget: TokenBudget, prompt_tokens: int) -> float:
-        """Tokens per media item the served prompt implies, once the central text estimate and the
-        non-media fixed tokens are taken out."""
+    def _learn_media(self, budget: TokenBudget, prompt_tokens: int, *, recovery: bool) -> float | None:
+        """Learn the factor of the media key of ``budget`` from a served ``prompt_tokens``.
+
+        The media's tokens are the served prompt minus the central text estimate and the other
+        fixed tokens, all as they were when ``budget`` was made (the state before this
+        observation: a cost raised since is not counted twice). ``factor_obs = media tokens /
+        rule tokens``, clamped to [1/16, 16] and to ``max_media_tokens`` per part. An observation
+        moves the factor toward it by at most ×/÷ (1 + ``max_step``): down as well as up.
+        Misroute ``recovery`` (the prompt overflowed the pool) raises it to ``factor_obs`` at once
+        and never lowers it. Returns the new factor, or None when nothing changed (several media
+        kinds or classes in one request cannot be told apart).
+        """
+        if not budget.media_key or budget.media_base_tokens <= 0.0 or prompt_tokens <= 0:
+            return None
         text = budget.central_prompt_tokens - budget.fixed_prompt_tokens
-        per_item_budget, _ = self.media_tokens(budget.key[0])
-        others = budget.fixed_prompt_tokens - math.ceil(per_item_budget * budget.n_media)
-        return (prompt_tokens - text - others) / budget.n_media
+        others = budget.fixed_prompt_tokens - budget.media_tokens
+        media = prompt_tokens - text - others
+        cap = self.cfg.max_media_tokens * budget.n_media / budget.media_base_tokens
+        observed = min(
+            max(media / budget.media_base_tokens, MIN_MEDIA_FACTOR),
+            MAX_MEDIA_FACTOR,
+            max(cap, MIN_MEDIA_FACTOR),
+        )
+        kind, cls = budget.media_key.split(":", 1)
+        key = (budget.key[0], kind, cls)
+        current = self._media.get(key, 1.0)
+        if recovery:
+            if observed <= current:
+                return None
+            new = observed
+        else:
+            step = 1.0 + self.cfg.max_step
+            new = min(max(observed, current / step), current * step)
+        self._media[key] = new
+        self._keys_learned.add(budget.key[0])
+        return new
 
     def recover(self, budget: TokenBudget, prompt_tokens: int) -> float | None:
         """A confirmed misroute of ``budget`` whose served prompt was ``prompt_tokens``.
@@ -471,12 +640,7 @@ class Estimator:
         if budget.prompt_cap_tokens and prompt_tokens >= budget.prompt_cap_tokens:
             return None  # a prompt vLLM cut to truncate_prompt_tokens says nothing of the ratio
         if budget.n_media:
-            image, _ = self.media_tokens(budget.key[0])
-            per_item = self._media_per_item(budget, prompt_tokens)
-            if per_item <= image:
-                return None
-            self._media[budget.key[0]] = min(per_item, float(cfg.max_media_tokens))
-            return self._media[budget.key[0]]
+            return self._learn_media(budget, prompt_tokens, recovery=True)
         text_tokens = prompt_tokens - budget.fixed_prompt_tokens
         if budget.model_tokens <= 0.0 or text_tokens <= 0:
             return None

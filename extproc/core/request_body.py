@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 import orjson
 
+from extproc.core.audio import AudioClip
 from extproc.core.chat_messages import (
+    MediaItem,
     UnreadableRequest,
     _int_field,
     _json_text,
@@ -117,6 +119,9 @@ class RequestFeatures:
     """UTF-8 bytes of everything the template may render: :attr:`text_bytes` plus reasoning, the
     spaced tool schemas, ``documents`` and ``chat_template_kwargs``. A byte-level BPE prompt has
     at most one token per byte of it (the estimator's byte bound, ``Estimator.bound``)."""
+    audio_clips: tuple[AudioClip, ...] = ()
+    """Duration of each audio part read from its header (``AudioClip.seconds`` None where unknown),
+    in order; ``len(audio_clips) <= n_audio`` (extproc.core.audio)."""
     image_sizes: tuple[ImageSize | None, ...] = ()
     """Pixel size of each image part read from its header, None where unknown (remote URL,
     unreadable data); ``len(image_sizes) <= n_images`` (extproc.core.images)."""
@@ -298,7 +303,7 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
     text = _Text(sample_bytes)
     counts = [0, 0, 0, 0]
     reasoning: list[str] = []
-    images: list[ImageSize | None] = []
+    images: list[MediaItem] = []
     n_messages = 0
     exact = 0
     if endpoint == "chat":
@@ -355,7 +360,8 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
         reasoning_text="\n".join(reasoning),
         tools_json=tools,
         rendered_bytes=rendered_bytes(text_bytes, reasoning + template_texts, tools),
-        image_sizes=tuple(images),
+        image_sizes=tuple(x for x in images if not isinstance(x, AudioClip)),
+        audio_clips=tuple(x for x in images if isinstance(x, AudioClip)),
         reasoning_request=reasoning_request_of(parsed),
         truncate_prompt_tokens=truncate,
     ).with_prompt_codes(prompt_codes)

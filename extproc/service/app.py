@@ -196,6 +196,8 @@ class RouterApp:
 
     def _publish(self, key: tuple[str, str]) -> None:
         if self.router is not None:
+            # a model another replica learned is served by the pools: it holds a key slot here too
+            self.router.estimator.admit(key[0], learned=True)
             self.router.publish_ratio(*key)
 
     def _restore_snapshot(self, snap: str) -> None:
@@ -342,7 +344,7 @@ class RouterApp:
             samples[model] = samples.get(model, 0) + state.samples
         for model in sorted(samples, key=lambda m: -samples[m]):
             if model != "_other":
-                router.estimator.model_key(model)
+                router.estimator.admit(model, learned=samples[model] > 0)
         for key, _ in self.store.items():
             router.publish_ratio(*key)
         self.router = router

@@ -130,6 +130,7 @@ async def test_retried_response_moves_the_count_and_ratchets_the_ratio(app: Rout
     key = ("m", classify_text(text.encode()))
     assert app.memory is not None
     app.memory.put(key, RatioState(mean_bpt=40.0, dev_bpt=0.0, samples=50))  # stale: under-estimates
+    app.current_router().estimator.admit("m", learned=True)  # as a restored state is (issue 34)
     true_prompt = 4500  # ≈ 7,800 bytes / 1.75 B/token: does not fit short (4,096)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
         call = open_stream(ch)

@@ -84,6 +84,9 @@ def test_model_keys_are_bounded() -> None:
         calibration=CalibrationConfig(),
         store=InMemoryRatioStore(beta=0.9),
     )
+    # names no profile or model set knows take a slot only once served (issue 34, item 4)
+    assert [est.model_key(m) for m in ("a", "b")] == ["_other", "_other"]
+    assert [est.admit(m, learned=True) for m in ("a", "b", "c")] == ["a", "b", "_other"]
     assert [est.model_key(m) for m in ("a", "b", "c", "a")] == ["a", "b", "_other", "a"]
 
 
