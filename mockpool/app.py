@@ -22,6 +22,7 @@ JSON error, so an end-to-end test fails loudly when the router sends a request t
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from typing import Any
@@ -36,6 +37,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mockpool import apis, metrics, protocol, sse, vision
+from mockpool.audio import AUDIO_EXTRA_TOKENS, AudioInputError, audio_clips_seconds
 from mockpool.generation import ChoicePlan, Started, Token, generate, piece, plan_choice
 from mockpool.settings import PoolSettings
 from mockpool.state import PoolState
@@ -118,7 +120,7 @@ class PoolApp:
             )
         except RequestError as exc:
             return exc.response()
-        except (ChatInputError, ImageInputError) as exc:
+        except (ChatInputError, ImageInputError, AudioInputError) as exc:
             return protocol.error_response(str(exc))
         prompt_tokens = self._truncated(prompt_tokens, body)
         param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
@@ -146,6 +148,14 @@ class PoolApp:
         Raises:
             ChatInputError, ImageInputError: messages or an inline image the server would refuse.
         """
+        rate = self.settings.audio_tokens_per_second
+        if rate > 0.0:  # audio by duration; the other media parts as configured below
+            clips = audio_clips_seconds(messages)
+            audio = sum(math.ceil(s * rate) + AUDIO_EXTRA_TOKENS for s in clips)
+            count = self.counter.count_chat(
+                messages, tools, add_generation_prompt, template_kwargs, self.settings.image_tokens
+            )
+            return count.prompt_tokens - len(clips) * self.settings.image_tokens + audio
         if self.settings.image_rule == "flat":
             return self.counter.count_chat(
                 messages, tools, add_generation_prompt, template_kwargs, self.settings.image_tokens

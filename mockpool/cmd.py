@@ -74,6 +74,12 @@ def add_parser(subparsers: Any) -> None:
         default=d.image_rule,
         help="image token count: flat --image-tokens per part, or Qwen2.5-VL's 28-pixel patches",
     )
+    p.add_argument(
+        "--audio-tokens-per-second",
+        type=float,
+        default=d.audio_tokens_per_second,
+        help="audio part tokens per second of its duration (+2), read from its header; 0 = count like an image part",
+    )
     p.add_argument("--hold", action="store_true", help="start held (release with POST /admin/release)")
     p.add_argument(
         "--context-error-in-stream",
@@ -117,6 +123,7 @@ def settings_from_args(args: argparse.Namespace) -> PoolSettings:
         sse_split_bytes=args.sse_split_bytes,
         gzip=args.gzip,
         image_tokens=args.image_tokens,
+        audio_tokens_per_second=args.audio_tokens_per_second,
         hold=args.hold,
         context_error_in_stream=args.context_error_in_stream,
     )

@@ -54,6 +54,9 @@ class PoolSettings:
         image_tokens: prompt tokens counted per image content part with ``image_rule="flat"``.
         image_rule: ``"flat"`` (``image_tokens`` per part) or ``"qwen2.5-vl"``: each inline image is
             decoded and counted as Qwen2.5-VL's processor does (:mod:`mockpool.vision`).
+        audio_tokens_per_second: 0 → an audio part counts as a media part (``image_tokens``); > 0 →
+            ``ceil(duration × rate) + 2`` with the duration read from the clip's header
+            (:mod:`mockpool.audio`), as an audio encoder pools its frames.
         hold: start with admitted requests held until ``POST /admin/release``.
         context_error_in_stream: a ``stream: true`` request that does not fit ``max_model_len`` gets
             ``200 text/event-stream`` with one ``data: {"error": {…, "code": 400}}`` event and
@@ -77,6 +80,7 @@ class PoolSettings:
     gzip: bool = False
     image_tokens: int = 256
     image_rule: ImageRuleName = "flat"
+    audio_tokens_per_second: float = 0.0
     hold: bool = False
     context_error_in_stream: bool = False
 
@@ -99,6 +103,7 @@ class PoolSettings:
             "inter_token_latency_s",
             "sse_split_bytes",
             "image_tokens",
+            "audio_tokens_per_second",
         ):
             if getattr(self, attr) < 0:
                 raise ValueError(f"{attr} must be >= 0, got {getattr(self, attr)}")
