@@ -3,8 +3,9 @@
 header), for a model the router has no audio rule for (it budgets 12.5 tokens per second).
 
 The issue's run, with durations instead of a flat 4,096 per clip: six 5 s voice notes go short;
-a 300 s recording is budgeted 3,750, refused by the short pool (7,502 true), retried and served by
-long; the next recording is budgeted from what that taught (~7,500, not ~11,250) and goes long;
+a 400 s recording is budgeted 5,000, refused by the short pool (10,002 true: vLLM 0.32 clamps
+max_tokens, so only a prompt over max_model_len is refused), retried and served by long; the next
+recording is budgeted from what that taught (~10,000, not ~15,000) and goes long;
 5 s notes still go short (their size class keeps its own learned cost).
 """
 
@@ -32,7 +33,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     work = tmp_path_factory.mktemp("audio")
     options = StackOptions(
         decision_log=True,
-        pool_args=("--audio-tokens-per-second", "25"),
+        pool_args=("--audio-tokens-per-second", "25", "--served-model-name", MODEL),
         router_overrides={"decision_log_flush_interval_s": 0.1},
     )
     with Stack(work, options) as s:
@@ -71,20 +72,20 @@ def budget(stack: Stack, request_id: str) -> int:
 
 
 def test_audio_by_duration_and_learned_per_size_class_through_envoy(stack: Stack) -> None:
-    note, talk = wav(5.0), flac(300.0)
+    note, talk = wav(5.0), flac(400.0)
     for i in range(6):
         r = post(stack, note, "wav", f"note-{i}")
         assert (r.status_code, r.headers["x-served-by-pool"]) == (200, "short")
         assert 127 <= r.json()["usage"]["prompt_tokens"] < 127 + 30  # 5 s x 25 + 2, plus the text
     calibrated(stack, 6)
-    r = post(stack, talk, "flac", "talk-1")  # budgeted 3,750 + text + 1,024: short; truly 7,502
+    r = post(stack, talk, "flac", "talk-1")  # budgeted 5,000 + text + 1,024: short; truly 10,002
     assert (r.status_code, r.headers["x-served-by-pool"], r.headers["x-envoy-attempt-count"]) == (
         200,
         "long",
         "2",
     )
     served = r.json()["usage"]["prompt_tokens"]
-    assert 7_502 <= served < 7_502 + 30
+    assert 10_002 <= served < 10_002 + 30
     calibrated(stack, 7)
     assert stack.router_metric("tbr_misroutes_total", {"outcome": "recovered"}) == 1
     r = post(stack, talk, "flac", "talk-2")
@@ -95,7 +96,7 @@ def test_audio_by_duration_and_learned_per_size_class_through_envoy(stack: Stack
     )
     r = post(stack, note, "wav", "note-after")
     assert (r.status_code, r.headers["x-served-by-pool"]) == (200, "short")
-    assert 3_750 + 1_024 <= budget(stack, "talk-1") < 3_750 + 1_024 + 60  # by duration, not 4,096 flat
-    # learned once from the state before the observation: ~7,500, not 7,500 + (7,500 - 3,750)
+    assert 5_000 + 1_024 <= budget(stack, "talk-1") < 5_000 + 1_024 + 60  # by duration, not 4,096 flat
+    # learned once from the state before the observation: ~10,000, not 10,000 + (10,000 - 5,000)
     assert served + 1_024 - 60 <= budget(stack, "talk-2") < served + 1_024 + 60
     assert budget(stack, "note-after") < 1_024 + 400  # the notes' class, not the recording's
