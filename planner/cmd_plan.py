@@ -280,6 +280,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(res, sort_keys=True, indent=1))
     else:
         print(format_plan(res, report.lines()))
+    return _exit_code(res)
+
+
+def _exit_code(res: dict[str, Any]) -> int:
+    """1 when the DES ran and no threshold met the SLO in every pool (said on stderr), else 0."""
     des = res.get("des")
     if des and des.get("recommended_threshold_tokens") is None:
         eprint("no threshold meets the SLO in every pool (exit 1): see the causes above")
