@@ -304,7 +304,9 @@ def test_nothing_is_learned_while_the_reserve_is_not_learned() -> None:
 
 
 def test_payload_carries_the_output_class() -> None:
-    routing = StreamProcessor(Runtime(parse_config(LEARNED)))
+    runtime = Runtime(parse_config(LEARNED))
+    runtime.estimator.admit("m", learned=True)  # a served model holds its key (issue 34, item 4)
+    routing = StreamProcessor(runtime)
     routing.handle(_headers(**{":path": PATHS["chat"], ":method": "POST"}))
     routing.handle(
         pb.ProcessingRequest(request_body=pb.HttpBody(body=_request_body("chat", {}), end_of_stream=True))
@@ -320,7 +322,9 @@ def test_payload_carries_the_output_class() -> None:
 
 def test_payload_with_the_longest_model_key_and_its_class_still_decodes() -> None:
     # a 128-character non-ASCII model name (the longest model key) is escaped twice in the payload
-    routing = StreamProcessor(Runtime(parse_config(LEARNED)))
+    runtime = Runtime(parse_config(LEARNED))
+    runtime.estimator.admit("模" * 128, learned=True)  # a served model holds its key (issue 34, item 4)
+    routing = StreamProcessor(runtime)
     routing.handle(_headers(**{":path": PATHS["chat"], ":method": "POST"}))
     body = json.dumps({"model": "模" * 128, "messages": [{"role": "user", "content": TEXT}], "max_tokens": 5})
     routing.handle(pb.ProcessingRequest(request_body=pb.HttpBody(body=body.encode(), end_of_stream=True)))
