@@ -7,9 +7,22 @@ import os
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from extproc.config.base import Strict
+
+
+def _compiled_pattern(v: str) -> str:
+    """``v`` unchanged when it compiles as a Python regular expression; ValueError otherwise."""
+    try:
+        re.compile(v)
+    except re.error as exc:
+        raise ValueError(f"not a valid regular expression: {exc}") from exc
+    return v
+
+
+ModelPattern = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_compiled_pattern)]
+"""A Python regular expression searched (``re.search``, case-insensitive) in a request's ``model``."""
 
 
 class ModelProfile(Strict):
@@ -21,7 +34,7 @@ class ModelProfile(Strict):
     docs/estimator.md §Framing.
     """
 
-    pattern: Annotated[str, Field(min_length=1, max_length=256)]
+    pattern: ModelPattern
     """Python regular expression searched (``re.search``, case-insensitive) in the ``model`` field."""
     family: Annotated[str, Field(min_length=1, max_length=32)]
     message_framing_tokens: Annotated[int, Field(ge=0, le=64)]
@@ -43,15 +56,6 @@ class ModelProfile(Strict):
     False: compact JSON (the Llama-3 stand-in and OpenAI count append the compact schema)."""
     """The chat template renders assistant ``reasoning``/``reasoning_content`` (Qwen3 does for the
     turns after the last user message; Meta's Llama-3 templates never do)."""
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from exc
-        return v
 
 
 DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
@@ -118,7 +122,7 @@ class ImageRule(Strict):
     whose size is unknown (remote URL) is budgeted at the rule's maximum.
     """
 
-    pattern: Annotated[str, Field(min_length=1, max_length=256)]
+    pattern: ModelPattern
     """Python regular expression searched (``re.search``, case-insensitive) in the ``model`` field."""
     kind: Literal["patch", "fixed"] = "patch"
     patch_px: Annotated[int, Field(ge=1, le=4096)] = 28
@@ -127,15 +131,6 @@ class ImageRule(Strict):
     tokens_per_image: Annotated[int, Field(ge=0)] = 0
     """``kind: fixed`` only."""
     extra_tokens: Annotated[int, Field(ge=0, le=4096)] = 0
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from exc
-        return v
 
     @model_validator(mode="after")
     def _bounds(self) -> ImageRule:
@@ -236,18 +231,8 @@ class OutputReserveConfig(Strict):
     prompt_band_edges_tokens: tuple[int, ...] = (1024, 4096, 16384)
     """Edges of the prompt-length bands of the output classes (estimated prompt tokens): answers to
     long documents and to short questions differ (measured in docs/estimator.md §Output half)."""
-    reasoning_model_patterns: tuple[str, ...] = DEFAULT_REASONING_MODEL_PATTERNS
+    reasoning_model_patterns: tuple[ModelPattern, ...] = DEFAULT_REASONING_MODEL_PATTERNS
     """Models that reason unless the request turns it off (regular expressions, first match)."""
-
-    @field_validator("reasoning_model_patterns")
-    @classmethod
-    def _patterns_compile(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        for p in v:
-            try:
-                re.compile(p)
-            except re.error as exc:
-                raise ValueError(f"not a valid regular expression {p!r}: {exc}") from exc
-        return v
 
     @field_validator("prompt_band_edges_tokens")
     @classmethod
@@ -268,20 +253,11 @@ class AudioRule(Strict):
     ``pattern`` (method and sources: :mod:`extproc.core.audio`): ``ceil(seconds ×
     tokens_per_second) + extra_tokens`` per clip."""
 
-    pattern: Annotated[str, Field(min_length=1, max_length=256)]
+    pattern: ModelPattern
     """Python regular expression searched (``re.search``, case-insensitive) in the ``model`` field."""
     tokens_per_second: Annotated[float, Field(gt=0.0, le=1000.0)]
     extra_tokens: Annotated[int, Field(ge=0, le=4096)] = 0
     """Tokens per clip beyond the frames (begin/end-of-audio markers)."""
-
-    @field_validator("pattern")
-    @classmethod
-    def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"not a valid regular expression: {exc}") from exc
-        return v
 
 
 DEFAULT_AUDIO_RULES: tuple[AudioRule, ...] = (

@@ -21,7 +21,6 @@ from __future__ import annotations
 import binascii
 import io
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import mutagen
 
 from extproc.config import AudioRule
+from extproc.core.model_rules import ModelRules
 
 __all__ = ["MAX_AUDIO_BYTES", "AudioBudget", "AudioClip", "clip_of_part", "duration_s"]
 
@@ -91,7 +91,7 @@ def clip_of_part(part: dict[str, Any]) -> AudioClip:
     return AudioClip(duration_s(raw) if raw else None)
 
 
-class AudioBudget:
+class AudioBudget(ModelRules[AudioRule]):
     """Audio tokens by the model's :class:`~extproc.config.AudioRule`.
 
     Args:
@@ -101,19 +101,9 @@ class AudioBudget:
     """
 
     def __init__(self, rules: Sequence[AudioRule], tokens_per_second: float, unknown_tokens: int) -> None:
-        self._rules = [(re.compile(r.pattern, re.IGNORECASE), r) for r in rules]
-        self._by_model: dict[str, AudioRule | None] = {}
+        super().__init__(rules)
         self.tokens_per_second = tokens_per_second
         self.unknown_tokens = unknown_tokens
-
-    def rule(self, model: str) -> AudioRule | None:
-        """The rule of ``model`` (cached for the first 1024 names), or None."""
-        if model in self._by_model:
-            return self._by_model[model]
-        found = next((r for rx, r in self._rules if rx.search(model)), None)
-        if len(self._by_model) < 1024:
-            self._by_model[model] = found
-        return found
 
     def tokens(self, model: str, clip: AudioClip | None) -> int:
         """Prompt tokens of one clip: ``ceil(seconds × tokens_per_second) + extra_tokens``, or the

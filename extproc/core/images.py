@@ -25,13 +25,13 @@ from __future__ import annotations
 import binascii
 import io
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import imagesize
 
 from extproc.config import ImageRule
+from extproc.core.model_rules import ModelRules
 
 __all__ = [
     "MAX_HEADER_BYTES",
@@ -141,7 +141,7 @@ def rule_tokens(rule: ImageRule, size: ImageSize | None) -> int:
     return image_tokens_patch(size, rule.patch_px, rule.min_pixels, rule.max_pixels) + rule.extra_tokens
 
 
-class ImageBudget:
+class ImageBudget(ModelRules[ImageRule]):
     """Image tokens of a request by its model's :class:`~extproc.config.ImageRule`.
 
     Args:
@@ -150,18 +150,8 @@ class ImageBudget:
     """
 
     def __init__(self, rules: Sequence[ImageRule], flat_tokens: int) -> None:
-        self._rules = [(re.compile(r.pattern, re.IGNORECASE), r) for r in rules]
-        self._by_model: dict[str, ImageRule | None] = {}
+        super().__init__(rules)
         self.flat_tokens = flat_tokens
-
-    def rule(self, model: str) -> ImageRule | None:
-        """The rule of ``model`` (cached for the first 1024 names), or None."""
-        if model in self._by_model:
-            return self._by_model[model]
-        found = next((r for rx, r in self._rules if rx.search(model)), None)
-        if len(self._by_model) < 1024:
-            self._by_model[model] = found
-        return found
 
     def tokens(self, model: str, n_images: int, sizes: Sequence[ImageSize | None]) -> int:
         """Prompt tokens of ``n_images`` image parts of which ``sizes`` were read (in order);
