@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from extproc.config.advice import AdviceConfig
 from extproc.config.base import HEADER_NAME, ConfigError, Strict
 from extproc.config.estimation import (
     DEFAULT_AUDIO_RULES,
@@ -37,6 +38,7 @@ __all__ = [
     "DEFAULT_IMAGE_RULES",
     "DEFAULT_MODEL_PROFILES",
     "AdminConfig",
+    "AdviceConfig",
     "AudioRule",
     "CalibrationConfig",
     "ConfigError",
@@ -75,6 +77,8 @@ class RouterConfig(Strict):
     admin: AdminConfig = AdminConfig()
     spillover: SpilloverConfig = SpilloverConfig()
     recovery: RecoveryConfig = RecoveryConfig()
+    advice: AdviceConfig = AdviceConfig()
+    """Live fleet advice (issue 33; off by default): :class:`extproc.config.advice.AdviceConfig`."""
     decision_log_path: str | None = None
     """Optional JSON Lines log of routing decisions (no prompt text), readable by ``tbr plan``.
     Written off the request path (extproc/service/decision_log.py)."""
@@ -169,6 +173,13 @@ class RouterConfig(Strict):
             raise ValueError(
                 f"server.grpc_port and admin.port are both {port}: the two listeners need their own ports"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _advice_pools(self) -> RouterConfig:
+        unknown = sorted(set(self.advice.profiles) - {p.name for p in self.pools})
+        if unknown:
+            raise ValueError(f"advice.profiles: unknown pool {', '.join(map(repr, unknown))}")
         return self
 
     @property

@@ -8,6 +8,9 @@
 * ``GET /output-lengths``: learned answer lengths per output class (issue 30): answers, censored,
   truncated, the reserve the class routes with, its quantile and its prior's, its tail share, plus
   the fleet's tail share; ``{"learned": false}`` while ``estimator.output_reserve.learned`` is off.
+* ``GET /advice``: live fleet advice (issue 33; :mod:`extproc.service.fleet_advice`): per pool λ, token
+  mix, required and desired instances; α, the saving against one homogeneous pool, the threshold sweep;
+  ``{"enabled": false}`` while ``advice.enabled`` is off.
 * ``GET /debug/memory``: tracemalloc growth by allocation site when ``TBR_TRACEMALLOC`` is set
   (:mod:`extproc.service.memprof`); ``{"tracing": false}`` otherwise.
 
@@ -93,9 +96,11 @@ def build_admin_app(
     status: Callable[[], Mapping[str, object]] | None = None,
     *,
     registry: CollectorRegistry,
+    advice: Callable[[], Mapping[str, object] | None] | None = None,
 ) -> Starlette:
     """The admin application; ``get_router`` returns the current runtime (swapped on reload),
-    ``status`` the operational state shown with the ratios, ``registry`` what ``/metrics`` exposes."""
+    ``status`` the operational state shown with the ratios, ``registry`` what ``/metrics`` exposes,
+    ``advice`` the ``/advice`` document (None: advice off)."""
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
@@ -117,6 +122,10 @@ def build_admin_app(
     async def output_lengths(_: Request) -> Response:
         return JSONResponse(output_lengths_view(get_router()))
 
+    async def advice_view(_: Request) -> Response:
+        doc = advice() if advice is not None else None
+        return JSONResponse({"enabled": False} if doc is None else {"enabled": True, **doc})
+
     profiler = MemoryProfiler()
 
     async def debug_memory(request: Request) -> Response:
@@ -135,5 +144,6 @@ def build_admin_app(
             Route("/readyz", readyz),
             Route("/ratios", ratios),
             Route("/output-lengths", output_lengths),
+            Route("/advice", advice_view),
         ]
     )

@@ -41,6 +41,8 @@ from extproc.core.response_ids import ResponsePools
 from extproc.core.runs import RUNSCAN
 from extproc.service.admin import build_admin_app
 from extproc.service.decision_log import DecisionLogWriter
+from extproc.service.fleet_advice import AdviceCollector, FleetAdvisor, sync_rows_counter
+from extproc.service.fleet_sync import FleetWindowSync
 from extproc.service.load_metrics import LoadCollector
 from extproc.service.metrics import PrometheusObserver, RouterMetrics
 from extproc.service.otel import OtelRecorder
@@ -154,6 +156,11 @@ class RouterApp:
         self.metrics.registry.register(OutputCollector(self._active_learner))
         self.load = LoadTracker()
         self.metrics.registry.register(LoadCollector(self.load))
+        self.advisor: FleetAdvisor | None = None
+        """Live fleet advice (issue 33), built at start when ``advice.enabled``."""
+        self.fleet_sync: FleetWindowSync | None = None
+        self._fleet_rows = sync_rows_counter(self.metrics.registry)
+        self.metrics.registry.register(AdviceCollector(lambda: self.advisor))
         self._http_client = http_client
         self._own_http_client = False
         self.scraper: PoolScraper | None = None
@@ -282,6 +289,7 @@ class RouterApp:
                     on_row=lambda outcome: self.metrics.output_sync_rows.labels(outcome).inc(),
                 )
                 await self.output_sync.start()
+        await self._start_advice(cfg)
         if cfg.decision_log_path:
             self._decision_log = DecisionLogWriter(
                 cfg.decision_log_path,
@@ -314,6 +322,28 @@ class RouterApp:
             freeze_startup_objects()  # GC pauses over startup objects (docs/performance.md)
         self.ready = True
         self.metrics.ready.set(1)
+
+    async def _start_advice(self, cfg: RouterConfig) -> None:
+        """Fleet advice (:mod:`extproc.service.fleet_advice`): the decision window, shared through
+        Redis when ``calibration.redis_url`` is set (:mod:`extproc.service.fleet_sync`)."""
+        if not cfg.advice.enabled:
+            return
+        self.advisor = FleetAdvisor(cfg)
+        self.observer.on_decision = self.advisor.decision
+        cal = cfg.calibration
+        if cal.redis_url:
+            rows = self._fleet_rows
+            self.fleet_sync = FleetWindowSync(
+                self.advisor.window,
+                url=cal.redis_url,
+                key_prefix=cal.redis_key_prefix,
+                interval_s=cal.redis_sync_interval_s,
+                timeout_s=cal.redis_timeout_s,
+                clock=self.advisor.clock,
+                password=self._redis_password,
+                on_row=lambda outcome: rows.labels(outcome).inc(),
+            )
+            await self.fleet_sync.start()
 
     def _write_record(self, record: DecisionRecord, traceparent: str) -> None:
         """A record :attr:`held_records` lets go, written by the current runtime."""
@@ -423,7 +453,11 @@ class RouterApp:
         self._admin_sock = sock
         self.admin_port = sock.getsockname()[1]
         app = build_admin_app(
-            self.current_router, lambda: self.ready, self.status, registry=self.metrics.registry
+            self.current_router,
+            lambda: self.ready,
+            self.status,
+            registry=self.metrics.registry,
+            advice=lambda: self.advisor.view() if self.advisor is not None else None,
         )
         server = _AdminServer(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
         self._admin = server
@@ -455,6 +489,8 @@ class RouterApp:
             await self._step("response_sync", self.response_sync.close)
         if self.output_sync is not None:
             await self._step("output_sync", self.output_sync.close)
+        if self.fleet_sync is not None:
+            await self._step("fleet_sync", self.fleet_sync.close)
         if self.redis is not None:
             await self._step("redis", self.redis.close)
         await self._step("pool_tasks", self._stop_pool_tasks)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import (
@@ -252,6 +253,8 @@ class PrometheusObserver:
     def __init__(self, metrics: RouterMetrics, otel: OtelRecorder | None = None) -> None:
         self.metrics = metrics
         self.otel = otel
+        self.on_decision: Callable[[str, int | None], None] | None = None
+        """Also told every decision's pool and budget (the fleet advice window); None = nobody."""
         self.records_requests = otel is not None
         self._children: dict[tuple[str, ...], Any] = {}
         m = metrics
@@ -280,6 +283,8 @@ class PrometheusObserver:
         self._child("decisions", m.decisions, pool, category, reason).inc()
         if budget_tokens is not None:
             self._child("budget", m.budget_tokens, pool).observe(budget_tokens)
+        if self.on_decision is not None:
+            self.on_decision(pool, budget_tokens)
 
     def unreadable(self, reason: str) -> None:
         """``tbr_unreadable_requests_total{reason}``."""
