@@ -31,7 +31,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, overload
 
 import yaml
 
@@ -120,7 +120,7 @@ def _weighted_quantile(values: Sequence[float], weights: Sequence[int], q: float
     """``numpy.percentile(np.repeat(values, weights), 100 q)`` (linear interpolation) without the repeat."""
     pairs = sorted(zip(values, weights, strict=True))
     pos = q * (sum(weights) - 1)
-    lo_i, frac = int(math.floor(pos)), pos - math.floor(pos)
+    lo_i, frac = math.floor(pos), pos - math.floor(pos)
 
     def at(i: int) -> float:
         acc = 0
@@ -245,7 +245,7 @@ class FleetAdvice:
 
     def as_json(self) -> dict[str, Any]:
         """A JSON-ready dict of every field (floats rounded to 6 digits)."""
-        return _rounded(asdict(self))
+        return cast(dict[str, Any], _rounded(asdict(self)))
 
 
 def _rounded(x: Any) -> Any:
@@ -258,7 +258,9 @@ def _rounded(x: Any) -> Any:
     return x
 
 
-def _size(lam: float, pool: AdvicePool, mix: MixStats | None, rule: AdviceRule) -> tuple[int, float, float, float, bool]:
+def _size(
+    lam: float, pool: AdvicePool, mix: MixStats | None, rule: AdviceRule
+) -> tuple[int, float, float, float, bool]:
     """(required instances, utilisation, predicted P99 TTFT s, μ req/s, attainable) for λ and mix."""
     if lam <= 0 or mix is None:
         return 0, 0.0, 0.0, 0.0, True
@@ -271,7 +273,9 @@ def _size(lam: float, pool: AdvicePool, mix: MixStats | None, rule: AdviceRule) 
         slo_tpot_p99_s=rule.slo_tpot_p99_s,
         max_instances=max(rule.max_instances, 1) * 10,
     )
-    ok = s.p99_ttft_s <= rule.slo_ttft_p99_s and (rule.slo_tpot_p99_s is None or s.p99_tpot_s <= rule.slo_tpot_p99_s)
+    ok = s.p99_ttft_s <= rule.slo_ttft_p99_s and (
+        rule.slo_tpot_p99_s is None or s.p99_tpot_s <= rule.slo_tpot_p99_s
+    )
     return s.instances, s.utilization, s.p99_ttft_s, s.mu_req_per_s, ok
 
 
@@ -301,7 +305,9 @@ def _pool_advice(snap: WindowSnapshot, pool: AdvicePool, rule: AdviceRule) -> Po
     if lam <= 0:
         desired = rule.min_instances
     else:
-        desired = min(rule.max_instances, max(rule.min_instances, math.ceil(required * (1.0 + rule.headroom))))
+        desired = min(
+            rule.max_instances, max(rule.min_instances, math.ceil(required * (1.0 + rule.headroom)))
+        )
     util = lam / (desired * mu) if desired > 0 and mu > 0 else 0.0
     ttft = 0.0
     if lam > 0 and mix is not None and desired > 0:
@@ -364,13 +370,20 @@ def _threshold_sweep(
         hi = [0] * cut + total[cut:]
         n_lo = sum(lo)
         sp = AdvicePool(short.name, short.profile, b)
-        n_s, *_ = _size(n_lo / snap.span_s, sp, mix_from_bins(lo, rule.output_share, short.profile.chunk_tokens), rule)
+        n_s, *_ = _size(
+            n_lo / snap.span_s, sp, mix_from_bins(lo, rule.output_share, short.profile.chunk_tokens), rule
+        )
         n_l, *_ = _size(
-            (n_all - n_lo) / snap.span_s, long, mix_from_bins(hi, rule.output_share, long.profile.chunk_tokens), rule
+            (n_all - n_lo) / snap.span_s,
+            long,
+            mix_from_bins(hi, rule.output_share, long.profile.chunk_tokens),
+            rule,
         )
         cost = n_s * short.profile.price_usd_per_instance_h + n_l * long.profile.price_usd_per_instance_h
         rows.append(
-            ThresholdCandidate(b, n_lo / n_all, n_s, n_l, cost, 1.0 - cost / homog_cost if homog_cost > 0 else 0.0)
+            ThresholdCandidate(
+                b, n_lo / n_all, n_s, n_l, cost, 1.0 - cost / homog_cost if homog_cost > 0 else 0.0
+            )
         )
     if not rows:
         return None
@@ -399,7 +412,8 @@ def advise(snap: WindowSnapshot, pools: Sequence[AdvicePool], rule: AdviceRule) 
     short_req = next(p.requests for p in per_pool if p.pool == by_size[0].name)
     alpha = short_req / n_all if n_all and len(pools) > 1 else None
     required_cost = sum(
-        a.required_instances * p.profile.price_usd_per_instance_h for a, p in zip(per_pool, pools, strict=True)
+        a.required_instances * p.profile.price_usd_per_instance_h
+        for a, p in zip(per_pool, pools, strict=True)
     )
     sweep = _threshold_sweep(snap, by_size[0], by_size[-1], rule) if len(pools) == 2 else None
     if sweep is None:
@@ -445,6 +459,10 @@ class ThresholdHysteresis:
         self._pending: int | None = None
         self._since_s = 0.0
 
+    @overload
+    def update(self, t: ThresholdAdvice, now_s: float) -> ThresholdAdvice: ...
+    @overload
+    def update(self, t: None, now_s: float) -> None: ...
     def update(self, t: ThresholdAdvice | None, now_s: float) -> ThresholdAdvice | None:
         """The advice with ``advised_threshold_tokens`` set (or None) after this observation."""
         if t is None:
@@ -464,4 +482,6 @@ class ThresholdHysteresis:
                     self.advised, self._pending = self._pending, None
             else:
                 self._pending = None
-        return ThresholdAdvice(**{**asdict(t), "candidates": t.candidates, "advised_threshold_tokens": self.advised})
+        return ThresholdAdvice(
+            **{**asdict(t), "candidates": t.candidates, "advised_threshold_tokens": self.advised}
+        )

@@ -125,8 +125,7 @@ class AdviceCollector(Collector):
     """Exports the advice when /metrics is scraped (names in docs/metrics.md):
 
     per ``pool``: ``tbr_pool_desired_instances``, ``tbr_pool_required_instances``,
-    ``tbr_pool_arrival_rate_req_per_s``, ``tbr_pool_predicted_utilization_ratio``,
-    ``tbr_pool_budget_p99_tokens``; fleet: ``tbr_fleet_alpha_ratio``,
+    ``tbr_pool_arrival_rate_req_per_s``, ``tbr_pool_predicted_utilization_ratio``; fleet: ``tbr_fleet_alpha_ratio``,
     ``tbr_fleet_saving_vs_homogeneous_ratio``, ``tbr_fleet_threshold_best_tokens``,
     ``tbr_fleet_threshold_best_saving_ratio``, ``tbr_fleet_threshold_advised_tokens`` (0 = keep B),
     ``tbr_fleet_advice_replicas``, ``tbr_fleet_advice_window_seconds``.
@@ -135,7 +134,7 @@ class AdviceCollector(Collector):
     def __init__(self, advisor: Callable[[], FleetAdvisor | None]) -> None:
         self.advisor = advisor
 
-    def collect(self) -> Iterator[Metric]:  # noqa: C901 (one family per series, flat)
+    def collect(self) -> Iterator[Metric]:
         """One family per series above (nothing while advice is off)."""
         advisor = self.advisor()
         if advisor is None:
@@ -145,6 +144,7 @@ class AdviceCollector(Collector):
         except (ValueError, ArithmeticError) as exc:  # never fail a scrape over the advice
             log.warning("fleet advice could not be computed: %s", exc)
             return
+
         def g(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, doc, labels=labels)
 
@@ -156,16 +156,12 @@ class AdviceCollector(Collector):
                 "(all replicas), requests per second.", ["pool"])  # fmt: skip
         util = g("tbr_pool_predicted_utilization_ratio", "Utilisation the model predicts at the desired "
                  "instance count (λ / (N μ)).", ["pool"])  # fmt: skip
-        p99 = g("tbr_pool_budget_p99_tokens", "P99 token budget routed to the pool over the window "
-                "(upper edge of its histogram bin).", ["pool"])  # fmt: skip
         for p in a.pools:
             desired.add_metric([p.pool], p.desired_instances)
             required.add_metric([p.pool], p.required_instances)
             lam.add_metric([p.pool], p.arrival_rate_req_per_s)
             util.add_metric([p.pool], p.utilization)
-            if p.budget_p99_tokens is not None:
-                p99.add_metric([p.pool], p.budget_p99_tokens)
-        yield from (desired, required, lam, util, p99)
+        yield from (desired, required, lam, util)
         if a.alpha is not None:
             m = g("tbr_fleet_alpha_ratio", "Share of the window's requests routed to the shortest pool (α).")
             m.add_metric([], a.alpha)

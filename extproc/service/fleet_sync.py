@@ -65,7 +65,9 @@ class FleetWindowSync(PeriodicSync):
         super().__init__(
             client
             if client is not None
-            else aioredis.from_url(url, password=password, socket_timeout=timeout_s, socket_connect_timeout=timeout_s),
+            else aioredis.from_url(
+                url, password=password, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+            ),
             interval_s=interval_s,
             timeout_s=timeout_s,
             task_name="redis-fleet-window",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -16,7 +17,7 @@ def test_bins_are_quarter_octaves_with_every_power_of_two_an_upper_edge() -> Non
         assert BIN_UPPER_TOKENS[i] == 2**e
         assert bin_of(2**e + 1) == i + 1 or 2**e == BIN_UPPER_TOKENS[-1]
     assert bin_of(0) == 0 and bin_of(10**9) == N_BINS - 1
-    assert all(a < b for a, b in zip(BIN_UPPER_TOKENS, BIN_UPPER_TOKENS[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(BIN_UPPER_TOKENS))
 
 
 def test_window_slides_by_buckets_on_the_callers_clock() -> None:

@@ -42,12 +42,21 @@ def test_the_binned_mix_is_mix_stats_of_the_bins_midpoints() -> None:
     out = np.maximum(1, np.round(0.2 * mids)).astype(np.int64)
     inp = np.maximum(1, np.round(mids - out)).astype(np.int64)
     want = mix_stats(inp, out, 512)
-    for field in ("n", "mean_iters", "cs2_iters", "mean_context_tokens", "mean_input_tokens", "p99_prefill_iters"):
+    for field in (
+        "n",
+        "mean_iters",
+        "cs2_iters",
+        "mean_context_tokens",
+        "mean_input_tokens",
+        "p99_prefill_iters",
+    ):
         assert getattr(got, field) == pytest.approx(getattr(want, field), rel=1e-9), field
     assert mix_from_bins([0] * N_BINS, 0.2, 512) is None
 
 
-def _window(rate_req_per_s: float, budgets: list[int], *, pool_of: int = 8192, seconds: float = 300.0) -> FleetWindow:
+def _window(
+    rate_req_per_s: float, budgets: list[int], *, pool_of: int = 8192, seconds: float = 300.0
+) -> FleetWindow:
     w = FleetWindow(["short", "long"], window_s=300.0, bucket_s=10.0, started_s=0.0)
     n = int(rate_req_per_s * seconds)
     for j in range(n):
@@ -90,7 +99,11 @@ def test_unbudgeted_requests_count_in_the_rate() -> None:
     for j in range(600):
         w.add("long", None, j * 0.5)
     long = advise(w.snapshot(299.9), POOLS, RULE).pool("long")
-    assert long is not None and long.unbudgeted == 600 and long.arrival_rate_req_per_s == pytest.approx(2.0, rel=0.01)
+    assert (
+        long is not None
+        and long.unbudgeted == 600
+        and long.arrival_rate_req_per_s == pytest.approx(2.0, rel=0.01)
+    )
     assert long.required_instances >= 1
 
 
@@ -111,12 +124,18 @@ def test_live_advice_on_the_azure_conversation_trace_matches_the_planner() -> No
     short_mask = np.asarray(budgets) <= 8192
     assert adv.alpha == pytest.approx(float(short_mask.mean()), abs=1e-9)
     exact = size_pool_mgc(
-        rate * float(short_mask.mean()), A100, 8192, mix_stats(inp[short_mask], out[short_mask], A100.chunk_tokens),
+        rate * float(short_mask.mean()),
+        A100,
+        8192,
+        mix_stats(inp[short_mask], out[short_mask], A100.chunk_tokens),
         slo_ttft_p99_s=2.0,
     ).instances
     short = adv.pool("short")
     assert short is not None
-    assert abs(short.required_instances - exact) <= max(1, round(0.15 * exact)), (short.required_instances, exact)
+    assert abs(short.required_instances - exact) <= max(1, round(0.15 * exact)), (
+        short.required_instances,
+        exact,
+    )
     t = adv.threshold
     assert t is not None and t.current_threshold_tokens == 8192
     assert adv.saving_vs_homogeneous == pytest.approx(t.current_saving)
@@ -124,12 +143,18 @@ def test_live_advice_on_the_azure_conversation_trace_matches_the_planner() -> No
     cand = {c.threshold_tokens: c for c in t.candidates}
     assert set(cand) >= {1024, 2048, 4096, 8192, 16384, 32768}
     assert cand[8192].alpha == pytest.approx(float(short_mask.mean()), abs=1e-9)
-    assert t.best_threshold_tokens == min(t.candidates, key=lambda c: (c.cost_usd_per_h, c.threshold_tokens)).threshold_tokens
+    assert (
+        t.best_threshold_tokens
+        == min(t.candidates, key=lambda c: (c.cost_usd_per_h, c.threshold_tokens)).threshold_tokens
+    )
     json.dumps(adv.as_json())
 
 
 def _t(current: float, best_b: int, best: float) -> ThresholdAdvice:
-    cands = (ThresholdCandidate(8192, 0.9, 10, 2, 1.0, current), ThresholdCandidate(best_b, 0.8, 8, 3, 0.9, best))
+    cands = (
+        ThresholdCandidate(8192, 0.9, 10, 2, 1.0, current),
+        ThresholdCandidate(best_b, 0.8, 8, 3, 0.9, best),
+    )
     return ThresholdAdvice(8192, current, best_b, best, cands)
 
 

@@ -9,6 +9,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from extproc.config import parse_config
 from extproc.core.load import LoadTracker
 from extproc.service.app import RouterApp
+from extproc.service.fleet_advice import AdviceCollector, FleetAdvisor
 from extproc.service.load_metrics import LoadCollector
 from extproc.service.metrics import RouterMetrics
 from extproc.service.output_metrics import OutputCollector
@@ -31,11 +32,20 @@ def test_every_metric_object_is_documented_with_its_type_and_labels() -> None:
     # and from the output learner (issue 30)
     for fam in OutputCollector(lambda: None).collect():
         code[fam.name] = (fam.type, frozenset(getattr(fam, "_labelnames", ())))
+    # and the fleet advice (issue 33), with traffic in both pools
+    now = [0.0]
+    advisor = FleetAdvisor(parse_config({"pools": POOLS, "advice": {"enabled": True}}), clock=lambda: now[0])
+    advisor.decision("short", 1000)
+    advisor.decision("long", 20_000)
+    now[0] = 10.0
+    for fam in AdviceCollector(lambda: advisor).collect():
+        code[fam.name] = (fam.type, frozenset(getattr(fam, "_labelnames", ())))
+    code["tbr_fleet_window_sync_rows"] = ("counter", frozenset({"outcome"}))  # registered by the app
     assert code == doc
 
 
 async def test_metrics_endpoint_exposes_every_documented_metric() -> None:
-    cfg = parse_config({"pools": POOLS})
+    cfg = parse_config({"pools": POOLS, "advice": {"enabled": True}})  # advice series too (issue 33)
     async with RouterApp(cfg, grpc_port=0, admin_port=0) as app:
         await calibrate(app.grpc_port, "hello there " * 40, prompt_tokens=130)
         resp = await admin_get(app.admin_port, "/metrics")
