@@ -27,9 +27,10 @@ def documented() -> dict[str, tuple[str, frozenset[str]]]:
 
 
 def same_routing_behaviour(a: RouterConfig, b: RouterConfig) -> bool:
-    """Equal except for what a deployment legitimately changes: listeners, Redis, snapshot."""
+    """Equal except for what a deployment legitimately changes: listeners, Redis, snapshot, and the
+    fleet advice (it never changes a routing decision)."""
     deploy_only = {"redis_url", "redis_key_prefix", "redis_sync_interval_s", "redis_timeout_s",
                    "redis_queue_max", "snapshot_path", "snapshot_interval_s"}  # fmt: skip
-    return a.model_dump(exclude={"server", "admin", "calibration"}) == b.model_dump(
-        exclude={"server", "admin", "calibration"}
+    return a.model_dump(exclude={"server", "admin", "calibration", "advice"}) == b.model_dump(
+        exclude={"server", "admin", "calibration", "advice"}
     ) and a.calibration.model_dump(exclude=deploy_only) == b.calibration.model_dump(exclude=deploy_only)
