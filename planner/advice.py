@@ -11,11 +11,14 @@ narrow"), because the router's service layer imports this module and nothing els
 Model (docs/method.md §5, docs/planner.md): each pool is ``N`` M/G/c instances (c = ``max_num_seqs``
 at the pool's ``max_model_len``) under round robin; :func:`planner.costmodel.size_pool_mgc` gives the
 smallest ``N`` whose P99 TTFT (Erlang-C wait with the Kimura two-moment correction plus the P99
-prefill) meets the SLO at the window's arrival rate λ and token mix. The mix comes from the window's
+prefill) meets the SLO at the window's arrival rate λ and token mix; ``required = ⌈N ×
+capacity_correction⌉``, the pool's correction being the DES-verified size over this closed form's for its
+profile (measured by :mod:`planner.advice_calibration`; 1.0 trusts the closed form). The mix comes from the window's
 budget histogram: a bin stands for its geometric midpoint ``b``, of which ``output_share·b`` tokens are
 generated and the rest is prompt (the router routes on budgets; it does not see each answer).
-Headroom rule: ``desired = clamp(⌈required·(1 + headroom)⌉, min, max)``; a pool with no arrival in the
-window is advised ``min_instances``.
+Headroom rule: ``desired`` is the size that holds the SLO at ``(1 + headroom)·λ`` (room for the load
+to grow while a new instance starts), clamped to ``[min_instances, max_instances]``; a pool with no
+arrival in the window is advised ``min_instances``.
 
 Threshold: for a fleet of two pools, every power-of-two ``B`` below the long pool's ``max_model_len``
 (and the configured one) is costed as a short pool at ``max_model_len = B`` with the short profile and
@@ -88,17 +91,21 @@ def load_profile(spec: str) -> PoolProfile:
 
 @dataclass(frozen=True)
 class AdvicePool:
-    """One pool as the advice sees it: its name, the profile its instances run, its ``max_model_len``."""
+    """One pool as the advice sees it: its name, the profile its instances run, its
+    ``max_model_len``, and ``capacity_correction`` (≥ 1): the DES-verified size over the closed
+    form's for this pool's profile and traffic (:mod:`planner.advice_calibration`; 1.0 trusts the
+    closed form)."""
 
     name: str
     profile: PoolProfile
     max_model_len: int
+    capacity_correction: float = 1.0
 
 
 @dataclass(frozen=True)
 class AdviceRule:
     """The SLO the advice holds (P99 TTFT and optional P99 TPOT, seconds), the headroom rule
-    (fraction on top of the model's size; ``min_instances``..``max_instances``), and the share of a
+    (the load growth the desired size must absorb, a fraction of λ; ``min_instances``..``max_instances``), the share of a
     budget the model counts as generated tokens."""
 
     slo_ttft_p99_s: float
@@ -276,7 +283,8 @@ def _size(
     ok = s.p99_ttft_s <= rule.slo_ttft_p99_s and (
         rule.slo_tpot_p99_s is None or s.p99_tpot_s <= rule.slo_tpot_p99_s
     )
-    return s.instances, s.utilization, s.p99_ttft_s, s.mu_req_per_s, ok
+    n = math.ceil(s.instances * pool.capacity_correction - 1e-9)
+    return n, s.utilization * s.instances / n, s.p99_ttft_s, s.mu_req_per_s, ok
 
 
 def _quantile_tokens(counts: Sequence[int], q: float) -> int | None:
@@ -401,9 +409,13 @@ def _threshold_sweep(
     return advice, homog, homog_cost
 
 
-def advise(snap: WindowSnapshot, pools: Sequence[AdvicePool], rule: AdviceRule) -> FleetAdvice:
+def advise(
+    snap: WindowSnapshot, pools: Sequence[AdvicePool], rule: AdviceRule, *, threshold_sweep: bool = True
+) -> FleetAdvice:
     """Fleet advice from a window of decisions (module docstring). ``pools`` in any order; the
-    shortest ``max_model_len`` is the short pool. Raises ``ValueError`` when ``pools`` is empty."""
+    shortest ``max_model_len`` is the short pool; ``threshold_sweep`` False leaves the threshold
+    advice out (the simulator's autoscaler needs only the instances). Raises ``ValueError`` when
+    ``pools`` is empty."""
     if not pools:
         raise ValueError("advise needs at least one pool")
     by_size = sorted(pools, key=lambda p: p.max_model_len)
@@ -415,7 +427,9 @@ def advise(snap: WindowSnapshot, pools: Sequence[AdvicePool], rule: AdviceRule) 
         a.required_instances * p.profile.price_usd_per_instance_h
         for a, p in zip(per_pool, pools, strict=True)
     )
-    sweep = _threshold_sweep(snap, by_size[0], by_size[-1], rule) if len(pools) == 2 else None
+    sweep = (
+        _threshold_sweep(snap, by_size[0], by_size[-1], rule) if len(pools) == 2 and threshold_sweep else None
+    )
     if sweep is None:
         long = by_size[-1]
         total = [0] * N_BINS

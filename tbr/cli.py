@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "planner.cmd_plan",
     "planner.cmd_plan_models",
     "planner.cmd_simulate",
+    "planner.cmd_autoscale",
     "planner.cmd_results",
 ]
 
@@ -39,6 +40,7 @@ OPTIONAL_SUBCOMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "tbr.cmd_eval_output": ("eval-output", "eval", ("tokenizers",)),
     "planner.cmd_plan": ("plan", "planner", ("matplotlib", "tqdm")),
     "planner.cmd_simulate": ("simulate", "planner", ("matplotlib", "tqdm")),
+    "planner.cmd_autoscale": ("autoscale", "planner", ("matplotlib",)),
     "planner.cmd_results": ("results", "planner", ("matplotlib", "tqdm")),
 }
 

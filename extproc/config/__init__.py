@@ -177,9 +177,13 @@ class RouterConfig(Strict):
 
     @model_validator(mode="after")
     def _advice_pools(self) -> RouterConfig:
-        unknown = sorted(set(self.advice.profiles) - {p.name for p in self.pools})
+        unknown = sorted(
+            (set(self.advice.profiles) | set(self.advice.capacity_correction)) - {p.name for p in self.pools}
+        )
         if unknown:
-            raise ValueError(f"advice.profiles: unknown pool {', '.join(map(repr, unknown))}")
+            raise ValueError(
+                f"advice.profiles / capacity_correction: unknown pool {', '.join(map(repr, unknown))}"
+            )
         return self
 
     @property

@@ -37,12 +37,17 @@ class AdviceConfig(Strict):
     slo_ttft_p99_s: Annotated[float, Field(gt=0.0, le=3_600.0)] = 2.0
     slo_tpot_p99_s: Annotated[float, Field(gt=0.0, le=60.0)] | None = None
     headroom: Annotated[float, Field(ge=0.0, le=10.0)] = 0.1
-    """Desired instances = ceil(required × (1 + headroom)): spare capacity for the scale-up delay."""
+    """Desired instances hold the SLO at (1 + headroom) × the window's arrival rate: room for the
+    load to grow while a new instance starts (its cold start)."""
     min_instances: Annotated[int, Field(ge=0, le=100_000)] = 1
     max_instances: Annotated[int, Field(ge=1, le=100_000)] = 10_000
     default_profile: Annotated[str, Field(min_length=1, max_length=4096)] = "llama3-70b-a100"
     profiles: dict[str, Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=dict)
     output_share: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.155
+    capacity_correction: dict[str, Annotated[float, Field(ge=1.0, le=100.0)]] = Field(default_factory=dict)
+    """Pool name → multiplier on the closed form's instance count: the DES-verified size over the
+    M/G/c size for the pool's profile and traffic (``tbr autoscale`` prints it; docs/operations.md);
+    a pool without an entry uses 1.0."""
     threshold_margin: Annotated[float, Field(ge=0.0, le=1.0)] = 0.02
     """A change of B is advised only when the cheapest B saves this fraction of the homogeneous
     fleet's cost more than the current B (hysteresis: the advice is withdrawn below half of it)."""

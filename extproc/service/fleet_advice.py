@@ -46,7 +46,9 @@ def advice_pools(cfg: RouterConfig) -> list[AdvicePool]:
             profile.max_num_seqs(p.max_model_len)
         except ValueError as exc:
             raise ValueError(f"advice: pool {p.name} on profile {profile.name}: {exc}") from None
-        out.append(AdvicePool(p.name, profile, p.max_model_len))
+        out.append(
+            AdvicePool(p.name, profile, p.max_model_len, cfg.advice.capacity_correction.get(p.name, 1.0))
+        )
     return out
 
 
@@ -115,6 +117,7 @@ class FleetAdvisor:
             "min_instances": self.rule.min_instances,
             "max_instances": self.rule.max_instances,
             "output_share": self.rule.output_share,
+            "capacity_correction": {p.name: p.capacity_correction for p in self.pools},
             "window_s": self.window.window_s,
             "profiles": {p.name: p.profile.name for p in self.pools},
         }
