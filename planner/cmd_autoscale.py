@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,13 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--policies", default=",".join(POLICIES), help="comma-separated, from " + ", ".join(POLICIES)
     )
-    p.add_argument("--plot", default=None, metavar="DIR", help="write instances_over_time.png there")
+    p.add_argument("--plot", default=None, metavar="DIR", help="write autoscale_<workload>.png there")
+    p.add_argument(
+        "--update-doc",
+        default=None,
+        metavar="MD",
+        help="write the table (and the plot's link, relative to MD) into MD's section autoscale-<workload>",
+    )
     p.add_argument("--json", action="store_true", help="print the summaries as JSON")
     p.set_defaults(func=run)
 
@@ -168,6 +175,47 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"{len(workload):,} requests; capacity correction {json.dumps(res.corrections)}")
         print(format_table(res, title))
+    plot = None
     if args.plot:
-        print(f"wrote {write_plot(res, Path(args.plot) / 'instances_over_time.png', title)}", file=sys.stderr)
+        plot = write_plot(res, Path(args.plot) / f"autoscale_{args.workload}.png", title)
+        print(f"wrote {plot}", file=sys.stderr)
+    if args.update_doc:
+        _update_doc(Path(args.update_doc), args, res, title, len(workload), plot)
     return 0
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    keys = ["workload", "hours", "peak_rate", "start_hour", "base_rate", "burst_factor", "burst_start_s",
+            "burst_s", "profile", "short_max_tokens", "slo_ttft_p99_s", "headroom", "cold_start_s",
+            "interval_s", "scale_down_window_s", "queue_target", "kv_target"]  # fmt: skip
+    if args.workload == "daily":
+        keys = [k for k in keys if not k.startswith(("base_rate", "burst"))]
+    else:
+        keys = [k for k in keys if k not in ("peak_rate", "start_hour")]
+    opts = " ".join(f"--{k.replace('_', '-')} {getattr(args, k)}" for k in keys)
+    return f"tbr autoscale --trace {Path(args.trace).name} {opts}"
+
+
+def _update_doc(doc: Path, args: argparse.Namespace, res: ExperimentResult, title: str, n: int,
+                plot: Path | None) -> None:  # fmt: skip
+    from planner.doc_sections import replace_section
+
+    corr = res.corrections["short"]
+    lines = [
+        format_table(res, f"**{title}** ({n:,} requests; `{_command_line(args)}`)"),
+        "",
+        f"Short pool's capacity correction: {corr['ratio']:.2f}"
+        + (
+            f" (DES {corr['des_instances']} / M/G/c {corr['mgc_instances']} instances at "
+            f"{corr['rate_req_per_s']:.1f} req/s)."
+            if "des_instances" in corr
+            else "."
+        ),
+    ]
+    if plot is not None:
+        lines += [
+            "",
+            f"![instances over time per pool, {args.workload}]({os.path.relpath(plot, doc.parent)})",
+        ]
+    text = doc.read_text(encoding="utf-8") if doc.is_file() else ""
+    doc.write_text(replace_section(text, f"autoscale-{args.workload}", "\n".join(lines)), encoding="utf-8")

@@ -19,6 +19,7 @@ import numpy as np
 
 from planner.cdf_source import CdfSource
 from planner.costmodel import ttft_floor_s
+from planner.doc_sections import carry_sections
 from planner.plan import PlanInputs, run_plan
 from planner.profiles import PROFILES, PoolProfile
 from planner.results_report import render
@@ -248,6 +249,8 @@ def main_args(args: argparse.Namespace) -> int:
     order = [sc.key for sc in SCENARIOS]
     data["scenarios"].sort(key=lambda r: order.index(r["scenario"]["key"]))
     md = render(data, f"tbr results --out {args.out}")
+    if Path(args.out).is_file():  # keep the sections other commands write (tbr autoscale)
+        md = carry_sections(Path(args.out).read_text(encoding="utf-8"), md)
     Path(args.out).write_text(md, encoding="utf-8")
     if args.json_out:
         Path(args.json_out).write_text(
