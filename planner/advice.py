@@ -23,7 +23,9 @@ arrival in the window is advised ``min_instances``.
 Threshold: for a fleet of two pools, every power-of-two ``B`` below the long pool's ``max_model_len``
 (and the configured one) is costed as a short pool at ``max_model_len = B`` with the short profile and
 a long pool with the rest; the saving is against one homogeneous pool of the long profile serving
-everything (the planner's baseline). :class:`ThresholdHysteresis` turns the cheapest ``B`` into
+everything (the planner's baseline). Each pool's ``capacity_correction`` applies to it in every
+candidate (the short pool's to every B, the long pool's to the rest and to the homogeneous pool), so
+the savings are as good as the corrections. :class:`ThresholdHysteresis` turns the cheapest ``B`` into
 advice only when it beats the configured ``B`` by a margin held for a while.
 """
 
@@ -377,7 +379,7 @@ def _threshold_sweep(
         lo = total[:cut] + [0] * (N_BINS - cut)
         hi = [0] * cut + total[cut:]
         n_lo = sum(lo)
-        sp = AdvicePool(short.name, short.profile, b)
+        sp = AdvicePool(short.name, short.profile, b, short.capacity_correction)
         n_s, *_ = _size(
             n_lo / snap.span_s, sp, mix_from_bins(lo, rule.output_share, short.profile.chunk_tokens), rule
         )

@@ -188,3 +188,17 @@ def test_profiles_by_name_or_file(tmp_path: Path) -> None:
         load_profile(str(y))
     with pytest.raises(ValueError, match="not one of"):
         load_profile("no-such-profile")
+
+
+def test_a_pools_capacity_correction_scales_its_size_and_the_sweep_uses_it() -> None:
+    budgets = [400, 900, 1500, 3000, 7000, 20_000]
+    snap = _window(40.0, budgets).snapshot(299.9)
+    plain = advise(snap, POOLS, RULE)
+    corrected = advise(snap, [AdvicePool("short", A100, 8192, 1.75), POOLS[1]], RULE)
+    p, c = plain.pool("short"), corrected.pool("short")
+    assert p is not None and c is not None
+    assert c.required_instances == math.ceil(p.required_instances * 1.75)
+    assert corrected.pool("long") == plain.pool("long")
+    t = corrected.threshold
+    assert t is not None and corrected.saving_vs_homogeneous == pytest.approx(t.current_saving)
+    assert t.current_saving < plain.saving_vs_homogeneous  # type: ignore[operator]
