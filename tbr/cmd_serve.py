@@ -144,6 +144,14 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"{args.config}: {exc}", file=sys.stderr)
         return 2
+    if cfg.advice.enabled:  # the advice's profiles are files or names: checked before serving
+        from extproc.service.fleet_advice import advice_pools
+
+        try:
+            advice_pools(cfg)
+        except ValueError as exc:
+            print(f"{args.config}: {exc}", file=sys.stderr)
+            return 2
     otel = None
     if otel_enabled(os.environ):
         from extproc.service.otel import OtelRecorder

@@ -7,8 +7,10 @@ import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
+import yaml
 
 from devstack.redis import RedisServer
 from extproc.config import ConfigError, parse_config
@@ -119,3 +121,27 @@ async def test_replicas_share_their_windows_through_redis(redis_server: RedisSer
         metrics = (await admin_get(a.admin_port, "/metrics")).text
     assert "tbr_fleet_advice_replicas 2.0" in metrics
     assert re.search(r'^tbr_fleet_window_sync_rows_total\{outcome="applied"\} [1-9]', metrics, flags=re.M)
+
+
+def test_serve_refuses_an_unreadable_profile_file_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import logging
+
+    from tbr.cli import main
+
+    cfg = tmp_path / "router.yaml"
+    profile = tmp_path / "gpu.yaml"
+    profile.write_text("name: x\nbogus: 1\n")
+    cfg.write_text(
+        yaml.safe_dump({"pools": POOLS, "advice": {"enabled": True, "profiles": {"long": str(profile)}}})
+    )
+    root = logging.getLogger()
+    saved = (root.level, list(root.handlers))
+    try:
+        assert main(["serve", "--config", str(cfg)]) == 2
+    finally:
+        root.handlers[:] = saved[1]
+        root.setLevel(saved[0])
+    err = capsys.readouterr().err
+    assert "unknown fields bogus" in err and "Traceback" not in err
