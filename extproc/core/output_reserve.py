@@ -74,6 +74,7 @@ __all__ = [
     "bin_upper_tokens",
     "decode_class_key",
     "encode_class_key",
+    "learned_total_tokens",
     "output_class_of",
     "prior_class_of",
     "prompt_band_of",
@@ -195,6 +196,34 @@ def output_class_of(
         reasoning_of(features, model_reasons),
         features.n_tools > 0,
         prompt_band_of(prompt_tokens_est, band_edges_tokens),
+    )
+
+
+def learned_total_tokens(
+    prompt_tokens: int,
+    central_prompt_tokens: int,
+    reserve_tokens: int,
+    n_sequences: int = 1,
+    *,
+    min_reserve_tokens: int = 16,
+) -> int:
+    """The routing budget (tokens) of a request whose output reserve is learned (a quantile, not a
+    client's maximum): ``max(prompt + n · min(reserve, min_reserve), central_prompt + n · reserve)``.
+
+    One margin per failure (docs/estimator.md §Output half): a prompt over ``max_model_len`` is
+    refused, so the conservative prompt estimate (``prompt_tokens``) must fit with at least
+    ``min_reserve_tokens`` per sequence; an answer longer than the pool's free room is cut (a
+    truncation, counted and steered by the truncation controller), and that risk,
+    ``P(answer > B − true prompt)``, is what the reserve's quantile bounds, so the reserve is added
+    to the central prompt estimate (``central_prompt_tokens``: the prompt with the learned central
+    ratio, at most ``prompt_tokens``). Stacking the prompt's conservative margin under the answer's
+    high quantile sent 3.3 % of the conversation pairs long at B = 2,048 although their true prompt
+    plus the reserve fit.
+    """
+    central = min(prompt_tokens, central_prompt_tokens) if central_prompt_tokens > 0 else prompt_tokens
+    return max(
+        prompt_tokens + n_sequences * min(reserve_tokens, min_reserve_tokens),
+        central + n_sequences * reserve_tokens,
     )
 
 
@@ -609,6 +638,14 @@ class OutputLengthLearner:
         return min(self.cfg.max_tail_share, max(self.cfg.min_tail_share, share * math.exp(delta)))
 
     # -- sharing ---------------------------------------------------------------------------
+
+    def restore_fleet_tail_share(self, tail_share: float) -> float:
+        """Start the fleet controller from a shared or saved tail share (a replica joining a fleet
+        takes the fleet's λ instead of ``tail_share``), clamped to ``[min_tail_share,
+        max_tail_share]``; a non-finite or non-positive value is ignored. Returns the tail share in use."""
+        if math.isfinite(tail_share) and tail_share > 0.0:
+            self.fleet_tail_share = min(self.cfg.max_tail_share, max(self.cfg.min_tail_share, tail_share))
+        return self.fleet_tail_share
 
     def get(self, key: OutputClassKey) -> OutputLengthState | None:
         """The state of a class, or None when it never observed an answer."""
