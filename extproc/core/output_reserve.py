@@ -66,6 +66,7 @@ __all__ = [
     "DEFAULT_PROMPT_BAND_EDGES_TOKENS",
     "N_BINS",
     "OUTPUT_PRIORS",
+    "UNJUDGED_REASONS",
     "OutputClassKey",
     "OutputLengthLearner",
     "OutputLengthState",
@@ -90,6 +91,12 @@ DEFAULT_PROMPT_BAND_EDGES_TOKENS: tuple[int, ...] = OutputReserveConfig().prompt
 ALL_BANDS = -1
 """``prompt_band`` of a class's parent: the answers of all its prompt bands. A band class's reserve
 starts from its parent's (learned) quantile instead of the cold prior."""
+UNJUDGED_REASONS: tuple[str, ...] = ("chat_batch", "multi_prompt", "no_usage", "no_choice_reasons")
+"""Why a served answer teaches the output learner nothing (:meth:`OutputLengthLearner.count_unjudged`):
+``chat_batch`` (``/v1/chat/completions/batch``: one usage summed over conversations), ``multi_prompt``
+(a completions ``prompt`` list: usage summed over prompts, each with its own room), ``no_usage`` (a
+stream without ``stream_options.include_usage``, or a body without usage: no length), and
+``no_choice_reasons`` (``n > 1`` without a finish reason per choice: the lengths cannot be split)."""
 _Z99 = 2.3263478740408408
 """The standard normal's 0.99 quantile."""
 
@@ -427,6 +434,8 @@ class OutputLengthLearner:
         """Truncations observed since start (all classes)."""
         self.observations = 0
         """Answers observed since start (all classes)."""
+        self.unjudged: dict[str, int] = dict.fromkeys(UNJUDGED_REASONS, 0)
+        """Served answers not learned from, by reason (:data:`UNJUDGED_REASONS`), since start."""
 
     # -- classes ---------------------------------------------------------------------------
 
@@ -636,6 +645,12 @@ class OutputLengthLearner:
         target = self.cfg.controller_margin * self.cfg.truncation_budget
         delta = -step if truncated else step * target / (1.0 - target)
         return min(self.cfg.max_tail_share, max(self.cfg.min_tail_share, share * math.exp(delta)))
+
+    def count_unjudged(self, reason: str) -> None:
+        """Count one served answer the learner cannot learn from (``reason`` in
+        :data:`UNJUDGED_REASONS`; any other is counted as ``no_usage``)."""
+        key = reason if reason in self.unjudged else "no_usage"
+        self.unjudged[key] += 1
 
     # -- sharing ---------------------------------------------------------------------------
 

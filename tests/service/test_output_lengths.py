@@ -212,6 +212,10 @@ async def test_router_restores_saves_and_shows_the_output_lengths(tmp_path: Path
             f'tools="false"}} {float(state.reserve_tokens)}'
         )
         assert line in metrics and "tbr_output_tail_share " in metrics
+        assert 'tbr_output_unjudged_total{reason="no_usage"} 0.0' in metrics
+        learner.count_unjudged("multi_prompt")
+        metrics = (await admin_get(app.admin_port, "/metrics")).text
+        assert 'tbr_output_unjudged_total{reason="multi_prompt"} 1.0' in metrics
         learner.observe(OTHER, 50, truncated=False)
     doc = json.loads(snap.read_text())  # saved at shutdown with the new class
     keys = {k for c in (KEY, OTHER) for k in (c, c._replace(prompt_band=ALL_BANDS))}
