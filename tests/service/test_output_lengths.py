@@ -168,9 +168,10 @@ def test_snapshot_keeps_the_learned_lengths(tmp_path: Path) -> None:
     a.observe(KEY, 4295, truncated=True)
     a.observe(KEY, 800, truncated=False)
     path = tmp_path / "ratios.json"
-    write_snapshot([], path, encode_output_states(a.items()))
+    write_snapshot([], path, encode_output_states(a.items()), a.fleet_tail_share)
     b = _learner()
     assert load_output_states(b, path) == len(a.items()) == 2  # the class and its all-bands parent
+    assert b.fleet_tail_share == a.fleet_tail_share < a.cfg.tail_share  # the controller's λ too
     restored, state = b.get(KEY), a.get(KEY)
     assert restored is not None and state is not None and restored.to_dict() == state.to_dict()
     # a snapshot of an earlier router (no output_lengths) restores nothing; a damaged one raises
