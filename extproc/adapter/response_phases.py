@@ -208,7 +208,10 @@ def judge_answer(proc: StreamProcessor, finish_reasons: tuple[str, ...]) -> None
         r.observer.misroute(served, served, "truncated")
     key = budget.output_class
     if key is not None and not report.sequences:
-        r.output_unjudged("no_choice_reasons" if budget.n_sequences > 1 else "no_usage")
+        if len(finish_reasons) > max(1, budget.n_sequences):  # a prompt list read off the path
+            r.output_unjudged("multi_prompt")
+        else:
+            r.output_unjudged("no_choice_reasons" if budget.n_sequences > 1 else "no_usage")
     if key is not None:  # an answer's length is exact also where its prompt is not learned from
         for tokens, censored in report.sequences:
             r.observe_output(

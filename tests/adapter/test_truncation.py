@@ -411,3 +411,25 @@ def test_n_2_without_a_reason_per_choice_is_counted_not_learned() -> None:
     obs, _, proc = _run("chat", [None, None], 900, stream=False, config=LEARNED, extra={"n": 2})  # type: ignore[list-item]
     assert obs.misroutes == [] and _unjudged(proc) == {"no_choice_reasons": 1}
     assert proc.router.estimator.output_learner.items() == []  # type: ignore[union-attr]
+
+
+def test_an_off_path_prompt_list_is_counted_not_learned() -> None:
+    # the observability stream sees only the summed budget: its choices outnumber n
+    routing = StreamProcessor(Runtime(parse_config(LEARNED)))
+    body = json.dumps({"model": "m", "prompt": [TEXT, TEXT[:80]]}).encode()
+    req = pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
+    attrs = req.attributes["envoy.filters.http.ext_proc"]
+    attrs["request.path"], attrs["request.method"], attrs["request.id"] = PATHS["completions"], "POST", "o2"
+    resp = routing.handle(req)
+    value = resp.dynamic_metadata.fields["tbr"].struct_value.fields["calib"].string_value
+    obs = Recorder()
+    silent = StreamProcessor(Runtime(parse_config(LEARNED), observer=obs))
+    msg = _headers(**{":path": PATHS["completions"], ":method": "POST"})
+    msg.metadata_context.filter_metadata["tbr"].fields["calib"].string_value = value
+    silent.handle(msg)
+    h = {":status": "200", "content-type": "application/json"}
+    silent.handle(pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=_map(**h))))
+    answer = _answer("completions", ["length", "stop"], CAP, stream=False)
+    silent.handle(pb.ProcessingRequest(response_body=pb.HttpBody(body=answer, end_of_stream=True)))
+    assert obs.misroutes == [] and silent.truncated is not True
+    assert _unjudged(silent) == {"multi_prompt": 1}
