@@ -7,12 +7,15 @@ For each threshold B (the short pool's ``max_model_len``; the long pool holds
    (conversation pairs), or the trace's true prompt count (traces have no text);
 2. the reserve: what the router reserves for a request without ``max_tokens`` under the reserve
    being evaluated (``learned`` online or ``cold``, ``fixed:N``, ``oracle`` = the true answer);
-3. routed short when ``prompt_est + reserve ≤ B`` (one sequence);
-4. outcomes: *truncated* when routed short, the true prompt fits B with the reserve, and the true
-   answer does not fit (``prompt + output > B``: vLLM stops at ``max_model_len``); *harmful* when
-   routed short although ``true prompt + reserve > B`` (the prompt estimate's misroute, as
-   ``tbr eval-estimator`` counts it); *wasteful* when ``true prompt + reserve ≤ B`` but routed long
-   (the prompt estimate's other misroute);
+3. routed short when the budget fits B: ``prompt_est + reserve`` for a fixed reserve, a client's
+   maximum or the oracle; for a learned reserve the router's
+   :func:`~extproc.core.output_reserve.learned_total_tokens` (the reserve added to the central
+   prompt estimate, the conservative prompt estimate with ``min_reserve_tokens``; one sequence);
+4. outcomes: *truncated* when routed short and the true answer does not fit (``prompt + output >
+   B``: vLLM stops at ``max_model_len``), every answer the short pool cuts; *harmful* when routed
+   short although the true prompt itself leaves less than ``min(reserve, min_reserve_tokens)``
+   (vLLM refuses it); *wasteful* when ``true prompt + reserve ≤ B`` but routed long (the prompt
+   estimate's margin);
 5. ``online``: the learner then observes the answer: its full length, or, when truncated, the
    ``B − prompt`` tokens the short pool produced, as a truncation (censored).
 
@@ -35,7 +38,13 @@ from evaluation.reasoning_lengths import ReasoningAnswer
 from extproc.config import CalibrationConfig, EstimatorConfig, OutputReserveConfig
 from extproc.core.calibration import InMemoryRatioStore
 from extproc.core.estimator import Estimator
-from extproc.core.output_reserve import OutputClassKey, OutputLengthLearner, output_class_of, prompt_band_of
+from extproc.core.output_reserve import (
+    OutputClassKey,
+    OutputLengthLearner,
+    learned_total_tokens,
+    output_class_of,
+    prompt_band_of,
+)
 from extproc.core.request_body import RequestFeatures, parse_request_body
 
 __all__ = [
@@ -70,6 +79,9 @@ class OutputItem:
     """The reasoning label of requests without a body (traces, reasoning answers)."""
     max_tokens: int | None = None
     """The client's maximum (``max_tokens``), None when absent (:func:`with_client_max`)."""
+    prompt_central_tokens: int = 0
+    """The prompt estimate with the central ratio (``TokenBudget.central_prompt_tokens``); 0 = the
+    same as ``prompt_est_tokens`` (traces: their true count)."""
 
 
 @dataclass(slots=True)
@@ -154,7 +166,7 @@ def build_output_items(
     for i in order:
         p = pairs[i]
         features: RequestFeatures | None = None
-        prompt_est = p.prompt_tokens
+        prompt_est = central = p.prompt_tokens
         if p.request is not None:
             if p.endpoint == "completions":
                 import orjson
@@ -166,10 +178,20 @@ def build_output_items(
             if est is not None:
                 budget = est.estimate(features)
                 prompt_est = budget.prompt_tokens
+                central = budget.central_prompt_tokens or prompt_est
                 est.observe(budget, p.prompt_tokens)  # the prompt learner learns as in the router
         key = model_key if model_key is not None else p.source
         items.append(
-            OutputItem(p.source, key, features, p.endpoint, p.prompt_tokens, prompt_est, p.output_tokens)
+            OutputItem(
+                p.source,
+                key,
+                features,
+                p.endpoint,
+                p.prompt_tokens,
+                prompt_est,
+                p.output_tokens,
+                prompt_central_tokens=central,
+            )
         )
     return items
 
@@ -226,6 +248,24 @@ def with_client_max(
     return out
 
 
+def _budget(
+    item: OutputItem, reserve_tokens: int, *, learned: bool, policy: str, min_reserve_tokens: int
+) -> tuple[int, int]:
+    """``(reserve, routing budget)`` of one item as :meth:`Estimator.budget_for` computes them: a
+    client maximum is the reserve (``strict``) or caps it (``risk``); a learned reserve's budget is
+    :func:`~extproc.core.output_reserve.learned_total_tokens`, any other ``prompt_est + reserve``."""
+    r = reserve_tokens
+    if item.max_tokens is not None:
+        learned = learned and policy == "risk" and r < item.max_tokens
+        r = item.max_tokens if policy == "strict" else min(r, item.max_tokens)
+    if learned:
+        total = learned_total_tokens(
+            item.prompt_est_tokens, item.prompt_central_tokens, r, min_reserve_tokens=min_reserve_tokens
+        )
+        return r, total
+    return r, item.prompt_est_tokens + r
+
+
 def replay_output(
     items: Sequence[OutputItem],
     threshold_tokens: int,
@@ -261,6 +301,7 @@ def replay_output(
         raise ValueError(f"unknown policy {policy!r}: strict or risk")
     out = OutputOutcome(threshold_tokens, reserve)
     b = threshold_tokens
+    floor = cfg.min_reserve_tokens
     for item in items:
         key = _class(item, learner)
         room = max(1, long_max_model_len_tokens - item.prompt_est_tokens)
@@ -269,19 +310,18 @@ def replay_output(
         if reserve == "oracle":
             fixed = answer
         r = fixed if fixed is not None else learner.reserve_tokens(key, max_reserve_tokens=room)
-        if item.max_tokens is not None:
-            r = item.max_tokens if policy == "strict" else min(r, item.max_tokens)
+        r, total = _budget(item, r, learned=fixed is None, policy=policy, min_reserve_tokens=floor)
         out.n += 1
         out.reserve_sum += r
-        short = item.prompt_est_tokens + r <= b
+        short = total <= b
         true_fits = item.prompt_tokens + r <= b
         ideal = item.prompt_tokens + answer <= b
         out.ideal_short += ideal
         truncated = False
         if short:
             out.short += 1
-            if not true_fits:
-                out.harmful += 1
+            if item.prompt_tokens + min(r, floor) > b:
+                out.harmful += 1  # the prompt itself leaves no room: vLLM refuses it
             elif not ideal:
                 truncated = True
                 out.truncated += 1
@@ -290,7 +330,7 @@ def replay_output(
         elif true_fits:
             out.wasteful += 1
         if reserve == "online":
-            if truncated or (short and not true_fits and not ideal):
+            if truncated:
                 learner.observe(key, max(1, b - item.prompt_tokens), truncated=True)
             else:
                 learner.observe(key, answer, truncated=False, capped=capped)

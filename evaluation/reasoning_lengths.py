@@ -10,14 +10,16 @@ up to 5 answers to 21 prompts (knowledge questions, logic puzzles, competition m
 reasoning models queried through OpenRouter. ``data/output_queries_batch2.json`` is absent from the
 snapshot (the stored copy is a large file) and is not used.
 
-The table is not committed: the project keeps no data derived from other repositories. It is
-read from ``$TBR_REASONING_LENGTHS``, else ``reasoning/answer_lengths.csv`` under the shared data
-directory (:func:`default_path`), and has one row per answer (numbers only, no text): ``model``,
+The table is committed as ``evaluation/data/reasoning_answer_lengths.csv`` (numbers only; the
+source's Apache-2.0 licence allows a derivative work with its licence and the changes stated:
+``evaluation/data/SOURCE.md``, ``evaluation/data/LICENSE-LRMTokenEconomy.txt``). It is read from
+``$TBR_REASONING_LENGTHS`` when set, else that file (:func:`default_path`), and has one row per
+answer: ``model``,
 ``open_weights`` (1 = weights published: what a vLLM pool can serve), ``prompt_id``, ``category``,
 ``prompt_tokens`` (the prompt as one user message with the Llama-3 chat template, counted with the
 Llama-3 tokenizer of ``../shared/data``), ``completion_tokens``, ``finish_reason``. Rebuild:
 ``python -m evaluation.reasoning_lengths --repo <checkout of the snapshot> --data ../shared/data
---out PATH``.
+--out evaluation/data/reasoning_answer_lengths.csv``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,14 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SOURCE_COMMIT", "ReasoningAnswer", "build", "default_path", "load_reasoning_answers"]
+__all__ = [
+    "COMMITTED_TABLE",
+    "SOURCE_COMMIT",
+    "ReasoningAnswer",
+    "build",
+    "default_path",
+    "load_reasoning_answers",
+]
 
 SOURCE_REPO = "cpldcpu/LRMTokenEconomy"
 SOURCE_COMMIT = "d5cc353cf1250b805f955504b807530248154e62"
@@ -75,11 +84,14 @@ def _category(prompt_id: str) -> str:
     return "math"
 
 
-def default_path(data_dir: str | Path = "../shared/data") -> Path:
-    """Where the table is read from: ``$TBR_REASONING_LENGTHS``, else
-    ``<data_dir>/reasoning/answer_lengths.csv``."""
+COMMITTED_TABLE = Path(__file__).with_name("data") / "reasoning_answer_lengths.csv"
+"""The table as committed (evaluation/data/SOURCE.md)."""
+
+
+def default_path() -> Path:
+    """Where the table is read from: ``$TBR_REASONING_LENGTHS``, else :data:`COMMITTED_TABLE`."""
     env = os.environ.get("TBR_REASONING_LENGTHS")
-    return Path(env) if env else Path(data_dir) / "reasoning" / "answer_lengths.csv"
+    return Path(env) if env else COMMITTED_TABLE
 
 
 def load_reasoning_answers(path: str | Path) -> list[ReasoningAnswer]:
@@ -160,10 +172,12 @@ def main() -> None:
     p.add_argument("--repo", required=True, help="git checkout or mirror of cpldcpu/LRMTokenEconomy")
     p.add_argument("--data", default="../shared/data")
     p.add_argument(
-        "--out", default=None, help="default: $TBR_REASONING_LENGTHS or DATA/reasoning/answer_lengths.csv"
+        "--out",
+        default=None,
+        help="default: $TBR_REASONING_LENGTHS or evaluation/data/reasoning_answer_lengths.csv",
     )
     args = p.parse_args()
-    out = Path(args.out) if args.out else default_path(args.data)
+    out = Path(args.out) if args.out else default_path()
     print(build(Path(args.repo), Path(args.data), out), "rows written to", out)
 
 

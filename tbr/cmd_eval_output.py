@@ -69,16 +69,16 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
-def _reasoning_answers(data: Path) -> list[Any] | None:
-    """The reasoning-answer table (:func:`evaluation.reasoning_lengths.default_path`), or None (and a
-    line on stderr) when it is absent: it is built from a public repository, not shipped."""
+def _reasoning_answers() -> list[Any] | None:
+    """The reasoning-answer table (:func:`evaluation.reasoning_lengths.default_path`: committed,
+    or ``$TBR_REASONING_LENGTHS``), or None (and a line on stderr) when that file is absent."""
     from evaluation.reasoning_lengths import default_path, load_reasoning_answers
 
-    table = default_path(data)
+    table = default_path()
     if not table.is_file():
         print(
-            f"(set reasoning skipped: no table at {table}; build it with python -m "
-            "evaluation.reasoning_lengths, or set TBR_REASONING_LENGTHS)\n",
+            f"(set reasoning skipped: no table at {table}: TBR_REASONING_LENGTHS names a missing "
+            "file; python -m evaluation.reasoning_lengths builds it)\n",
             file=sys.stderr,
         )
         return None
@@ -105,7 +105,7 @@ def _runs(
             for s in seeds
         ]
     if name == "reasoning":
-        answers = _reasoning_answers(data)
+        answers = _reasoning_answers()
         return [] if answers is None else [(s, reasoning_items(answers, seed=s)) for s in seeds]
     return [(None, build_output_items(load_trace_pairs(data, name), seed=None, estimate_prompts=False))]
 

@@ -26,7 +26,7 @@ from extproc.core.encoding import DecodeError, make_decoder
 from extproc.core.estimator import TokenBudget
 from extproc.core.recovery import parse_attempt_count
 from extproc.core.sse import JSONUsageReader, SSEUsageReader, StreamError, is_context_length_error
-from extproc.core.truncation import judge_output
+from extproc.core.truncation import LENGTH_REASONS, judge_output
 
 if TYPE_CHECKING:
     from extproc.adapter.processor import StreamProcessor
@@ -146,6 +146,7 @@ def finish_response(proc: StreamProcessor) -> None:
         r.response_pools.put(proc.response_id, proc.retried_to or proc.pool)
     if proc.prompt_tokens is None:
         r.observer.calibration("no_usage")
+        judge_without_usage(proc, finish_reasons)
         return
     judge_answer(proc, finish_reasons)
     learned = learned_budget(proc)
@@ -179,10 +180,13 @@ def judge_answer(proc: StreamProcessor, finish_reasons: tuple[str, ...]) -> None
     it). The response passes unchanged. A chat batch (usage summed over conversations) is not judged."""
     budget = proc.budget
     routed = proc.routed_pool
-    if budget is None or routed is None or proc.endpoint == "chat_batch":
+    if budget is None or routed is None:
+        return
+    r = proc.router
+    if proc.endpoint == "chat_batch" or proc.batch_budgets is not None:
+        r.output_unjudged("chat_batch" if proc.endpoint == "chat_batch" else "multi_prompt")
         return
     served = proc.retried_to or routed
-    r = proc.router
     pool, larger = r.models.pool(served), r.models.next_larger(served)
     # where the server really cuts: its reported max_model_len when the pool check read it
     served_len = r.served_limits.get(served, pool.max_model_len) if pool is not None else None
@@ -203,11 +207,42 @@ def judge_answer(proc: StreamProcessor, finish_reasons: tuple[str, ...]) -> None
         proc.misroute = proc.misroute or "truncated"
         r.observer.misroute(served, served, "truncated")
     key = budget.output_class
+    if key is not None and not report.sequences:
+        if len(finish_reasons) > max(1, budget.n_sequences):  # a prompt list read off the path
+            r.output_unjudged("multi_prompt")
+        else:
+            r.output_unjudged("no_choice_reasons" if budget.n_sequences > 1 else "no_usage")
     if key is not None:  # an answer's length is exact also where its prompt is not learned from
         for tokens, censored in report.sequences:
             r.observe_output(
                 key, tokens, truncated=censored and report.truncated, capped=censored and not report.truncated
             )
+
+
+def judge_without_usage(proc: StreamProcessor, finish_reasons: tuple[str, ...]) -> None:
+    """A served answer without usage (a stream without ``stream_options.include_usage``): its
+    length is unknown, so the output learner is not taught (counted ``no_usage``). A token-limit stop of a single-prompt request without a
+    client maximum is still the serving pool's cut (vLLM's only limit is then ``max_model_len −
+    prompt``): a truncation misroute of that pool when a larger pool exists, counted and recorded
+    as in :func:`judge_answer`. The response passes unchanged."""
+    budget = proc.budget
+    routed = proc.routed_pool
+    if budget is None or routed is None:
+        return
+    r = proc.router
+    if budget.output_class is not None:
+        r.output_unjudged("no_usage")
+    length = LENGTH_REASONS.get(API_OF_ENDPOINT.get(proc.endpoint or "", "openai"), "length")
+    if length not in finish_reasons:
+        return
+    proc.finish_reason = length
+    served = proc.retried_to or routed
+    batch = proc.endpoint == "chat_batch" or proc.batch_budgets is not None
+    if batch or proc.client_max_output_tokens is not None or r.models.next_larger(served) is None:
+        return
+    proc.truncated = True
+    proc.misroute = proc.misroute or "truncated"
+    r.observer.misroute(served, served, "truncated")
 
 
 def learned_budget(proc: StreamProcessor) -> TokenBudget | None:

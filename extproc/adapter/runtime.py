@@ -142,6 +142,13 @@ class Runtime:
         if self.output_sink is not None:
             self.output_sink.add(key, completion_tokens, truncated=truncated, capped=capped)
 
+    def output_unjudged(self, reason: str) -> None:
+        """Count one served answer the output learner cannot learn from
+        (:data:`~extproc.core.output_reserve.UNJUDGED_REASONS`); nothing without a learner."""
+        learner = self.estimator.output_learner
+        if learner is not None:
+            learner.count_unjudged(reason)
+
     def write_record(self, record: DecisionRecord, traceparent: str) -> None:
         """One finished request: to the decision log and, when it records requests, the observer."""
         self.log_decision(record)

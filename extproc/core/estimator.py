@@ -41,7 +41,7 @@ from extproc.core.budget import Framing, Observation, TokenBudget
 from extproc.core.calibration import RatioKey, RatioStore
 from extproc.core.categories import TextProfile, profile_text
 from extproc.core.images import ImageBudget, rule_tokens
-from extproc.core.output_reserve import OutputClassKey, OutputLengthLearner
+from extproc.core.output_reserve import OutputClassKey, OutputLengthLearner, learned_total_tokens
 from extproc.core.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
 from extproc.core.request_body import RequestFeatures
 from extproc.core.run_costs import run_costs
@@ -447,12 +447,22 @@ class Estimator:
                 reserve = max(reserve, other)
         cap = f.truncate_prompt_tokens or 0
         held = min(prompt, cap) if cap else prompt
+        total = held + f.n_sequences * reserve
+        central = int(fields.get("central_prompt_tokens") or prompt)
+        if source in ("learned", "risk"):  # a quantile, not a promise: one margin per failure
+            total = learned_total_tokens(
+                held,
+                min(central, cap) if cap else central,
+                reserve,
+                f.n_sequences,
+                min_reserve_tokens=self.cfg.output_reserve.min_reserve_tokens,
+            )
         return TokenBudget(
             model=f.model if len(f.model) <= 128 else "",
             text_bytes=f.text_bytes,
             output_reserve_tokens=reserve,
             n_sequences=f.n_sequences,
-            total_tokens=held + f.n_sequences * reserve,
+            total_tokens=total,
             output_class=key,
             output_reserve_source=source,
             prompt_cap_tokens=cap,

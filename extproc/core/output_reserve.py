@@ -66,6 +66,7 @@ __all__ = [
     "DEFAULT_PROMPT_BAND_EDGES_TOKENS",
     "N_BINS",
     "OUTPUT_PRIORS",
+    "UNJUDGED_REASONS",
     "OutputClassKey",
     "OutputLengthLearner",
     "OutputLengthState",
@@ -74,6 +75,7 @@ __all__ = [
     "bin_upper_tokens",
     "decode_class_key",
     "encode_class_key",
+    "learned_total_tokens",
     "output_class_of",
     "prior_class_of",
     "prompt_band_of",
@@ -89,6 +91,12 @@ DEFAULT_PROMPT_BAND_EDGES_TOKENS: tuple[int, ...] = OutputReserveConfig().prompt
 ALL_BANDS = -1
 """``prompt_band`` of a class's parent: the answers of all its prompt bands. A band class's reserve
 starts from its parent's (learned) quantile instead of the cold prior."""
+UNJUDGED_REASONS: tuple[str, ...] = ("chat_batch", "multi_prompt", "no_usage", "no_choice_reasons")
+"""Why a served answer teaches the output learner nothing (:meth:`OutputLengthLearner.count_unjudged`):
+``chat_batch`` (``/v1/chat/completions/batch``: one usage summed over conversations), ``multi_prompt``
+(a completions ``prompt`` list: usage summed over prompts, each with its own room), ``no_usage`` (a
+stream without ``stream_options.include_usage``, or a body without usage: no length), and
+``no_choice_reasons`` (``n > 1`` without a finish reason per choice: the lengths cannot be split)."""
 _Z99 = 2.3263478740408408
 """The standard normal's 0.99 quantile."""
 
@@ -195,6 +203,34 @@ def output_class_of(
         reasoning_of(features, model_reasons),
         features.n_tools > 0,
         prompt_band_of(prompt_tokens_est, band_edges_tokens),
+    )
+
+
+def learned_total_tokens(
+    prompt_tokens: int,
+    central_prompt_tokens: int,
+    reserve_tokens: int,
+    n_sequences: int = 1,
+    *,
+    min_reserve_tokens: int = 16,
+) -> int:
+    """The routing budget (tokens) of a request whose output reserve is learned (a quantile, not a
+    client's maximum): ``max(prompt + n · min(reserve, min_reserve), central_prompt + n · reserve)``.
+
+    One margin per failure (docs/estimator.md §Output half): a prompt over ``max_model_len`` is
+    refused, so the conservative prompt estimate (``prompt_tokens``) must fit with at least
+    ``min_reserve_tokens`` per sequence; an answer longer than the pool's free room is cut (a
+    truncation, counted and steered by the truncation controller), and that risk,
+    ``P(answer > B − true prompt)``, is what the reserve's quantile bounds, so the reserve is added
+    to the central prompt estimate (``central_prompt_tokens``: the prompt with the learned central
+    ratio, at most ``prompt_tokens``). Stacking the prompt's conservative margin under the answer's
+    high quantile sent 3.3 % of the conversation pairs long at B = 2,048 although their true prompt
+    plus the reserve fit.
+    """
+    central = min(prompt_tokens, central_prompt_tokens) if central_prompt_tokens > 0 else prompt_tokens
+    return max(
+        prompt_tokens + n_sequences * min(reserve_tokens, min_reserve_tokens),
+        central + n_sequences * reserve_tokens,
     )
 
 
@@ -398,6 +434,8 @@ class OutputLengthLearner:
         """Truncations observed since start (all classes)."""
         self.observations = 0
         """Answers observed since start (all classes)."""
+        self.unjudged: dict[str, int] = dict.fromkeys(UNJUDGED_REASONS, 0)
+        """Served answers not learned from, by reason (:data:`UNJUDGED_REASONS`), since start."""
 
     # -- classes ---------------------------------------------------------------------------
 
@@ -608,7 +646,21 @@ class OutputLengthLearner:
         delta = -step if truncated else step * target / (1.0 - target)
         return min(self.cfg.max_tail_share, max(self.cfg.min_tail_share, share * math.exp(delta)))
 
+    def count_unjudged(self, reason: str) -> None:
+        """Count one served answer the learner cannot learn from (``reason`` in
+        :data:`UNJUDGED_REASONS`; any other is counted as ``no_usage``)."""
+        key = reason if reason in self.unjudged else "no_usage"
+        self.unjudged[key] += 1
+
     # -- sharing ---------------------------------------------------------------------------
+
+    def restore_fleet_tail_share(self, tail_share: float) -> float:
+        """Start the fleet controller from a shared or saved tail share (a replica joining a fleet
+        takes the fleet's λ instead of ``tail_share``), clamped to ``[min_tail_share,
+        max_tail_share]``; a non-finite or non-positive value is ignored. Returns the tail share in use."""
+        if math.isfinite(tail_share) and tail_share > 0.0:
+            self.fleet_tail_share = min(self.cfg.max_tail_share, max(self.cfg.min_tail_share, tail_share))
+        return self.fleet_tail_share
 
     def get(self, key: OutputClassKey) -> OutputLengthState | None:
         """The state of a class, or None when it never observed an answer."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from extproc.core.output_reserve import OutputLengthLearner
@@ -21,7 +21,8 @@ _CLASS_LABELS = ["model_name", "endpoint", "reasoning", "tools", "prompt_band"]
 
 
 class OutputCollector(Collector):
-    """Exports ``tbr_output_reserve_tokens`` per class and ``tbr_output_tail_share``.
+    """Exports ``tbr_output_reserve_tokens`` per class, ``tbr_output_tail_share`` and
+    ``tbr_output_unjudged_total`` by reason.
 
     Args:
         learner: returns the process-wide learner, or None while the output reserve is not learned
@@ -47,7 +48,17 @@ class OutputCollector(Collector):
             "is the 1 - share quantile) under controller_scope fleet, steered by all observed "
             "truncations towards estimator.output_reserve.truncation_budget.",
         )
+        unjudged = CounterMetricFamily(
+            "tbr_output_unjudged_total",
+            "Served answers the output learner could not learn from, by reason: chat_batch and "
+            "multi_prompt (usage summed over conversations or prompts), no_usage (no usage in the "
+            "response, e.g. a stream without stream_options.include_usage), no_choice_reasons "
+            "(n > 1 without a finish reason per choice).",
+            labels=["reason"],
+        )
         if learner is not None:
+            for reason, count in learner.unjudged.items():
+                unjudged.add_metric([reason], count)
             for key, state in learner.items():
                 value = state.reserve_tokens or learner.prior_quantile_tokens(key)
                 labels = [
@@ -61,3 +72,4 @@ class OutputCollector(Collector):
             share.add_metric([], learner.fleet_tail_share)
         yield reserve
         yield share
+        yield unjudged

@@ -16,7 +16,15 @@ Redis layout (``{prefix}`` = ``calibration.redis_key_prefix``):
   (:func:`~extproc.core.output_reserve.encode_class_key`), ``t`` (completion tokens), ``c``
   (``0`` an answer that ended, ``1`` cut by the client's maximum or the largest pool, ``2``
   truncated by a pool, a misroute);
-* hash ``{prefix}output-states``: encoded class key → :meth:`OutputLengthState.to_dict` as JSON.
+* hash ``{prefix}output-states``: encoded class key → :meth:`OutputLengthState.to_dict` as JSON;
+* hash ``{prefix}output-fleet``: the truncation controller's fleet state: ``tail_share`` (λ, as
+  the replica that pushed last had steered it), ``observations`` and ``truncations`` (answers and
+  truncations of the whole fleet, each replica adding its own with ``HINCRBY``).
+
+The fleet's λ is shared twice over: every replica replays every other replica's answers into its
+own controller (whose steps multiply, so replicas that saw the same answers hold the same λ), and a
+replica that starts with nothing learned takes the fleet's λ from ``{prefix}output-fleet`` instead
+of starting again at ``tail_share``.
 
 A row that does not parse is skipped (counted in ``tbr_output_sync_rows_total{outcome="bad_row"}``);
 at most ``MAX_CLASSES`` classes are taken from Redis.
@@ -95,6 +103,7 @@ class OutputLengthSync(PeriodicSync):
         self.learner = learner
         self.stream_key = f"{key_prefix}output-lengths"
         self.hash_key = f"{key_prefix}output-states"
+        self.fleet_key = f"{key_prefix}output-fleet"
         self.replica_id = uuid.uuid4().hex[:16]
         self._on_row = on_row or (lambda _outcome: None)
         self._queue: collections.deque[tuple[str, int, int]] = collections.deque(maxlen=QUEUE_MAX)
@@ -103,6 +112,10 @@ class OutputLengthSync(PeriodicSync):
         self._failing = False
         self.up = True
         """Whether the last sync reached Redis."""
+        self.fleet_observations = 0
+        """Answers the whole fleet learned from (``{prefix}output-fleet``, read at each sync)."""
+        self.fleet_truncations = 0
+        """Truncations of the whole fleet (``{prefix}output-fleet``, read at each sync)."""
 
     def add(self, key: OutputClassKey, completion_tokens: int, *, truncated: bool, capped: bool) -> None:
         """Queue one answer this replica learned from (called on the event loop, never blocks)."""
@@ -122,6 +135,7 @@ class OutputLengthSync(PeriodicSync):
                 await self._begin()
             await self._push()
             await self._pull()
+            await self._share_fleet()
         except (RedisError, OSError) as exc:
             if not self._failing:
                 log.warning("output length sharing through Redis failed (answers stay local): %s", exc)
@@ -143,6 +157,12 @@ class OutputLengthSync(PeriodicSync):
         self._last_id = last.decode() if isinstance(last, bytes) else str(last)
         if self.learner.items():
             return
+        fleet: Any = await self._client.hget(self.fleet_key, "tail_share")
+        if fleet is not None:
+            try:
+                self.learner.restore_fleet_tail_share(float(fleet))
+            except (ValueError, UnicodeDecodeError):
+                self._on_row("bad_row")
         raw: dict[Any, Any] = await self._client.hgetall(self.hash_key)
         states: list[tuple[OutputClassKey, OutputLengthState]] = []
         for field, value in list(raw.items())[:MAX_CLASSES]:
@@ -174,11 +194,29 @@ class OutputLengthSync(PeriodicSync):
                 }
                 if states:
                     pipe.hset(self.hash_key, mapping=states)
+                if rows:
+                    pipe.hincrby(self.fleet_key, "observations", len(rows))
+                    pipe.hincrby(self.fleet_key, "truncations", sum(1 for *_, kind in rows if kind == 2))
                 await pipe.execute()
         except BaseException:
             self._queue.extendleft(reversed(rows))  # keep them for the next attempt (bounded)
             self._dirty |= dirty
             raise
+
+    async def _share_fleet(self) -> None:
+        """After the pull (this replica's λ has seen every answer it read): write its λ, read the
+        fleet's answer and truncation counts."""
+        async with self._client.pipeline(transaction=False) as pipe:
+            pipe.hset(self.fleet_key, "tail_share", repr(self.learner.fleet_tail_share))
+            pipe.hmget(self.fleet_key, ["observations", "truncations"])
+            replies = await pipe.execute()
+        values = replies[-1]
+        try:
+            observations, truncations = (int(v) if v is not None else 0 for v in values)
+        except (TypeError, ValueError):
+            self._on_row("bad_row")
+            return
+        self.fleet_observations, self.fleet_truncations = observations, truncations
 
     async def _pull(self) -> None:
         while True:

@@ -75,8 +75,12 @@ def load_output_states(learner: OutputLengthLearner, path: str | Path) -> int:
         if not isinstance(raw, dict):
             raise ValueError("output_lengths is not an object")
         states = [(decode_class_key(str(k)), OutputLengthState.from_dict(v)) for k, v in raw.items()]
-    except ValueError as exc:
+        fleet = doc.get("output_fleet")
+        share = float(fleet["tail_share"]) if isinstance(fleet, dict) and "tail_share" in fleet else None
+    except (ValueError, TypeError) as exc:
         raise ValueError(f"invalid output lengths in snapshot {p}: {exc}") from exc
+    if share is not None:
+        learner.restore_fleet_tail_share(share)
     return learner.restore(states)
 
 
@@ -93,10 +97,15 @@ def save_snapshot(store: InMemoryRatioStore, path: str | Path) -> None:
 
 
 def write_snapshot(
-    items: list[tuple[RatioKey, RatioState]], path: str | Path, outputs: OutputStates | None = None
+    items: list[tuple[RatioKey, RatioState]],
+    path: str | Path,
+    outputs: OutputStates | None = None,
+    fleet_tail_share: float | None = None,
 ) -> None:
     """Atomically write ``items`` (a copy taken by the caller) and, when given, the learned answer
-    lengths ``outputs`` (:func:`encode_output_states`) to ``path``; creates the directory.
+    lengths ``outputs`` (:func:`encode_output_states`) and the truncation controller's fleet tail
+    share (``"output_fleet": {"tail_share": λ}``, restored by :func:`load_output_states`) to
+    ``path``; creates the directory.
 
     Raises:
         OSError: the directory cannot be created or written.
@@ -105,6 +114,8 @@ def write_snapshot(
     doc = encode_snapshot(items)
     if outputs is not None:
         doc["output_lengths"] = outputs
+    if fleet_tail_share is not None:
+        doc["output_fleet"] = {"tail_share": fleet_tail_share}
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".ratios-", dir=str(p.parent))
     try:
@@ -197,8 +208,9 @@ class PeriodicSnapshot:
         items = self.store.items()
         learner = self._outputs() if self._outputs is not None else None
         outputs = encode_output_states(learner.items()) if learner is not None else None
+        share = learner.fleet_tail_share if learner is not None else None
         try:
-            await asyncio.to_thread(write_snapshot, items, self.path, outputs)
+            await asyncio.to_thread(write_snapshot, items, self.path, outputs, share)
         except OSError as exc:
             log.error("cannot save ratio snapshot %s: %s", self.path, exc)
             self._on_outcome("save", "error")

@@ -74,13 +74,14 @@ PATHS = {
     "responses": "/v1/responses",
     "messages": "/v1/messages",
 }
+ALL_PATHS = {**PATHS, "chat_batch": "/v1/chat/completions/batch"}
 
 
-def _answer(endpoint: str, reasons: list[str], completion: int, *, stream: bool) -> bytes:
+def _answer(endpoint: str, reasons: list[str], completion: int, *, stream: bool, usage: bool = True) -> bytes:
     """The pool's answer in the shape vLLM 0.32 sends (only the fields the router reads, and some
-    text around them)."""
-    if endpoint in ("chat", "completions"):
-        usage = {
+    text around them); ``usage`` False: none (a stream without ``include_usage``; chat and completions)."""
+    if endpoint in ("chat", "completions", "chat_batch"):
+        counts = {
             "prompt_tokens": PROMPT,
             "completion_tokens": completion,
             "total_tokens": PROMPT + completion,
@@ -92,9 +93,8 @@ def _answer(endpoint: str, reasons: list[str], completion: int, *, stream: bool)
                 else {"index": i, "text": "x", "finish_reason": r, "stop_reason": None}
                 for i, r in enumerate(reasons)
             ]
-            return json.dumps(
-                {"id": "c1", "object": "chat.completion", "choices": choices, "usage": usage}
-            ).encode()
+            doc: dict[str, Any] = {"id": "c1", "object": "chat.completion", "choices": choices}
+            return json.dumps({**doc, "usage": counts} if usage else doc).encode()
         events: list[Any] = []
         for i in range(len(reasons)):
             events.append(
@@ -102,12 +102,13 @@ def _answer(endpoint: str, reasons: list[str], completion: int, *, stream: bool)
             )
         for i, r in enumerate(reasons):
             events.append({"id": "c1", "choices": [{"index": i, "delta": {}, "finish_reason": r}]})
-        events.append({"id": "c1", "choices": [], "usage": usage})
+        if usage:
+            events.append({"id": "c1", "choices": [], "usage": counts})
         return b"".join(
             b"data: " + json.dumps(e, separators=(",", ":")).encode() + b"\n\n" for e in events
         ) + (b"data: [DONE]\n\n")
     (reason,) = reasons
-    usage = {"input_tokens": PROMPT, "output_tokens": completion}
+    tokens = {"input_tokens": PROMPT, "output_tokens": completion}
     if endpoint == "responses":
         status = "incomplete" if reason == "max_output_tokens" else "completed"
         resp: dict[str, Any] = {
@@ -115,14 +116,14 @@ def _answer(endpoint: str, reasons: list[str], completion: int, *, stream: bool)
             "object": "response",
             "status": status,
             "incomplete_details": {"reason": reason} if status == "incomplete" else None,
-            "usage": usage,
+            "usage": tokens,
         }
         if not stream:
             return json.dumps(resp).encode()
         created = {**resp, "status": "in_progress", "incomplete_details": None, "usage": None}
         named = [("response.created", {"response": created}), (f"response.{status}", {"response": resp})]
     else:
-        msg: dict[str, Any] = {"id": "msg_1", "type": "message", "stop_reason": reason, "usage": usage}
+        msg: dict[str, Any] = {"id": "msg_1", "type": "message", "stop_reason": reason, "usage": tokens}
         if not stream:
             return json.dumps(msg).encode()
         start = {**msg, "stop_reason": None, "usage": {"input_tokens": PROMPT, "output_tokens": 1}}
@@ -146,18 +147,20 @@ def _run(
     attempt: str = "1",
     config: dict[str, Any] | None = None,
     served_limits: dict[str, int] | None = None,
+    usage: bool = True,
+    body: bytes | None = None,
 ) -> tuple[Recorder, list[pb.ProcessingResponse], StreamProcessor]:
     obs = Recorder()
     runtime = Runtime(parse_config(config or CONFIG), observer=obs, served_limits=served_limits)
     proc = StreamProcessor(runtime, rng=random.Random(0))
-    out = [proc.handle(_headers(**{":path": PATHS[endpoint], ":method": "POST", "x-request-id": "t1"}))]
-    body = _request_body(endpoint, {"stream": stream, **(extra or {})})
+    out = [proc.handle(_headers(**{":path": ALL_PATHS[endpoint], ":method": "POST", "x-request-id": "t1"}))]
+    body = body or _request_body(endpoint, {"stream": stream, **(extra or {})})
     out.append(proc.handle(pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))))
     assert proc.pool == "short"
     ctype = "text/event-stream" if stream else "application/json"
     h = {":status": "200", "content-type": ctype, "x-envoy-attempt-count": attempt}
     out.append(proc.handle(pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=_map(**h)))))
-    answer = _answer(endpoint, reasons, completion, stream=stream)
+    answer = _answer(endpoint, reasons, completion, stream=stream, usage=usage)
     for i in range(0, len(answer), 37):  # Envoy's chunks cut events anywhere
         chunk = pb.HttpBody(body=answer[i : i + 37], end_of_stream=i + 37 >= len(answer))
         out.append(proc.handle(pb.ProcessingRequest(response_body=chunk)))
@@ -348,3 +351,85 @@ def test_the_limit_the_pools_server_reports_is_where_it_cuts() -> None:
     assert obs.misroutes == [("short", "short", "truncated")] and proc.truncated is True
     obs, _, proc = _run("chat", ["length"], cut, stream=False, extra={"max_tokens": 2000})
     assert obs.misroutes == [] and proc.truncated is False
+
+
+# -- answers the learner cannot learn from: excluded with a counted reason (issue 30) ----------
+
+
+def _unjudged(proc: StreamProcessor) -> dict[str, int]:
+    learner = proc.router.estimator.output_learner
+    assert learner is not None
+    return {k: v for k, v in learner.unjudged.items() if v}
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_a_stream_without_usage_is_counted_and_a_length_stop_is_still_a_truncation(endpoint: str) -> None:
+    # no stream_options.include_usage: the length is unknown, but without a client maximum vLLM's
+    # only limit is the pool's max_model_len, so "length" is the short pool's cut
+    obs, out, proc = _run(endpoint, ["length"], CAP, stream=True, config=LEARNED, usage=False)
+    assert obs.misroutes == [("short", "short", "truncated")]
+    (rec,) = obs.records
+    assert (rec.misroute, rec.truncated, rec.finish_reason, rec.completion_tokens) == (
+        "truncated",
+        True,
+        "length",
+        None,
+    )
+    assert _unjudged(proc) == {"no_usage": 1}
+    assert proc.router.estimator.output_learner.items() == []  # type: ignore[union-attr]
+    for resp in out[3:]:  # the answer passes unchanged
+        assert not resp.response_body.response.HasField("body_mutation")
+    # a natural stop, or a length stop under the client's own maximum: counted, not a misroute
+    obs, _, proc = _run(endpoint, ["stop"], 700, stream=True, config=LEARNED, usage=False)
+    assert obs.misroutes == [] and proc.truncated is not True and _unjudged(proc) == {"no_usage": 1}
+    extra = {"max_tokens": 300}
+    obs, _, proc = _run(endpoint, ["length"], 300, stream=True, config=LEARNED, usage=False, extra=extra)
+    assert obs.misroutes == [] and proc.truncated is not True and _unjudged(proc) == {"no_usage": 1}
+
+
+def test_a_completions_prompt_list_is_counted_not_learned() -> None:
+    # two prompts: usage sums both prompts and both answers, each prompt had its own room
+    body = json.dumps({"model": "m", "prompt": [TEXT, TEXT[:80]]}).encode()
+    obs, _, proc = _run("completions", ["length", "stop"], CAP, stream=False, config=LEARNED, body=body)
+    assert proc.batch_budgets is not None
+    assert obs.misroutes == [] and proc.truncated is not True
+    assert _unjudged(proc) == {"multi_prompt": 1}
+    assert proc.router.estimator.output_learner.items() == []  # type: ignore[union-attr]
+
+
+def test_a_chat_batch_is_counted_not_learned() -> None:
+    conv = [{"role": "user", "content": TEXT}]
+    body = json.dumps({"model": "m", "messages": [conv, conv]}).encode()
+    obs, _, proc = _run("chat_batch", ["length", "stop"], CAP, stream=False, config=LEARNED, body=body)
+    assert obs.misroutes == [] and proc.truncated is not True
+    assert _unjudged(proc) == {"chat_batch": 1}
+    assert proc.router.estimator.output_learner.items() == []  # type: ignore[union-attr]
+
+
+def test_n_2_without_a_reason_per_choice_is_counted_not_learned() -> None:
+    # a JSON body whose choices carry no finish_reason: the summed length cannot be split
+    obs, _, proc = _run("chat", [None, None], 900, stream=False, config=LEARNED, extra={"n": 2})  # type: ignore[list-item]
+    assert obs.misroutes == [] and _unjudged(proc) == {"no_choice_reasons": 1}
+    assert proc.router.estimator.output_learner.items() == []  # type: ignore[union-attr]
+
+
+def test_an_off_path_prompt_list_is_counted_not_learned() -> None:
+    # the observability stream sees only the summed budget: its choices outnumber n
+    routing = StreamProcessor(Runtime(parse_config(LEARNED)))
+    body = json.dumps({"model": "m", "prompt": [TEXT, TEXT[:80]]}).encode()
+    req = pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
+    attrs = req.attributes["envoy.filters.http.ext_proc"]
+    attrs["request.path"], attrs["request.method"], attrs["request.id"] = PATHS["completions"], "POST", "o2"
+    resp = routing.handle(req)
+    value = resp.dynamic_metadata.fields["tbr"].struct_value.fields["calib"].string_value
+    obs = Recorder()
+    silent = StreamProcessor(Runtime(parse_config(LEARNED), observer=obs))
+    msg = _headers(**{":path": PATHS["completions"], ":method": "POST"})
+    msg.metadata_context.filter_metadata["tbr"].fields["calib"].string_value = value
+    silent.handle(msg)
+    h = {":status": "200", "content-type": "application/json"}
+    silent.handle(pb.ProcessingRequest(response_headers=pb.HttpHeaders(headers=_map(**h))))
+    answer = _answer("completions", ["length", "stop"], CAP, stream=False)
+    silent.handle(pb.ProcessingRequest(response_body=pb.HttpBody(body=answer, end_of_stream=True)))
+    assert obs.misroutes == [] and silent.truncated is not True
+    assert _unjudged(silent) == {"multi_prompt": 1}

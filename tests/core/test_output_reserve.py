@@ -26,6 +26,7 @@ from extproc.core.output_reserve import (
     bin_upper_tokens,
     decode_class_key,
     encode_class_key,
+    learned_total_tokens,
     output_class_of,
     prior_class_of,
     prompt_band_of,
@@ -374,11 +375,38 @@ def test_estimator_reserves_the_learned_quantile_without_a_maximum() -> None:
     assert budget.output_reserve_tokens == est.output_learner.reserve_tokens(
         budget.output_class, max_reserve_tokens=BIG
     )
-    assert budget.total_tokens == budget.prompt_tokens + budget.output_reserve_tokens
+    assert budget.total_tokens == learned_total_tokens(
+        budget.prompt_tokens, budget.central_prompt_tokens, budget.output_reserve_tokens
+    )
     for _ in range(3000):
         est.output_learner.observe(budget.output_class, 20, truncated=False)
     again = est.estimate(f)
     assert again.output_reserve_tokens < budget.output_reserve_tokens / 3
+
+
+def test_learned_total_adds_the_reserve_to_the_central_prompt() -> None:
+    """One margin per failure: the conservative prompt must fit with min_reserve_tokens per
+    sequence; the learned reserve (a quantile) goes on the central prompt estimate."""
+    assert learned_total_tokens(1700, 1520, 400) == 1920  # not 1700 + 400
+    assert learned_total_tokens(2040, 1000, 5) == 2045  # the reserve under the floor: the prompt's
+    assert learned_total_tokens(2040, 1000, 400, min_reserve_tokens=16) == 2056  # the prompt guards
+    assert learned_total_tokens(1000, 0, 300) == 1300  # no central estimate: the conservative one
+    assert learned_total_tokens(1000, 1200, 300) == 1300  # a central above it is not believed
+    assert learned_total_tokens(1000, 900, 300, 3) == 1800  # n sequences
+
+
+def test_estimator_budget_of_a_learned_reserve_and_of_a_client_maximum() -> None:
+    text = "The quarterly report describes revenue, costs and the outlook in some detail. " * 120
+    est = _estimator()
+    f = parse_request_body(_chat(messages=[{"role": "user", "content": text}]), "chat")
+    b = est.estimate(f)
+    assert b.output_reserve_source == "learned" and 0 < b.central_prompt_tokens < b.prompt_tokens
+    assert b.total_tokens == b.central_prompt_tokens + b.output_reserve_tokens
+    assert b.total_tokens < b.prompt_tokens + b.output_reserve_tokens
+    strict = est.estimate(
+        parse_request_body(_chat(messages=[{"role": "user", "content": text}], max_tokens=300), "chat")
+    )
+    assert strict.total_tokens == strict.prompt_tokens + 300  # a client's maximum is a promise
 
 
 def test_strict_keeps_the_client_maximum_and_risk_takes_the_smaller() -> None:

@@ -86,6 +86,45 @@ async def test_a_replica_starting_with_nothing_restores_the_shared_states(redis_
         await s_late.close()
 
 
+async def test_the_fleet_tail_share_and_truncation_counts_are_shared(redis_server: RedisServer) -> None:
+    """Issue 30: the truncation controller's λ and the fleet's counts live in Redis, so a replica that
+    starts late joins at the fleet's λ, not at ``tail_share``, and every replica reads the fleet's
+    answer and truncation counts."""
+    a, b = _learner(), _learner()
+    sa, sb = _sync(a, redis_server), _sync(b, redis_server)
+    late = _learner()
+    s_late = _sync(late, redis_server)
+    try:
+        assert await sa.sync_once() and await sb.sync_once()
+        for tokens, truncated in ((4295, True), (700, False), (3900, True)):
+            a.observe(KEY, tokens, truncated=truncated)
+            sa.add(KEY, tokens, truncated=truncated, capped=False)
+        b.observe(OTHER, 120, truncated=False)
+        sb.add(OTHER, 120, truncated=False, capped=False)
+        start = a.cfg.tail_share
+        assert a.fleet_tail_share < start  # two truncations lowered it
+        assert await sa.sync_once() and await sb.sync_once() and await sa.sync_once()
+        # replicas that saw the same answers hold the same λ (its steps multiply)
+        assert a.fleet_tail_share == pytest.approx(b.fleet_tail_share)
+        assert (sa.fleet_observations, sa.fleet_truncations) == (4, 2)
+        assert (sb.fleet_observations, sb.fleet_truncations) == (4, 2)
+        assert await s_late.sync_once()
+        assert late.fleet_tail_share == pytest.approx(a.fleet_tail_share) and late.fleet_tail_share < start
+        assert (s_late.fleet_observations, s_late.fleet_truncations) == (4, 2)
+        # a damaged fleet value is ignored by a new replica (it starts at tail_share)
+        await sa._client.hset(sa.fleet_key, "tail_share", "nan")
+        fresh = _learner()
+        s_fresh = _sync(fresh, redis_server)
+        try:
+            assert await s_fresh.sync_once() and fresh.fleet_tail_share == start
+        finally:
+            await s_fresh.close()
+    finally:
+        await sa.close()
+        await sb.close()
+        await s_late.close()
+
+
 async def test_bad_rows_are_counted_and_skipped(redis_server: RedisServer) -> None:
     b = _learner()
     rows: list[str] = []
@@ -129,9 +168,10 @@ def test_snapshot_keeps_the_learned_lengths(tmp_path: Path) -> None:
     a.observe(KEY, 4295, truncated=True)
     a.observe(KEY, 800, truncated=False)
     path = tmp_path / "ratios.json"
-    write_snapshot([], path, encode_output_states(a.items()))
+    write_snapshot([], path, encode_output_states(a.items()), a.fleet_tail_share)
     b = _learner()
     assert load_output_states(b, path) == len(a.items()) == 2  # the class and its all-bands parent
+    assert b.fleet_tail_share == a.fleet_tail_share < a.cfg.tail_share  # the controller's λ too
     restored, state = b.get(KEY), a.get(KEY)
     assert restored is not None and state is not None and restored.to_dict() == state.to_dict()
     # a snapshot of an earlier router (no output_lengths) restores nothing; a damaged one raises
@@ -173,6 +213,10 @@ async def test_router_restores_saves_and_shows_the_output_lengths(tmp_path: Path
             f'tools="false"}} {float(state.reserve_tokens)}'
         )
         assert line in metrics and "tbr_output_tail_share " in metrics
+        assert 'tbr_output_unjudged_total{reason="no_usage"} 0.0' in metrics
+        learner.count_unjudged("multi_prompt")
+        metrics = (await admin_get(app.admin_port, "/metrics")).text
+        assert 'tbr_output_unjudged_total{reason="multi_prompt"} 1.0' in metrics
         learner.observe(OTHER, 50, truncated=False)
     doc = json.loads(snap.read_text())  # saved at shutdown with the new class
     keys = {k for c in (KEY, OTHER) for k in (c, c._replace(prompt_band=ALL_BANDS))}
