@@ -11,7 +11,9 @@ Endpoints (OpenAI-compatible like ``vllm serve``):
   Qwen2.5-VL's processor does (:mod:`mockpool.vision`).
 * ``GET /v1/models``, ``GET /health`` (200, empty body), ``GET /metrics`` (:mod:`mockpool.metrics`).
 * Test/demo aids (not in vLLM): ``POST /admin/hold``, ``POST /admin/release``, ``GET /admin/stats``,
-  ``POST /admin/reset``.
+  ``POST /admin/reset``; ``POST /admin/engine-dead`` and ``POST /admin/engine-alive``: vLLM's state
+  after its engine process died (``/health`` 503, generation requests 500 with vLLM's
+  ``EngineDeadError`` body, requests in flight stopped without an end; :mod:`mockpool.state`).
 
 Identity: every response carries ``x-served-by-pool: <settings.name>`` (header only: the OpenAI body shape is
 never changed). Test aid, after envoyproxy/ai-gateway's testupstream ``x-expected-testupstream-id``: a request
@@ -57,6 +59,8 @@ from mockpool.vision import ImageInputError
 SERVED_BY_HEADER = "x-served-by-pool"
 EXPECTED_POOL_HEADER = "x-expected-pool"
 SSE_HEADERS = {"cache-control": "no-cache"}
+#: vllm.v1.engine.exceptions.EngineDeadError's message (vLLM 0.32).
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 #: Status recorded in /admin/stats for requests whose client went away (nginx's 499; never reaches a client).
 CLIENT_CLOSED_STATUS = 499
 
@@ -86,7 +90,12 @@ class PoolIdentityMiddleware:
 
         expected = Headers(scope=scope).get(EXPECTED_POOL_HEADER)
         try:
-            if expected is not None and expected != self.name:
+            if self.state.engine_dead and scope["method"] == "POST" and scope["path"].startswith("/v1/"):
+                # vLLM's engine_error_handler: create_error_response(EngineDeadError), a VLLMServerError.
+                await protocol.error_response(ENGINE_DEAD_MESSAGE, 500, "InternalServerError")(
+                    scope, receive, send_with_identity
+                )
+            elif expected is not None and expected != self.name:
                 msg = f"{EXPECTED_POOL_HEADER} is {expected!r} but this is pool {self.name!r}"
                 await protocol.error_response(msg, 421, "MisdirectedRequest", EXPECTED_POOL_HEADER)(
                     scope, receive, send_with_identity
@@ -377,8 +386,8 @@ class PoolApp:
         return JSONResponse({"object": "list", "data": data})
 
     async def health(self, request: Request) -> Response:
-        """``GET /health``: 200 with an empty body, like vLLM."""
-        return Response(status_code=200)
+        """``GET /health``: 200 with an empty body, like vLLM; 503 (empty) once the engine is dead."""
+        return Response(status_code=503 if self.state.engine_dead else 200)
 
     async def metrics(self, request: Request) -> Response:
         """``GET /metrics``: Prometheus text exposition."""
@@ -394,6 +403,16 @@ class PoolApp:
         """``POST /admin/release``: let held requests proceed."""
         self.state.release()
         return JSONResponse({"pool": self.settings.name, "held": False})
+
+    async def admin_engine_dead(self, request: Request) -> Response:
+        """``POST /admin/engine-dead``: the engine process died (:meth:`PoolState.kill_engine`)."""
+        self.state.kill_engine()
+        return JSONResponse({"pool": self.settings.name, "engine_dead": True})
+
+    async def admin_engine_alive(self, request: Request) -> Response:
+        """``POST /admin/engine-alive``: a restarted engine (:meth:`PoolState.revive_engine`)."""
+        self.state.revive_engine()
+        return JSONResponse({"pool": self.settings.name, "engine_dead": False})
 
     async def admin_stats(self, request: Request) -> Response:
         """``GET /admin/stats``: :meth:`PoolState.stats` as JSON."""
@@ -429,6 +448,8 @@ def build_app(settings: PoolSettings, counter: TokenCounter | None = None) -> St
         Route("/metrics", pool.metrics, methods=["GET"]),
         Route("/admin/hold", pool.admin_hold, methods=["POST"]),
         Route("/admin/release", pool.admin_release, methods=["POST"]),
+        Route("/admin/engine-dead", pool.admin_engine_dead, methods=["POST"]),
+        Route("/admin/engine-alive", pool.admin_engine_alive, methods=["POST"]),
         Route("/admin/stats", pool.admin_stats, methods=["GET"]),
         Route("/admin/reset", pool.admin_reset, methods=["POST"]),
     ]

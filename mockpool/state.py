@@ -7,6 +7,11 @@ Scheduling model (a stand-in for vLLM's scheduler, deliberately simple and deter
 * while the pool is *held* (``POST /admin/hold``), admitted requests pause before their first output token
   until ``POST /admin/release``: a test can fill a pool to exactly ``max_num_seqs`` running + k waiting;
 * KV usage = Σ (prompt + generated tokens) of running requests / ``kv_capacity_tokens`` (capped at 1).
+* while the engine is *dead* (``POST /admin/engine-dead``; vLLM's state after its engine process died,
+  kept serving with ``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1``), ``/health`` answers 503, every generation
+  request 500, and requests already generating stop where they are: no further token and no end, their
+  connections left open (measured on vLLM 0.32, issue 34). ``POST /admin/engine-alive`` stands for a
+  restarted pool: new requests are served again; the stopped ones stay stopped.
 
 All methods run on the event loop thread (no locking needed); one state per app.
 """
@@ -35,6 +40,9 @@ class PoolState:
         self._queue: collections.deque[asyncio.Future[None]] = collections.deque()
         self._released: asyncio.Event | None = None
         self._held = settings.hold
+        self.engine_dead = False
+        """True from :meth:`kill_engine` until :meth:`revive_engine` (see the module docstring)."""
+        self._engine_death: asyncio.Future[None] | None = None
         self.responses: dict[tuple[str, int], int] = collections.Counter()
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -70,6 +78,24 @@ class PoolState:
     async def wait_released(self) -> None:
         """Return at once when not held, else when :meth:`release` is called."""
         await self._event().wait()
+
+    # -- engine death ---------------------------------------------------------------------------------
+    def kill_engine(self) -> None:
+        """The engine died: requests generating now stop for good; new ones get 500 (app)."""
+        self.engine_dead = True
+        if self._engine_death is None or self._engine_death.done():
+            self._engine_death = asyncio.get_running_loop().create_future()
+
+    def revive_engine(self) -> None:
+        """A restarted engine: new requests are served; the requests it stopped stay stopped."""
+        self.engine_dead = False
+        self._engine_death = None
+
+    async def stop_if_engine_dead(self) -> None:
+        """Return at once while the engine runs; after its death, never (until the client leaves)."""
+        death = self._engine_death
+        if self.engine_dead and death is not None:
+            await asyncio.shield(death)
 
     # -- admission ------------------------------------------------------------------------------------
     def _grant(self) -> None:

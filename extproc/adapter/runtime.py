@@ -98,7 +98,9 @@ class Runtime:
         self.output_sink = output_sink
         self.served_limits: Mapping[str, int] = served_limits if served_limits is not None else {}
         self.load = load if load is not None else LoadTracker()
-        self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
+        self.policy = Policy(
+            config.pools, spillover=config.spillover, load=self.load, health=config.pool_health
+        )
         self.models = ModelRouting(config, self.load)
         self.response_pools = response_pools if response_pools is not None else ResponsePools()
         self.recovery = MisrouteRecovery(

@@ -30,7 +30,7 @@ from extproc.config.estimation import (
     OutputReserveConfig,
 )
 from extproc.config.listeners import AdminConfig, ServerConfig
-from extproc.config.pools import ModelSet, PoolConfig, RecoveryConfig, SpilloverConfig
+from extproc.config.pools import ModelSet, PoolConfig, PoolHealthConfig, RecoveryConfig, SpilloverConfig
 
 __all__ = [
     "DEFAULT_AUDIO_RULES",
@@ -46,6 +46,7 @@ __all__ = [
     "ModelSet",
     "OutputReserveConfig",
     "PoolConfig",
+    "PoolHealthConfig",
     "RecoveryConfig",
     "RouterConfig",
     "ServerConfig",
@@ -75,6 +76,7 @@ class RouterConfig(Strict):
     admin: AdminConfig = AdminConfig()
     spillover: SpilloverConfig = SpilloverConfig()
     recovery: RecoveryConfig = RecoveryConfig()
+    pool_health: PoolHealthConfig = PoolHealthConfig()
     decision_log_path: str | None = None
     """Optional JSON Lines log of routing decisions (no prompt text), readable by ``tbr plan``.
     Written off the request path (extproc/service/decision_log.py)."""
