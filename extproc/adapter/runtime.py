@@ -123,6 +123,10 @@ class Runtime:
         self.metadata_responses: dict[str, pb.ProcessingResponse] = {
             p.name: route_by_metadata(config.routing_header, p.header_value) for p in config.pools
         }
+        self.metadata_stream_responses: dict[str, pb.ProcessingResponse] = {
+            p.name: route_by_metadata(config.routing_header, p.header_value, stream=True) for p in config.pools
+        }
+        """The one-message answers for a request that asked for SSE (``tbr.stream: true``)."""
 
     def publish_ratio(self, model: str, category: str) -> None:
         """Report the current learned ratio of a key to the observer (nothing when the key is unknown)."""
