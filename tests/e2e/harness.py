@@ -120,3 +120,24 @@ async def wait_for_metric(
         if (value is not None and value >= want) or asyncio.get_running_loop().time() > deadline:
             return value
         await asyncio.sleep(0.02)
+
+
+STREAM_MATCH = {"filter": "tbr", "path": [{"key": "stream"}], "value": {"bool_match": True}}
+"""The route matcher of a request the router marked as streaming (``tbr.stream: true``)."""
+
+
+def plain_routes(routes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``routes`` without their streaming twins (issue 34, item 8), after checking each twin: the
+    route ``<name>_streaming`` is ``<name>`` with :data:`STREAM_MATCH` added to its match and the
+    streaming idle timeout (60 s); everything else (clusters, retries) the same."""
+    by_name = {r["name"]: r for r in routes}
+    plain = [r for r in routes if not r["name"].endswith("_streaming")]
+    for twin in routes:
+        if not twin["name"].endswith("_streaming"):
+            continue
+        base = by_name[twin["name"].removesuffix("_streaming")]
+        assert routes.index(twin) < routes.index(base), twin["name"]  # matched first
+        want_md = [*base["match"].get("dynamic_metadata", []), STREAM_MATCH]
+        assert twin["match"] == {**base["match"], "dynamic_metadata": want_md}, twin["name"]
+        assert twin["route"] == {**base["route"], "idle_timeout": "60s"}, twin["name"]
+    return plain

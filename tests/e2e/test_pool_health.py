@@ -215,7 +215,7 @@ def test_short_pool_killed_mid_run(fleet: Fleet) -> None:
     proc = short.proc
     assert proc is not None
     chunks, done, ended_after_s = stream_then(fleet.aware, proc.kill)  # SIGKILL mid-stream
-    assert not done and ended_after_s < 2.0  # the connection dies with the process: at once
+    assert not done and chunks >= 10 and ended_after_s < 2.0  # the connection dies with the process
     try:
         # Requests keep working: a refused connection is retried on long, then the router skips it.
         assert {k[:2] for k in thirty(fleet.aware)} == {(200, "long")}
