@@ -27,9 +27,13 @@ def documented() -> dict[str, tuple[str, frozenset[str]]]:
 
 
 def same_routing_behaviour(a: RouterConfig, b: RouterConfig) -> bool:
-    """Equal except for what a deployment legitimately changes: listeners, Redis, snapshot."""
+    """Equal except for what a deployment legitimately changes: listeners, Redis, snapshot, the
+    addresses of the pools' health and metrics endpoints."""
     deploy_only = {"redis_url", "redis_key_prefix", "redis_sync_interval_s", "redis_timeout_s",
                    "redis_queue_max", "snapshot_path", "snapshot_interval_s"}  # fmt: skip
-    return a.model_dump(exclude={"server", "admin", "calibration"}) == b.model_dump(
-        exclude={"server", "admin", "calibration"}
+    addresses = {"pools": {"__all__": {"health_url", "metrics_url"}}}
+    return a.model_dump(
+        exclude={"server": True, "admin": True, "calibration": True, **addresses}
+    ) == b.model_dump(
+        exclude={"server": True, "admin": True, "calibration": True, **addresses}
     ) and a.calibration.model_dump(exclude=deploy_only) == b.calibration.model_dump(exclude=deploy_only)
