@@ -124,7 +124,8 @@ class Runtime:
             p.name: route_by_metadata(config.routing_header, p.header_value) for p in config.pools
         }
         self.metadata_stream_responses: dict[str, pb.ProcessingResponse] = {
-            p.name: route_by_metadata(config.routing_header, p.header_value, stream=True) for p in config.pools
+            p.name: route_by_metadata(config.routing_header, p.header_value, stream=True)
+            for p in config.pools
         }
         """The one-message answers for a request that asked for SSE (``tbr.stream: true``)."""
 
