@@ -141,3 +141,22 @@ def plain_routes(routes: list[dict[str, Any]]) -> list[dict[str, Any]]:
         assert twin["match"] == {**base["match"], "dynamic_metadata": want_md}, twin["name"]
         assert twin["route"] == {**base["route"], "idle_timeout": "60s"}, twin["name"]
     return plain
+
+
+def routes_of(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """The route list of an Envoy bootstrap of this repository (one listener, one virtual host)."""
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    routes: list[dict[str, Any]] = hcm["route_config"]["virtual_hosts"][0]["routes"]
+    return routes
+
+
+def fast_stream_envoy(path: Path, idle_s: int) -> Path:
+    """envoy/envoy.yaml with its streaming routes' idle timeout at ``idle_s`` seconds (shipped: 60 s),
+    written to ``path`` (for tests that end a stopped stream in seconds); returns ``path``."""
+    cfg: dict[str, Any] = yaml.safe_load((REPO / "envoy" / "envoy.yaml").read_text(encoding="utf-8"))
+    streaming = [r for r in routes_of(cfg) if r["name"].endswith("_streaming")]
+    assert [r["route"]["idle_timeout"] for r in streaming] == ["60s", "60s"]
+    for r in streaming:
+        r["route"]["idle_timeout"] = f"{idle_s}s"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    return path

@@ -24,31 +24,16 @@ import yaml
 from devstack.envoy_runner import DEFAULT_ENVOY_CONFIG
 from devstack.procs import free_port
 from devstack.stack import Gateway, Stack, StackOptions, router_process
+from tests.e2e.harness import fast_stream_envoy, routes_of
 
 pytestmark = pytest.mark.envoy
 
-CHECK_INTERVAL_S = 0.25
-"""The health-checking router's ``pool_health.check_interval_s``."""
 STREAM_IDLE_S = 3
 """The streaming routes' idle timeout in the test's copy of envoy/envoy.yaml (shipped: 60 s,
 checked by tests/e2e/test_envoy_timeouts.py), so the test waits seconds, not a minute."""
 
-
-def routes_of(cfg: dict[str, Any]) -> list[dict[str, Any]]:
-    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-    routes: list[dict[str, Any]] = hcm["route_config"]["virtual_hosts"][0]["routes"]
-    return routes
-
-
-def fast_stream_envoy(path: Path) -> Path:
-    """envoy/envoy.yaml with the streaming routes' idle timeout at :data:`STREAM_IDLE_S`."""
-    cfg: dict[str, Any] = yaml.safe_load(DEFAULT_ENVOY_CONFIG.read_text(encoding="utf-8"))
-    streaming = [r for r in routes_of(cfg) if r["name"].endswith("_streaming")]
-    assert [r["route"]["idle_timeout"] for r in streaming] == ["60s", "60s"]
-    for r in streaming:
-        r["route"]["idle_timeout"] = f"{STREAM_IDLE_S}s"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-    return path
+CHECK_INTERVAL_S = 0.25
+"""The health-checking router's ``pool_health.check_interval_s``."""
 
 
 def pre_issue_envoy(path: Path) -> Path:
@@ -119,7 +104,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
             fast = stack.add_envoy(
                 router_grpc=stack.ports.router_grpc,
                 tag="envoy-fast-stream",
-                source=fast_stream_envoy(work / "fast.yaml"),
+                source=fast_stream_envoy(work / "fast.yaml", STREAM_IDLE_S),
             )
             yield Fleet(stack, unaware, pre, fast)
 
