@@ -11,9 +11,10 @@ Endpoints (OpenAI-compatible like ``vllm serve``):
   Qwen2.5-VL's processor does (:mod:`mockpool.vision`).
 * ``GET /v1/models``, ``GET /health`` (200, empty body), ``GET /metrics`` (:mod:`mockpool.metrics`).
 * Test/demo aids (not in vLLM): ``POST /admin/hold``, ``POST /admin/release``, ``GET /admin/stats``,
-  ``POST /admin/reset``; ``POST /admin/engine-dead`` and ``POST /admin/engine-alive``: vLLM's state
-  after its engine process died (``/health`` 503, generation requests 500 with vLLM's
-  ``EngineDeadError`` body, requests in flight stopped without an end; :mod:`mockpool.state`).
+  ``POST /admin/reset``; ``POST /admin/engine-dead`` / ``engine-alive`` (vLLM after its engine process
+  died: ``/health`` 503, requests 500 with ``EngineDeadError``'s body, streams in flight end with it)
+  and ``POST /admin/engine-stop`` / ``engine-resume`` (its engine SIGSTOPped: requests stop without
+  an end, ``/health`` 200); :mod:`mockpool.state`.
 
 Identity: every response carries ``x-served-by-pool: <settings.name>`` (header only: the OpenAI body shape is
 never changed). Test aid, after envoyproxy/ai-gateway's testupstream ``x-expected-testupstream-id``: a request
@@ -42,7 +43,7 @@ from mockpool import apis, metrics, protocol, sse, vision
 from mockpool.audio import AUDIO_EXTRA_TOKENS, AudioInputError, audio_clips_seconds
 from mockpool.generation import ChoicePlan, Started, Token, generate, piece, plan_choice
 from mockpool.settings import PoolSettings
-from mockpool.state import PoolState
+from mockpool.state import ENGINE_DEAD_MESSAGE, EngineDeadError, PoolState
 from mockpool.templates import ChatInputError
 from mockpool.tokencount import TokenCounter, load_counter
 from mockpool.validation import (
@@ -59,8 +60,6 @@ from mockpool.vision import ImageInputError
 SERVED_BY_HEADER = "x-served-by-pool"
 EXPECTED_POOL_HEADER = "x-expected-pool"
 SSE_HEADERS = {"cache-control": "no-cache"}
-#: vllm.v1.engine.exceptions.EngineDeadError's message (vLLM 0.32).
-ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 #: Status recorded in /admin/stats for requests whose client went away (nginx's 499; never reaches a client).
 CLIENT_CLOSED_STATUS = 499
 
@@ -218,7 +217,10 @@ class PoolApp:
         rid = protocol.new_id("chatcmpl" if chat else "cmpl")
         if common.stream:
             return self._stream(rid, common, prompt_tokens, plans, chat=chat)
-        texts = await self._collect(request, prompt_tokens, plans)
+        try:
+            texts = await self._collect(request, prompt_tokens, plans)
+        except EngineDeadError as exc:
+            return protocol.error_response(str(exc), 500, "InternalServerError")
         if texts is None:
             return Response(status_code=CLIENT_CLOSED_STATUS)
         completion_tokens = sum(p.tokens for p in plans)
@@ -329,6 +331,12 @@ class PoolApp:
         except (asyncio.CancelledError, GeneratorExit):
             self.state.finished["abort"] += 1
             raise
+        except EngineDeadError as exc:
+            # vLLM's streaming generator: the error as the last event, then [DONE]
+            error = protocol.error_body(str(exc), "InternalServerError", 500)
+            async for part in sse.write_pieces(sse.encode_event(error) + sse.DONE_EVENT, split):
+                yield part
+            return
         for index, plan in enumerate(plans):
             last = chunk(index, None if chat else "", plan.finish_reason)
             async for part in sse.write_pieces(sse.encode_event(last), split):
@@ -414,6 +422,16 @@ class PoolApp:
         self.state.revive_engine()
         return JSONResponse({"pool": self.settings.name, "engine_dead": False})
 
+    async def admin_engine_stop(self, request: Request) -> Response:
+        """``POST /admin/engine-stop``: the engine stops producing (:meth:`PoolState.stop_engine`)."""
+        self.state.stop_engine()
+        return JSONResponse({"pool": self.settings.name, "engine_stopped": True})
+
+    async def admin_engine_resume(self, request: Request) -> Response:
+        """``POST /admin/engine-resume``: it goes on (:meth:`PoolState.resume_engine`)."""
+        self.state.resume_engine()
+        return JSONResponse({"pool": self.settings.name, "engine_stopped": False})
+
     async def admin_stats(self, request: Request) -> Response:
         """``GET /admin/stats``: :meth:`PoolState.stats` as JSON."""
         return JSONResponse(self.state.stats())
@@ -450,6 +468,8 @@ def build_app(settings: PoolSettings, counter: TokenCounter | None = None) -> St
         Route("/admin/release", pool.admin_release, methods=["POST"]),
         Route("/admin/engine-dead", pool.admin_engine_dead, methods=["POST"]),
         Route("/admin/engine-alive", pool.admin_engine_alive, methods=["POST"]),
+        Route("/admin/engine-stop", pool.admin_engine_stop, methods=["POST"]),
+        Route("/admin/engine-resume", pool.admin_engine_resume, methods=["POST"]),
         Route("/admin/stats", pool.admin_stats, methods=["GET"]),
         Route("/admin/reset", pool.admin_reset, methods=["POST"]),
     ]

@@ -11,6 +11,7 @@ no health checks): the control, where the issue's 30 requests all got 500.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -155,7 +156,7 @@ def test_dead_engine_short_pool_is_retried_on_long_then_skipped_and_comes_back(f
     assert thirty(fleet.aware) == {(200, "short", "1"): 30}
 
 
-def stream_then(gw: Gateway, action: Any) -> tuple[int, bool, float]:
+def stream_then(gw: Gateway, action: Any, lines: list[str] | None = None) -> tuple[int, bool, float]:
     """Stream a long generation from the short pool; after its first chunks run ``action``; return
     (chunks received, whether the stream ended with ``[DONE]``, seconds from ``action`` to the end)."""
     body = {
@@ -172,6 +173,8 @@ def stream_then(gw: Gateway, action: Any) -> tuple[int, bool, float]:
                 for line in resp.iter_lines():
                     if line.startswith("data: "):
                         chunks += 1
+                        if lines is not None:
+                            lines.append(line)
                         done = done or line == "data: [DONE]"
                     if chunks == 10 and not acted_at:
                         action()
@@ -181,17 +184,34 @@ def stream_then(gw: Gateway, action: Any) -> tuple[int, bool, float]:
     return chunks, done, time.monotonic() - acted_at
 
 
-def test_stream_on_a_pool_whose_engine_died_ends_within_the_streaming_bound(fleet: Fleet) -> None:
+def test_stream_on_a_pool_whose_engine_stopped_ends_within_the_streaming_bound(fleet: Fleet) -> None:
     try:
         chunks, done, ended_after_s = stream_then(
-            fleet.fast_stream, lambda: fleet.pool_admin("short", "engine-dead")
+            fleet.fast_stream, lambda: fleet.pool_admin("short", "engine-stop")
+        )
+        # vLLM's server keeps the connection open and sends nothing more, and its /health still
+        # answers 200: nothing marks the pool down. The streaming route's idle timeout ends the
+        # stream with an error, not a 1,380 s hang.
+        assert fleet.stack.router_metric("tbr_pool_up", {"pool": "short"}) == 1
+    finally:
+        fleet.pool_admin("short", "engine-resume")
+    assert not done and 10 <= chunks < 4000
+    assert STREAM_IDLE_S - 0.5 < ended_after_s < STREAM_IDLE_S + 3.0, ended_after_s
+
+
+def test_stream_on_a_pool_whose_engine_died_ends_with_its_error(fleet: Fleet) -> None:
+    """vLLM ends a stream whose engine died with the error as its last event and ``[DONE]`` (measured
+    on vLLM 0.32): the client gets an end at once, through Envoy unchanged."""
+    lines: list[str] = []
+    try:
+        chunks, done, ended_after_s = stream_then(
+            fleet.aware, lambda: fleet.pool_admin("short", "engine-dead"), lines
         )
     finally:
         fleet.pool_admin("short", "engine-alive")
-    # vLLM keeps the connection open and sends nothing more (Envoy 1.40's failing health checks only
-    # drain it); the streaming route's idle timeout ends the stream: an error, not a 1,380 s hang.
-    assert not done and 10 <= chunks < 4000
-    assert STREAM_IDLE_S - 0.5 < ended_after_s < STREAM_IDLE_S + 3.0, ended_after_s
+    assert done and chunks >= 10 and ended_after_s < 2.0
+    error = json.loads(lines[-2].removeprefix("data: "))["error"]
+    assert (error["code"], error["type"]) == (500, "InternalServerError")
     fleet.wait_pool_up("short", 1)
 
 

@@ -4,6 +4,7 @@ dead, stopped and gone, and what the tracker and the metrics show."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 
 import httpx
@@ -16,6 +17,7 @@ from extproc.service.load_metrics import LoadCollector
 from extproc.service.pool_health import PoolHealthChecker, PoolHealthMetrics, classify_status, health_url_of
 from mockpool.server import serve_pool
 from mockpool.settings import PoolSettings
+from mockpool.state import ENGINE_DEAD_MESSAGE
 
 CHAT = {"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
@@ -49,7 +51,7 @@ async def test_engine_dead_pool_is_down_until_it_answers_200_again() -> None:
         assert (await checker.check_once("short", f"{base}/health")).up
         assert reg.get_sample_value("tbr_pool_up", {"pool": "short"}) == 1
 
-        # A stream in flight when the engine dies stops without an end (vLLM 0.32, issue 34).
+        # A stream in flight when the engine dies ends with the error as its last event (vLLM 0.32).
         stream_req = {**CHAT, "stream": True, "max_tokens": 50}
         async with client.stream("POST", f"{base}/v1/chat/completions", json=stream_req, timeout=30) as resp:
             assert resp.status_code == 200
@@ -57,24 +59,21 @@ async def test_engine_dead_pool_is_down_until_it_answers_200_again() -> None:
             first = await anext(lines)
             assert first.startswith("data: ")
             await client.post(f"{base}/admin/engine-dead")
-            verdict = await checker.check_once("short", f"{base}/health")
-            assert (verdict.up, verdict.reason) == (False, "http_503")
-            assert tracker.unavailable("short", cfg.max_staleness_s) == "http_503"
-            dead = await client.post(f"{base}/v1/chat/completions", json=CHAT, timeout=5)
-            assert dead.status_code == 500
-            assert dead.json()["error"]["type"] == "InternalServerError"
-            assert dead.json()["error"]["code"] == 500
-            # nothing more comes on the stream that was generating (no [DONE], no error)
-            rest: list[str] = []
-
-            async def drain() -> None:
-                async for line in lines:
-                    rest.append(line)
-
-            drained = asyncio.create_task(drain())
-            done, _ = await asyncio.wait({drained}, timeout=0.5)
-            assert not done and all("[DONE]" not in x for x in rest)
-            drained.cancel()
+            rest = [line async for line in lines if line]
+        assert (
+            rest[-1] == "data: [DONE]" and json.loads(rest[-2].removeprefix("data: "))["error"]["code"] == 500
+        )
+        verdict = await checker.check_once("short", f"{base}/health")
+        assert (verdict.up, verdict.reason) == (False, "http_503")
+        assert tracker.unavailable("short", cfg.max_staleness_s) == "http_503"
+        dead = await client.post(f"{base}/v1/chat/completions", json=CHAT, timeout=5)
+        assert dead.status_code == 500
+        assert dead.json()["error"] == {
+            "message": ENGINE_DEAD_MESSAGE,
+            "type": "InternalServerError",
+            "param": None,
+            "code": 500,
+        }
         assert reg.get_sample_value("tbr_pool_up", {"pool": "short"}) == 0
         assert reg.get_sample_value("tbr_pool_health_reason", {"pool": "short", "reason": "http_503"}) == 1
 
@@ -91,6 +90,30 @@ async def test_engine_dead_pool_is_down_until_it_answers_200_again() -> None:
         assert ok.status_code == 200
         checks = reg.get_sample_value("tbr_pool_health_checks_total", {"pool": "short", "outcome": "healthy"})
         assert checks is not None and checks >= 2
+
+
+async def test_a_stopped_engine_stops_streams_and_keeps_health_200() -> None:
+    """vLLM's EngineCore SIGSTOPped: nothing more is generated and ``/health`` still says 200."""
+    settings = PoolSettings(name="short", max_model_len=4096, output_tokens=50, inter_token_latency_s=0.01)
+    async with serve_pool(settings) as base, httpx.AsyncClient() as client:
+        stream_req = {**CHAT, "stream": True, "max_tokens": 50}
+        async with client.stream("POST", f"{base}/v1/chat/completions", json=stream_req, timeout=30) as resp:
+            lines = resp.aiter_lines()
+            assert (await anext(lines)).startswith("data: ")
+            await client.post(f"{base}/admin/engine-stop")
+            assert (await client.get(f"{base}/health")).status_code == 200
+            rest: list[str] = []
+
+            async def drain() -> None:
+                async for line in lines:
+                    rest.append(line)
+
+            drained = asyncio.create_task(drain())
+            done, _ = await asyncio.wait({drained}, timeout=0.5)
+            assert not done and "data: [DONE]" not in rest
+            await client.post(f"{base}/admin/engine-resume")
+            await asyncio.wait_for(drained, timeout=10)
+        assert [line for line in rest if line][-1] == "data: [DONE]"
 
 
 async def test_refused_and_silent_pools_are_down() -> None:
