@@ -2,7 +2,9 @@
 
 vLLM's API server answers ``/health`` with 200 while its engine runs. When the engine process dies
 the API server stays up, answers 500 to every request and 503 on ``/health`` (vllm-project/vllm
-issues 42362 and 39863); a stopped server answers nothing, a killed one refuses connections. Each
+issues 42362 and 39863); a stopped server answers nothing, a killed one refuses connections. (An
+engine that is stopped while its API server runs leaves ``/health`` at 200: Envoy's streaming
+idle timeout, not this check, ends its streams; envoy/README.md, "Timeouts".) Each
 check becomes a :class:`~extproc.core.load.PoolHealth` verdict: ``healthy`` (200, up), or down with
 the reason ``http_503``, ``http_500``, ``http_other`` (another status), ``timeout`` (no answer in
 ``pool_health.check_timeout_s``) or ``unreachable`` (refused, reset, DNS). The routing policy treats
