@@ -1,12 +1,13 @@
 """Issue 34, items 1 and 8, through Envoy (envoy/envoy.yaml), the router (``tbr serve``) and
-stand-in pools as processes: a short pool whose engine died (vLLM 0.32: 500 to every request, 503
-on ``/health``, requests in flight stopped without an end), and a short pool killed mid-run.
+stand-in pools as processes: a short pool whose engine died (as vLLM 0.32: 500 to every request,
+503 on ``/health``, a stream in flight ended with the error), whose engine stopped (SIGSTOP: its
+streams get nothing more, ``/health`` stays 200), and a short pool killed mid-run.
 
 Two routers share the pools: one checks pool health (``pools[].health_url``), one does not, so
-Envoy's layer (retry of a 5xx on the next larger pool; health checks that close the connections
-of a failing host) is shown alone, then with the router's (a pool that is down is skipped).
-A third Envoy carries the pre-issue retry policy (400, connect failure, reset before request;
-no health checks): the control, where the issue's 30 requests all got 500.
+Envoy's layer (retry of a 5xx on the next larger pool) is shown alone, then with the router's (a
+pool that is down is skipped). A third Envoy carries the pre-issue retry policy (400, connect
+failure, reset before request; no health checks): the control, where the issue's 30 requests all
+got 500. A fourth has the streaming routes' idle timeout at 3 s (shipped: 60 s).
 """
 
 from __future__ import annotations
