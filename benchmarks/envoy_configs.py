@@ -145,6 +145,13 @@ def two_messages(hcm: dict[str, Any], ext_proc: dict[str, Any]) -> None:
             matcher["predicate"] = {"single_predicate": _CALIB_HEADER_PREDICATE}
             _calibration_ext_proc(f).pop("metadata_options", None)
     for vhost in hcm["route_config"]["virtual_hosts"]:
+        # the streaming twins match the router's tbr.stream metadata, which the two-message design
+        # does not send: they go (their streams keep the routes' non-streaming bound)
+        vhost["routes"] = [
+            r
+            for r in vhost["routes"]
+            if not any(m.get("path") == [{"key": "stream"}] for m in r["match"].get("dynamic_metadata", []))
+        ]
         for route in vhost["routes"]:
             match = route["match"]
             pool = [

@@ -172,6 +172,8 @@ class StackOptions:
         router_config / envoy_config: the files to render.
         router_overrides: merged into the rendered router config (nested mappings merge), e.g.
             ``{"calibration": {"warmup_samples": 2}}``.
+        pool_health: True gives the router each pool's ``health_url`` (its ``/health``), so the
+            router checks pool health (issue 34); real vLLM pools get it through ``metrics_url``.
         vllm: None starts ``tbr mock-pool`` stand-ins; a :class:`~devstack.vllm_pool.VllmSetup`
             starts real vLLM servers instead (Qwen3 tiny model, short on core 0, long on core 1;
             ``pool_args`` are ignored) and gives the router each pool's ``metrics_url``.
@@ -185,6 +187,7 @@ class StackOptions:
     router_config: Path = DEFAULT_ROUTER_CONFIG
     envoy_config: Path = DEFAULT_ENVOY_CONFIG
     router_overrides: Mapping[str, Any] = field(default_factory=dict)
+    pool_health: bool = False
     vllm: VllmSetup | None = None
 
 
@@ -307,6 +310,9 @@ class Stack:
                 else None
             ),
         )
+        if o.pool_health:
+            for pool in cfg["pools"]:
+                pool["health_url"] = f"{self.pool_url(pool['name'])}/health"
         merge_overrides(cfg, o.router_overrides)
         self.router_config_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
         return self.router_config_path

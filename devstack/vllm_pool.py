@@ -99,6 +99,7 @@ class VllmPoolSpec:
             ``vllm:num_requests_waiting`` reports).
         kv_cache_space_gib: ``VLLM_CPU_KVCACHE_SPACE`` (GiB).
         extra_args: more ``api_server`` arguments.
+        env: more environment variables, e.g. ``(("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", "1"),)``.
     """
 
     name: str
@@ -110,6 +111,7 @@ class VllmPoolSpec:
     max_num_seqs: int = 8
     kv_cache_space_gib: int = 1
     extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def vllm_pool_process(spec: VllmPoolSpec, python: Path, *, log_dir: Path) -> ManagedProcess:
@@ -150,6 +152,7 @@ def vllm_pool_process(spec: VllmPoolSpec, python: Path, *, log_dir: Path) -> Man
         "VLLM_NO_USAGE_STATS": "1",
         "VLLM_LOGGING_LEVEL": "WARNING",
         "TOKENIZERS_PARALLELISM": "false",
+        **dict(spec.env),
     }
     return ManagedProcess(
         f"pool-{spec.name}",
@@ -170,12 +173,14 @@ class VllmSetup:
         model_dirs: family (``qwen3``, ``llama3``) → built model directory.
         max_num_seqs: ``--max-num-seqs`` of every pool it starts.
         extra_args: more ``api_server`` arguments for every pool.
+        env: more environment variables for every pool.
     """
 
     python: Path
     model_dirs: dict[str, Path]
     max_num_seqs: int = 8
     extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
 
     def process(
         self, name: str, port: int, max_model_len: int, *, family: str, cpu: int, log_dir: Path
@@ -190,6 +195,7 @@ class VllmSetup:
             cpu=cpu,
             max_num_seqs=self.max_num_seqs,
             extra_args=self.extra_args,
+            env=self.env,
         )
         return vllm_pool_process(spec, self.python, log_dir=log_dir)
 

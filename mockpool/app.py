@@ -11,7 +11,10 @@ Endpoints (OpenAI-compatible like ``vllm serve``):
   Qwen2.5-VL's processor does (:mod:`mockpool.vision`).
 * ``GET /v1/models``, ``GET /health`` (200, empty body), ``GET /metrics`` (:mod:`mockpool.metrics`).
 * Test/demo aids (not in vLLM): ``POST /admin/hold``, ``POST /admin/release``, ``GET /admin/stats``,
-  ``POST /admin/reset``.
+  ``POST /admin/reset``; ``POST /admin/engine-dead`` / ``engine-alive`` (vLLM after its engine process
+  died: ``/health`` 503, requests 500 with ``EngineDeadError``'s body, streams in flight end with it)
+  and ``POST /admin/engine-stop`` / ``engine-resume`` (its engine SIGSTOPped: requests stop without
+  an end, ``/health`` 200); :mod:`mockpool.state`.
 
 Identity: every response carries ``x-served-by-pool: <settings.name>`` (header only: the OpenAI body shape is
 never changed). Test aid, after envoyproxy/ai-gateway's testupstream ``x-expected-testupstream-id``: a request
@@ -40,7 +43,7 @@ from mockpool import apis, metrics, protocol, sse, vision
 from mockpool.audio import AUDIO_EXTRA_TOKENS, AudioInputError, audio_clips_seconds
 from mockpool.generation import ChoicePlan, Started, Token, generate, piece, plan_choice
 from mockpool.settings import PoolSettings
-from mockpool.state import PoolState
+from mockpool.state import ENGINE_DEAD_MESSAGE, EngineDeadError, PoolState
 from mockpool.templates import ChatInputError
 from mockpool.tokencount import TokenCounter, load_counter
 from mockpool.validation import (
@@ -86,7 +89,12 @@ class PoolIdentityMiddleware:
 
         expected = Headers(scope=scope).get(EXPECTED_POOL_HEADER)
         try:
-            if expected is not None and expected != self.name:
+            if self.state.engine_dead and scope["method"] == "POST" and scope["path"].startswith("/v1/"):
+                # vLLM's engine_error_handler: create_error_response(EngineDeadError), a VLLMServerError.
+                await protocol.error_response(ENGINE_DEAD_MESSAGE, 500, "InternalServerError")(
+                    scope, receive, send_with_identity
+                )
+            elif expected is not None and expected != self.name:
                 msg = f"{EXPECTED_POOL_HEADER} is {expected!r} but this is pool {self.name!r}"
                 await protocol.error_response(msg, 421, "MisdirectedRequest", EXPECTED_POOL_HEADER)(
                     scope, receive, send_with_identity
@@ -209,7 +217,10 @@ class PoolApp:
         rid = protocol.new_id("chatcmpl" if chat else "cmpl")
         if common.stream:
             return self._stream(rid, common, prompt_tokens, plans, chat=chat)
-        texts = await self._collect(request, prompt_tokens, plans)
+        try:
+            texts = await self._collect(request, prompt_tokens, plans)
+        except EngineDeadError as exc:
+            return protocol.error_response(str(exc), 500, "InternalServerError")
         if texts is None:
             return Response(status_code=CLIENT_CLOSED_STATUS)
         completion_tokens = sum(p.tokens for p in plans)
@@ -320,6 +331,12 @@ class PoolApp:
         except (asyncio.CancelledError, GeneratorExit):
             self.state.finished["abort"] += 1
             raise
+        except EngineDeadError as exc:
+            # vLLM's streaming generator: the error as the last event, then [DONE]
+            error = protocol.error_body(str(exc), "InternalServerError", 500)
+            async for part in sse.write_pieces(sse.encode_event(error) + sse.DONE_EVENT, split):
+                yield part
+            return
         for index, plan in enumerate(plans):
             last = chunk(index, None if chat else "", plan.finish_reason)
             async for part in sse.write_pieces(sse.encode_event(last), split):
@@ -377,8 +394,8 @@ class PoolApp:
         return JSONResponse({"object": "list", "data": data})
 
     async def health(self, request: Request) -> Response:
-        """``GET /health``: 200 with an empty body, like vLLM."""
-        return Response(status_code=200)
+        """``GET /health``: 200 with an empty body, like vLLM; 503 (empty) once the engine is dead."""
+        return Response(status_code=503 if self.state.engine_dead else 200)
 
     async def metrics(self, request: Request) -> Response:
         """``GET /metrics``: Prometheus text exposition."""
@@ -394,6 +411,26 @@ class PoolApp:
         """``POST /admin/release``: let held requests proceed."""
         self.state.release()
         return JSONResponse({"pool": self.settings.name, "held": False})
+
+    async def admin_engine_dead(self, request: Request) -> Response:
+        """``POST /admin/engine-dead``: the engine process died (:meth:`PoolState.kill_engine`)."""
+        self.state.kill_engine()
+        return JSONResponse({"pool": self.settings.name, "engine_dead": True})
+
+    async def admin_engine_alive(self, request: Request) -> Response:
+        """``POST /admin/engine-alive``: a restarted engine (:meth:`PoolState.revive_engine`)."""
+        self.state.revive_engine()
+        return JSONResponse({"pool": self.settings.name, "engine_dead": False})
+
+    async def admin_engine_stop(self, request: Request) -> Response:
+        """``POST /admin/engine-stop``: the engine stops producing (:meth:`PoolState.stop_engine`)."""
+        self.state.stop_engine()
+        return JSONResponse({"pool": self.settings.name, "engine_stopped": True})
+
+    async def admin_engine_resume(self, request: Request) -> Response:
+        """``POST /admin/engine-resume``: it goes on (:meth:`PoolState.resume_engine`)."""
+        self.state.resume_engine()
+        return JSONResponse({"pool": self.settings.name, "engine_stopped": False})
 
     async def admin_stats(self, request: Request) -> Response:
         """``GET /admin/stats``: :meth:`PoolState.stats` as JSON."""
@@ -429,6 +466,10 @@ def build_app(settings: PoolSettings, counter: TokenCounter | None = None) -> St
         Route("/metrics", pool.metrics, methods=["GET"]),
         Route("/admin/hold", pool.admin_hold, methods=["POST"]),
         Route("/admin/release", pool.admin_release, methods=["POST"]),
+        Route("/admin/engine-dead", pool.admin_engine_dead, methods=["POST"]),
+        Route("/admin/engine-alive", pool.admin_engine_alive, methods=["POST"]),
+        Route("/admin/engine-stop", pool.admin_engine_stop, methods=["POST"]),
+        Route("/admin/engine-resume", pool.admin_engine_resume, methods=["POST"]),
         Route("/admin/stats", pool.admin_stats, methods=["GET"]),
         Route("/admin/reset", pool.admin_reset, methods=["POST"]),
     ]

@@ -80,6 +80,7 @@ async def generate(
         for step in range(steps):
             if step and settings.inter_token_latency_s > 0:
                 await asyncio.sleep(settings.inter_token_latency_s)
+            await state.engine_step()
             for choice, plan in enumerate(plans):
                 if step < plan.tokens:
                     lease.add(1)

@@ -7,7 +7,16 @@ Scheduling model (a stand-in for vLLM's scheduler, deliberately simple and deter
 * while the pool is *held* (``POST /admin/hold``), admitted requests pause before their first output token
   until ``POST /admin/release``: a test can fill a pool to exactly ``max_num_seqs`` running + k waiting;
 * KV usage = Σ (prompt + generated tokens) of running requests / ``kv_capacity_tokens`` (capped at 1).
-
+* while the engine is *dead* (``POST /admin/engine-dead``), as measured on vLLM 0.32 after its
+  ``EngineCore`` process was killed: ``/health`` answers 503, every generation request 500 with
+  ``EngineDeadError``'s message, and a request generating at that moment ends at once: a stream with
+  that error as its last event before ``[DONE]``, a non-streaming request with the 500 (vLLM's
+  default then shuts the server down; ``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1`` keeps it answering so).
+  ``POST /admin/engine-alive`` stands for a restarted pool;
+* while the engine is *stopped* (``POST /admin/engine-stop``; vLLM's ``EngineCore`` process
+  SIGSTOPped), requests stop where they are: no further token and no end, connections left open;
+  ``/health`` still answers 200 (vLLM's health check does not reach the engine).
+  ``POST /admin/engine-resume`` lets them go on.
 All methods run on the event loop thread (no locking needed); one state per app.
 """
 
@@ -22,6 +31,13 @@ from typing import Any
 from mockpool.natural import NaturalLengths
 from mockpool.settings import PoolSettings
 
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+"""vllm.v1.engine.exceptions.EngineDeadError's message (vLLM 0.32)."""
+
+
+class EngineDeadError(RuntimeError):
+    """The engine died while a request was generating (vLLM's ``EngineDeadError``)."""
+
 
 class PoolState:
     """Scheduler and counters of one pool (see module docstring)."""
@@ -35,6 +51,9 @@ class PoolState:
         self._queue: collections.deque[asyncio.Future[None]] = collections.deque()
         self._released: asyncio.Event | None = None
         self._held = settings.hold
+        self.engine_dead = False
+        """True from :meth:`kill_engine` until :meth:`revive_engine` (see the module docstring)."""
+        self._engine_running: asyncio.Event | None = None
         self.responses: dict[tuple[str, int], int] = collections.Counter()
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
@@ -70,6 +89,36 @@ class PoolState:
     async def wait_released(self) -> None:
         """Return at once when not held, else when :meth:`release` is called."""
         await self._event().wait()
+
+    # -- engine death and stop ------------------------------------------------------------------------
+    def kill_engine(self) -> None:
+        """The engine died: requests generating now end with :class:`EngineDeadError`; new ones get 500."""
+        self.engine_dead = True
+        self._running().set()  # a stopped request wakes up to find the engine dead
+
+    def revive_engine(self) -> None:
+        """A restarted engine: new requests are served again."""
+        self.engine_dead = False
+
+    def _running(self) -> asyncio.Event:
+        if self._engine_running is None:
+            self._engine_running = asyncio.Event()
+            self._engine_running.set()
+        return self._engine_running
+
+    def stop_engine(self) -> None:
+        """The engine is stopped (SIGSTOP): requests wait before their next token until :meth:`resume_engine`."""
+        self._running().clear()
+
+    def resume_engine(self) -> None:
+        """The stopped engine goes on (SIGCONT)."""
+        self._running().set()
+
+    async def engine_step(self) -> None:
+        """Before each token: wait while the engine is stopped; raise :class:`EngineDeadError` once it died."""
+        await self._running().wait()
+        if self.engine_dead:
+            raise EngineDeadError(ENGINE_DEAD_MESSAGE)
 
     # -- admission ------------------------------------------------------------------------------------
     def _grant(self) -> None:

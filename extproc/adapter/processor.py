@@ -103,6 +103,7 @@ class StreamProcessor:
         "sampled",
         "silent",
         "status",
+        "streamed",
         "t_start",
         "traceparent",
         "truncated",
@@ -139,6 +140,8 @@ class StreamProcessor:
         self.counted_pool: str | None = None
         self.retried_to: str | None = None
         self.misroute: str | None = None
+        self.streamed = False
+        """The budgeted request asked for SSE (``stream: true``)."""
         self._sse: SSEUsageReader | None = None
         self._json: JSONUsageReader | None = None
         self._decoder: StreamDecoder | None = None
@@ -332,8 +335,16 @@ class StreamProcessor:
         if decision.saturated:
             self._report_saturation(decision)
         r.observer.decision(self.pool, self.category, self.reason, budget.total_tokens)
+        self.streamed = features.stream
         if self.sampled and self.samples_off_path:
             return self._sample_off_path(budget)
+        return self._routing_answer()
+
+    def _routing_answer(self) -> pb.ProcessingResponse:
+        """The prebuilt answer routing a budgeted request to :attr:`pool`; in the one-message design a
+        streaming request's says so (``tbr.stream``: envoy/envoy.yaml's streaming routes)."""
+        if self.streamed and self._route_answers is self.router.metadata_responses:
+            return self.router.metadata_stream_responses[self.pool]
         return self._route_answers[self.pool]
 
     @property
@@ -366,7 +377,7 @@ class StreamProcessor:
         # The observability stream learns this response; were Envoy to send it here too (response
         # phases configured on a one-message filter), it would be learned twice.
         self.calibrated = True
-        return route_and_sample(self._route_answers[self.pool], payload)
+        return route_and_sample(self._routing_answer(), payload)
 
     def _estimate(self, features: RequestFeatures) -> TokenBudget:
         """The exact estimate when someone reads it (calibration, decision log, request records),

@@ -26,6 +26,7 @@ __all__ = [
     "READ_SSE_RESPONSE",
     "ROUTING_METADATA_KEY",
     "ROUTING_METADATA_NAMESPACE",
+    "ROUTING_METADATA_STREAM_KEY",
     "header_option",
     "route_by_metadata",
     "route_request_body",
@@ -72,10 +73,17 @@ ROUTING_METADATA_KEY = "pool"
 ``dynamic_metadata`` filter ``tbr``, path ``pool``."""
 
 
-def route_by_metadata(header: str, value: str) -> pb.ProcessingResponse:
+ROUTING_METADATA_STREAM_KEY = "stream"
+"""Key set to ``true`` in :data:`ROUTING_METADATA_NAMESPACE` for a request that asked for SSE
+(``stream: true``): envoy/envoy.yaml's streaming routes match it and bound the silence between two
+chunks (issue 34, item 8; envoy/README.md, "Timeouts")."""
+
+
+def route_by_metadata(header: str, value: str, *, stream: bool = False) -> pb.ProcessingResponse:
     """Answer to a ``request_body`` that came without ``request_headers`` (one message per request,
     docs/design/004-one-message.md): the pool goes into dynamic metadata ``{tbr: {pool: value}}``
     and the route cache is cleared so that the route (matching that metadata) is picked again.
+    With ``stream`` the metadata also says ``{tbr: {stream: true}}`` (the streaming routes).
 
     The request headers have already passed the filter, so Envoy drops the header mutation; it is
     still sent because Envoy 1.40 clears the route cache on a body answer only when the answer
@@ -83,7 +91,10 @@ def route_by_metadata(header: str, value: str) -> pb.ProcessingResponse:
     ``route_cache_action: CLEAR``).
     """
     md = struct_pb2.Struct()
-    md.get_or_create_struct(ROUTING_METADATA_NAMESPACE)[ROUTING_METADATA_KEY] = value
+    ns = md.get_or_create_struct(ROUTING_METADATA_NAMESPACE)
+    ns[ROUTING_METADATA_KEY] = value
+    if stream:
+        ns[ROUTING_METADATA_STREAM_KEY] = True
     return pb.ProcessingResponse(
         request_body=pb.BodyResponse(response=_routing_common(header, value)), dynamic_metadata=md
     )

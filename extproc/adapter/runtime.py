@@ -98,7 +98,9 @@ class Runtime:
         self.output_sink = output_sink
         self.served_limits: Mapping[str, int] = served_limits if served_limits is not None else {}
         self.load = load if load is not None else LoadTracker()
-        self.policy = Policy(config.pools, spillover=config.spillover, load=self.load)
+        self.policy = Policy(
+            config.pools, spillover=config.spillover, load=self.load, health=config.pool_health
+        )
         self.models = ModelRouting(config, self.load)
         self.response_pools = response_pools if response_pools is not None else ResponsePools()
         self.recovery = MisrouteRecovery(
@@ -121,6 +123,11 @@ class Runtime:
         self.metadata_responses: dict[str, pb.ProcessingResponse] = {
             p.name: route_by_metadata(config.routing_header, p.header_value) for p in config.pools
         }
+        self.metadata_stream_responses: dict[str, pb.ProcessingResponse] = {
+            p.name: route_by_metadata(config.routing_header, p.header_value, stream=True)
+            for p in config.pools
+        }
+        """The one-message answers for a request that asked for SSE (``tbr.stream: true``)."""
 
     def publish_ratio(self, model: str, category: str) -> None:
         """Report the current learned ratio of a key to the observer (nothing when the key is unknown)."""

@@ -31,7 +31,7 @@ from extproc.config.estimation import (
     OutputReserveConfig,
 )
 from extproc.config.listeners import AdminConfig, ServerConfig
-from extproc.config.pools import ModelSet, PoolConfig, RecoveryConfig, SpilloverConfig
+from extproc.config.pools import ModelSet, PoolConfig, PoolHealthConfig, RecoveryConfig, SpilloverConfig
 
 __all__ = [
     "DEFAULT_AUDIO_RULES",
@@ -48,6 +48,7 @@ __all__ = [
     "ModelSet",
     "OutputReserveConfig",
     "PoolConfig",
+    "PoolHealthConfig",
     "RecoveryConfig",
     "RouterConfig",
     "ServerConfig",
@@ -79,6 +80,7 @@ class RouterConfig(Strict):
     recovery: RecoveryConfig = RecoveryConfig()
     advice: AdviceConfig = AdviceConfig()
     """Live fleet advice (issue 33; off by default): :class:`extproc.config.advice.AdviceConfig`."""
+    pool_health: PoolHealthConfig = PoolHealthConfig()
     decision_log_path: str | None = None
     """Optional JSON Lines log of routing decisions (no prompt text), readable by ``tbr plan``.
     Written off the request path (extproc/service/decision_log.py)."""

@@ -22,7 +22,11 @@ class PoolConfig(Strict):
     max_model_len: Annotated[int, Field(gt=0, le=16_777_216)]
     header_value: Annotated[str, Field(min_length=1, max_length=64)]
     metrics_url: str | None = None
-    """Optional vLLM ``/metrics`` URL scraped for load-aware routing (``spillover``)."""
+    """Optional vLLM ``/metrics`` URL scraped for load-aware routing (``spillover``). Its server's
+    ``/health`` is checked for pool health (``pool_health``) unless ``health_url`` is set."""
+    health_url: str | None = None
+    """Optional URL of the pool's health endpoint (vLLM ``GET /health``: 200 = serving; 503 = engine
+    dead; no answer = stopped); default: ``/health`` on the ``metrics_url`` server."""
     max_inflight: Annotated[int, Field(ge=1)] | None = None
     """This pool's limit on the router's own in-flight count (requests routed here whose
     ext_proc stream has not ended); overrides ``spillover.max_inflight_per_pool``."""
@@ -31,7 +35,7 @@ class PoolConfig(Strict):
     max_kv_cache_usage: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     """Overrides ``spillover.max_kv_cache_usage`` for this pool (``vllm:kv_cache_usage_perc``)."""
 
-    @field_validator("metrics_url")
+    @field_validator("metrics_url", "health_url")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^https?://[^\s/]+(/\S*)?$", v):
@@ -79,6 +83,28 @@ class SpilloverConfig(Strict):
     """Timeout of one scrape request."""
     max_staleness_s: Annotated[float, Field(gt=0.0, le=3600.0)] = 5.0
     """Scraped values older than this are ignored (the pool is judged on its other signals)."""
+
+
+class PoolHealthConfig(Strict):
+    """Pool health in the router (issue 34; docs/operations.md, "Pool health").
+
+    Every ``check_interval_s`` the router asks each pool with a ``health_url`` (or a ``metrics_url``,
+    whose server's ``/health`` is used) for vLLM's ``GET /health``: 200 is up; any other status
+    (vLLM answers 503 once its engine is dead, while every request gets 500), no answer within
+    ``check_timeout_s``, or a refused connection is down. A pool that is down counts as saturated
+    (signal ``unavailable``), with or without ``spillover.enabled``: a request it would get goes to
+    the next larger pool that is up (decision reason ``pool_unavailable``); a request whose larger
+    pools are all down stays where it fits. A verdict older than ``max_staleness_s`` (the checks
+    stopped) is ignored, so a pool is never kept down by stale news, and the next 200 brings it back.
+    """
+
+    enabled: bool = True
+    check_interval_s: Annotated[float, Field(gt=0.0, le=3600.0)] = 1.0
+    """Period of the health check of every pool (seconds)."""
+    check_timeout_s: Annotated[float, Field(gt=0.0, le=60.0)] = 1.0
+    """Timeout of one health check (seconds); no answer in time is ``timeout`` (down)."""
+    max_staleness_s: Annotated[float, Field(gt=0.0, le=3600.0)] = 10.0
+    """A verdict older than this is ignored (the pool is judged up)."""
 
 
 class RecoveryConfig(Strict):

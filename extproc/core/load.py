@@ -11,6 +11,10 @@ with no count is counted as an accounting error and ignored).
 
 Saturation (docs/design/002-spillover.md): a pool is saturated when any configured signal is at or
 above its threshold; scraped signals older than ``spillover.max_staleness_s`` are ignored.
+
+Health (issue 34): the service's health check records a :class:`PoolHealth` verdict per pool (vLLM
+``GET /health``); a fresh "down" verdict makes the pool *unavailable*, which the policy treats as
+saturated whatever the other signals say. No verdict, or a stale one, is "up".
 Everything here runs on the event loop thread; nothing blocks.
 
 Nothing here records metrics: the tracker keeps plain per-pool tallies (in-flight counts, scraped
@@ -27,7 +31,10 @@ from dataclasses import dataclass
 
 from extproc.config import PoolConfig, SpilloverConfig
 
-__all__ = ["LoadTracker", "PoolSignals", "Thresholds"]
+__all__ = ["UNAVAILABLE", "LoadTracker", "PoolHealth", "PoolSignals", "Thresholds"]
+
+UNAVAILABLE = "unavailable"
+"""The saturation signal of a pool whose health check says it is down."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +67,17 @@ class PoolSignals:
     at_s: float
 
 
+@dataclass(frozen=True, slots=True)
+class PoolHealth:
+    """One health check of a pool: ``up`` (vLLM ``GET /health`` answered 200), ``reason`` (a bounded
+    label: ``healthy``, ``http_503``, ``http_500``, ``http_other``, ``timeout``, ``unreachable``),
+    taken at monotonic time ``at_s``."""
+
+    up: bool
+    reason: str
+    at_s: float
+
+
 class LoadTracker:
     """In-flight counts and scraped signals of every pool, by pool name.
 
@@ -71,6 +89,7 @@ class LoadTracker:
         self.clock = clock
         self._inflight: dict[str, int] = {}
         self._signals: dict[str, PoolSignals] = {}
+        self._health: dict[str, PoolHealth] = {}
         self.stale_signal_checks: dict[str, int] = {}
         """Saturation checks that ignored a pool's scraped signals because they were stale, by pool."""
         self.accounting_errors: dict[str, int] = {}
@@ -117,6 +136,28 @@ class LoadTracker:
         """The last successful scrape of ``pool`` (fresh or not)."""
         return self._signals.get(pool)
 
+    # -- health -----------------------------------------------------------------------------
+
+    def record_health(self, pool: str, health: PoolHealth) -> None:
+        """Store the latest health check of ``pool``."""
+        self._health[pool] = health
+
+    def health(self, pool: str) -> PoolHealth | None:
+        """The latest health check of ``pool`` (fresh or not), None before the first."""
+        return self._health.get(pool)
+
+    def unavailable(self, pool: str, max_staleness_s: float) -> str | None:
+        """The reason ``pool`` is down (e.g. ``http_503``) when its latest health check, at most
+        ``max_staleness_s`` seconds old, failed; None when it is up, unchecked, or the news is stale."""
+        h = self._health.get(pool)
+        if h is None or h.up or self.clock() - h.at_s > max_staleness_s:
+            return None
+        return h.reason
+
+    def health_by_pool(self) -> dict[str, PoolHealth]:
+        """A copy of the latest health check of every checked pool."""
+        return dict(self._health)
+
     # -- saturation -------------------------------------------------------------------------
 
     def saturated(self, pool: str, th: Thresholds, max_staleness_s: float) -> str | None:
@@ -149,4 +190,4 @@ class LoadTracker:
 
     def pools(self) -> Iterable[str]:
         """Names of pools that ever had a count or a scrape."""
-        return sorted(set(self._inflight) | set(self._signals))
+        return sorted(set(self._inflight) | set(self._signals) | set(self._health))

@@ -32,7 +32,12 @@ class ModelRouting:
     def __init__(self, config: RouterConfig, load: LoadTracker | None = None) -> None:
         by_name = {p.name: p for p in config.pools}
         self.policies: dict[str, Policy] = {
-            name: Policy([by_name[n] for n in names], spillover=config.spillover, load=load)
+            name: Policy(
+                [by_name[n] for n in names],
+                spillover=config.spillover,
+                load=load,
+                health=config.pool_health,
+            )
             for name, names in config.pool_groups.items()
         }
         self._exact: dict[str, str] = {}

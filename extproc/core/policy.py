@@ -12,16 +12,24 @@ docs/design/002-spillover.md): when ``spillover.enabled`` and the preferred pool
 not saturated. It never goes to a smaller pool (the safety check: a smaller pool cannot hold it),
 and when every larger pool is saturated too it stays on the preferred pool (spilling would only
 move the queue to a more expensive pool).
+
+Pool health (issue 34; :class:`extproc.config.PoolHealthConfig`): a pool whose fresh health check
+says it is down (:meth:`extproc.core.load.LoadTracker.unavailable`) is saturated with the signal
+``unavailable``, whether or not spillover is enabled: a request that fits it goes to the next
+larger pool that is up and not saturated, with the decision reason ``pool_unavailable``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from extproc.config import PoolConfig, SpilloverConfig
-from extproc.core.load import LoadTracker, Thresholds
+from extproc.config import PoolConfig, PoolHealthConfig, SpilloverConfig
+from extproc.core.load import UNAVAILABLE, LoadTracker, Thresholds
 
-__all__ = ["Policy", "PoolDecision"]
+__all__ = ["POOL_UNAVAILABLE", "Policy", "PoolDecision"]
+
+POOL_UNAVAILABLE = "pool_unavailable"
+"""Decision reason of a request sent past its pool because that pool's health check failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +37,8 @@ class PoolDecision:
     """The chosen pool and why (``reason`` is a bounded metric label).
 
     ``preferred`` is the shortest-fit pool when the request spilled over (else None) and
-    ``signal`` the saturation signal that caused it (``inflight``, ``waiting``, ``kv_cache``).
+    ``signal`` the saturation signal that caused it (``inflight``, ``waiting``, ``kv_cache``, or
+    ``unavailable`` for a pool whose health check failed: reason ``pool_unavailable``).
     ``saturated`` lists every ``(pool name, signal)`` the decision found saturated, in the order
     checked (empty without spillover); the service counts them.
     """
@@ -47,7 +56,8 @@ class Policy:
     Args:
         pools: the configured pools (any order; at least one).
         spillover: spillover settings (default: disabled).
-        load: the process-wide load tracker (needed for spillover; None disables it).
+        load: the process-wide load tracker (needed for spillover and health; None disables both).
+        health: pool health settings (None or ``enabled: false``: health is not consulted).
 
     Raises:
         ValueError: ``pools`` is empty.
@@ -59,6 +69,7 @@ class Policy:
         *,
         spillover: SpilloverConfig | None = None,
         load: LoadTracker | None = None,
+        health: PoolHealthConfig | None = None,
     ) -> None:
         if not pools:
             raise ValueError("at least one pool is required")
@@ -69,32 +80,49 @@ class Policy:
         self.spillover = spillover if spillover is not None else SpilloverConfig()
         self.load = load
         self.spill_enabled = self.spillover.enabled and load is not None
+        self.health_staleness_s = (
+            health.max_staleness_s if health is not None and health.enabled and load is not None else None
+        )
+        """How old a failed health check may be and still count (None: health not consulted)."""
         self.thresholds = {p.name: Thresholds.of(p, self.spillover) for p in self.pools}
         self._index = {p.name: i for i, p in enumerate(self.pools)}
 
     def choose(self, total_tokens: int) -> PoolDecision:
-        """Shortest fit for a request needing ``total_tokens`` tokens, with spillover when enabled."""
+        """Shortest fit for a request needing ``total_tokens`` tokens, with spillover when enabled
+        and past a pool that is down."""
         for i, pool in enumerate(self.pools):
             if total_tokens <= pool.max_model_len:
-                if self.spill_enabled and i + 1 < len(self.pools):
+                if i + 1 < len(self.pools) and (self.spill_enabled or self._down(pool.name)):
                     return self._spill(i)
                 return PoolDecision(pool, "fits")
         return PoolDecision(self.fallback, "exceeds_all_pools")
 
+    def _down(self, pool_name: str) -> bool:
+        if self.health_staleness_s is None or self.load is None:
+            return False
+        return self.load.unavailable(pool_name, self.health_staleness_s) is not None
+
+    def _saturation(self, pool: PoolConfig) -> str | None:
+        """``unavailable`` for a pool that is down, else (with spillover) its saturated signal."""
+        if self._down(pool.name):
+            return UNAVAILABLE
+        if not self.spill_enabled:
+            return None
+        assert self.load is not None
+        return self.load.saturated(pool.name, self.thresholds[pool.name], self.spillover.max_staleness_s)
+
     def _spill(self, i: int) -> PoolDecision:
-        load = self.load
-        assert load is not None
         preferred = self.pools[i]
-        stale_s = self.spillover.max_staleness_s
-        signal = load.saturated(preferred.name, self.thresholds[preferred.name], stale_s)
+        signal = self._saturation(preferred)
         if signal is None:
             return PoolDecision(preferred, "fits")
         saturated = [(preferred.name, signal)]
         for larger in self.pools[i + 1 :]:
-            larger_signal = load.saturated(larger.name, self.thresholds[larger.name], stale_s)
+            larger_signal = self._saturation(larger)
             if larger_signal is None:
+                reason = POOL_UNAVAILABLE if signal == UNAVAILABLE else "spillover"
                 return PoolDecision(
-                    larger, "spillover", preferred=preferred, signal=signal, saturated=tuple(saturated)
+                    larger, reason, preferred=preferred, signal=signal, saturated=tuple(saturated)
                 )
             saturated.append((larger.name, larger_signal))
         return PoolDecision(preferred, "all_saturated", signal=signal, saturated=tuple(saturated))

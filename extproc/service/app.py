@@ -49,6 +49,7 @@ from extproc.service.otel import OtelRecorder
 from extproc.service.output_metrics import OutputCollector
 from extproc.service.output_sync import OutputLengthSync
 from extproc.service.pool_check import check_pool_limits
+from extproc.service.pool_health import PoolHealthChecker
 from extproc.service.redis_store import RedisRatioStore
 from extproc.service.reload import ConfigReloader
 from extproc.service.response_sync import ResponsePoolSync
@@ -164,6 +165,7 @@ class RouterApp:
         self._http_client = http_client
         self._own_http_client = False
         self.scraper: PoolScraper | None = None
+        self.health_checker: PoolHealthChecker | None = None
         self._pool_check: asyncio.Task[object] | None = None
         self._decision_log: DecisionLogWriter | None = None
         self._snapshot: PeriodicSnapshot | None = None
@@ -301,6 +303,7 @@ class RouterApp:
             await self._decision_log.start()
         self._install(cfg)
         self._start_scraper()
+        self._start_health_checker()
         self._start_pool_check()
         self.grpc = await start_grpc_server(
             cfg.server, self.current_router, port=self._grpc_port_req, extra_options=self._grpc_options
@@ -414,10 +417,26 @@ class RouterApp:
         self.scraper = PoolScraper(cfg.pools, cfg.spillover, self.load, self._http_client, self.metrics.load)
         self.scraper.start()
 
+    def _start_health_checker(self) -> None:
+        """Check pool ``GET /health`` when ``pool_health.enabled`` and some pool has a health or
+        metrics URL (:mod:`extproc.service.pool_health`)."""
+        cfg = self.config
+        if not cfg.pool_health.enabled or not any(p.health_url or p.metrics_url for p in cfg.pools):
+            return
+        if self._http_client is None:
+            self._http_client = httpx.AsyncClient(timeout=cfg.pool_health.check_timeout_s)
+            self._own_http_client = True
+        self.health_checker = PoolHealthChecker(
+            cfg.pools, cfg.pool_health, self.load, self._http_client, self.metrics.pool_health
+        )
+        self.health_checker.start()
+
     async def _stop_pool_tasks(self) -> None:
-        """Stop the /metrics scraper and a pool limit check still waiting for its servers."""
+        """Stop the /metrics scraper, the health checks and a pool limit check still waiting for its servers."""
         if self.scraper is not None:
             await self.scraper.stop()
+        if self.health_checker is not None:
+            await self.health_checker.stop()
         if self._pool_check is not None:
             self._pool_check.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -68,7 +68,9 @@ class LoadCollector(Collector):
 
     Series: ``tbr_pool_inflight_requests``, ``tbr_pool_waiting_requests``,
     ``tbr_pool_kv_cache_usage_ratio`` (gauges, by ``pool``), ``tbr_pool_stale_signal_checks_total`` and
-    ``tbr_pool_accounting_errors_total`` (counters, by ``pool``).
+    ``tbr_pool_accounting_errors_total`` (counters, by ``pool``); ``tbr_pool_up`` (1/0, by ``pool``,
+    for pools whose health is checked) and ``tbr_pool_health_reason`` (1 for the latest check's
+    reason, by ``pool`` and ``reason``).
     """
 
     def __init__(self, tracker: LoadTracker) -> None:
@@ -116,4 +118,19 @@ class LoadCollector(Collector):
         )
         for pool, n in sorted(t.accounting_errors.items()):
             errors.add_metric([pool], n)
-        yield from (inflight, waiting, kv, stale, errors)
+        up = GaugeMetricFamily(
+            "tbr_pool_up",
+            "1 when the pool's latest GET /health answered 200, 0 when it failed (503/500, timeout, "
+            "refused); absent for pools whose health is not checked.",
+            labels=["pool"],
+        )
+        reason = GaugeMetricFamily(
+            "tbr_pool_health_reason",
+            "1 for the reason of the pool's latest health check (healthy, http_503, http_500, "
+            "http_other, timeout, unreachable).",
+            labels=["pool", "reason"],
+        )
+        for pool, health in sorted(t.health_by_pool().items()):
+            up.add_metric([pool], 1 if health.up else 0)
+            reason.add_metric([pool, health.reason], 1)
+        yield from (inflight, waiting, kv, stale, errors, up, reason)

@@ -29,6 +29,7 @@ from extproc.core.runs import RUNSCAN, RUNSCAN_PASS
 from extproc.service.load_metrics import LoadMetrics
 from extproc.service.otel import OtelRecorder
 from extproc.service.pool_check import PoolCheckMetrics
+from extproc.service.pool_health import PoolHealthMetrics
 
 __all__ = ["PrometheusObserver", "RouterMetrics", "build_version"]
 
@@ -81,6 +82,8 @@ class RouterMetrics:
         self.load = LoadMetrics(r)
         """Counters of pool load events (scrapes, saturation, spillover, misroutes)."""
         self.pool_check = PoolCheckMetrics(r)
+        self.pool_health = PoolHealthMetrics(r)
+        """``tbr_pool_health_checks_total``: pool ``GET /health`` outcomes (issue 34)."""
         """``tbr_pool_config_mismatch``: configured vs served ``max_model_len`` (checked at start)."""
         self.decisions = Counter(
             "tbr_routing_decisions",

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from extproc.config import ConfigError, PoolConfig, SpilloverConfig, parse_config
-from extproc.core.load import LoadTracker, PoolSignals
-from extproc.core.policy import Policy
+from extproc.config import ConfigError, PoolConfig, PoolHealthConfig, SpilloverConfig, parse_config
+from extproc.core.load import UNAVAILABLE, LoadTracker, PoolHealth, PoolSignals
+from extproc.core.policy import POOL_UNAVAILABLE, Policy
 from extproc.service.load_metrics import LoadCollector
 
 
@@ -167,3 +167,66 @@ def test_three_pool_example_config_loads() -> None:
     cfg = load_config(Path(__file__).resolve().parents[2] / "config" / "router-3pools.yaml")
     assert [p.name for p in cfg.pools_by_size] == ["short", "medium", "long"]
     assert cfg.spillover.enabled and cfg.spillover.max_waiting == 8
+
+
+# -- pool health (issue 34) -------------------------------------------------------------------------
+
+
+def test_a_pool_that_is_down_is_skipped_with_or_without_spillover() -> None:
+    load, clock, reg = tracker()
+    health = PoolHealthConfig(max_staleness_s=5.0)
+    for sp in (SpilloverConfig(), SpilloverConfig(enabled=True, max_inflight_per_pool=100)):
+        policy = Policy(pools(4096, 16384, 65536), spillover=sp, load=load, health=health)
+        load.record_health("p4096", PoolHealth(up=False, reason="http_503", at_s=clock.now_s))
+        d = policy.choose(100)
+        assert (d.pool.name, d.reason, d.signal) == ("p16384", POOL_UNAVAILABLE, UNAVAILABLE)
+        assert d.preferred is not None and d.preferred.name == "p4096"
+        assert d.saturated == (("p4096", UNAVAILABLE),)
+        # the next larger pool down too: the one above it
+        load.record_health("p16384", PoolHealth(up=False, reason="timeout", at_s=clock.now_s))
+        d = policy.choose(100)
+        assert (d.pool.name, d.reason) == ("p65536", POOL_UNAVAILABLE)
+        assert d.saturated == (("p4096", UNAVAILABLE), ("p16384", UNAVAILABLE))
+        # every larger pool down: it stays where it fits (nothing better to do)
+        load.record_health("p65536", PoolHealth(up=False, reason="unreachable", at_s=clock.now_s))
+        d = policy.choose(100)
+        assert (d.pool.name, d.reason, d.signal) == ("p4096", "all_saturated", UNAVAILABLE)
+        # a request only the largest pool fits is not moved; a request over every pool neither
+        assert policy.choose(20000).pool.name == "p65536"
+        assert policy.choose(10**6).reason == "exceeds_all_pools"
+        # back up: shortest fit again
+        for name in ("p4096", "p16384", "p65536"):
+            load.record_health(name, PoolHealth(up=True, reason="healthy", at_s=clock.now_s))
+        assert (policy.choose(100).pool.name, policy.choose(100).reason) == ("p4096", "fits")
+    assert reg.get_sample_value("tbr_pool_up", {"pool": "p4096"}) == 1
+    assert reg.get_sample_value("tbr_pool_health_reason", {"pool": "p4096", "reason": "healthy"}) == 1
+
+
+def test_stale_or_disabled_health_does_not_keep_a_pool_down() -> None:
+    load, clock, reg = tracker()
+    load.record_health("p4096", PoolHealth(up=False, reason="http_500", at_s=clock.now_s))
+    assert reg.get_sample_value("tbr_pool_up", {"pool": "p4096"}) == 0
+    assert reg.get_sample_value("tbr_pool_health_reason", {"pool": "p4096", "reason": "http_500"}) == 1
+    fresh = Policy(pools(4096, 65536), load=load, health=PoolHealthConfig(max_staleness_s=5.0))
+    assert fresh.choose(100).reason == POOL_UNAVAILABLE
+    clock.now_s += 5.1  # the checks stopped: the verdict is stale, the pool is judged up
+    assert (fresh.choose(100).pool.name, fresh.choose(100).reason) == ("p4096", "fits")
+    clock.now_s -= 5.1
+    off = Policy(pools(4096, 65536), load=load, health=PoolHealthConfig(enabled=False))
+    assert off.choose(100).reason == "fits"
+    assert Policy(pools(4096, 65536), load=load).choose(100).reason == "fits"  # no health config
+
+
+def test_down_pool_and_saturated_pool_together() -> None:
+    load, clock, _ = tracker()
+    sp = SpilloverConfig(enabled=True, max_inflight_per_pool=1)
+    policy = Policy(pools(4096, 16384, 65536), spillover=sp, load=load, health=PoolHealthConfig())
+    load.record_health("p4096", PoolHealth(up=False, reason="http_503", at_s=clock.now_s))
+    load.acquire("p16384")  # the next larger pool is saturated: skipped as well
+    d = policy.choose(100)
+    assert (d.pool.name, d.reason) == ("p65536", POOL_UNAVAILABLE)
+    assert d.saturated == (("p4096", UNAVAILABLE), ("p16384", "inflight"))
+    load.record_health("p4096", PoolHealth(up=True, reason="healthy", at_s=clock.now_s))
+    load.acquire("p4096")  # saturated (not down): ordinary spillover past both to the largest
+    d = policy.choose(100)
+    assert (d.pool.name, d.reason, d.signal) == ("p65536", "spillover", "inflight")

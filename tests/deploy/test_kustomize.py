@@ -260,3 +260,73 @@ def test_production_settings(overlay: str) -> None:
             for f in grpc_from for p in f if "namespaceSelector" in p
         ]  # fmt: skip
         assert namespaces == [gateway_ns[overlay]]
+
+
+def _tested_pool_health() -> dict[str, Any]:
+    """The health settings of envoy/envoy.yaml's pool clusters (both the same)."""
+    envoy = yaml.safe_load((REPO / "envoy" / "envoy.yaml").read_text())
+    keys = ("health_checks", "outlier_detection", "close_connections_on_host_health_failure")
+    pools = [c for c in envoy["static_resources"]["clusters"] if c["name"].endswith("_pool")]
+    settings = [{k: c[k] for k in keys} for c in pools]
+    assert len(pools) == 2 and settings[0] == settings[1]
+    return settings[0]
+
+
+def _seconds(duration: str) -> float:
+    assert duration.endswith("s"), duration
+    return float(duration[:-1])
+
+
+def test_pool_health_in_gateway_overlays() -> None:
+    """Issue 34: Envoy Gateway and Istio check both pools as envoy/envoy.yaml does: active checks of
+    vLLM's GET /health, outlier detection after 5 consecutive 5xx, the same thresholds."""
+    from envoy.config.cluster.v3 import cluster_pb2
+    from google.protobuf import json_format
+
+    tested = _tested_pool_health()
+    (hc,) = tested["health_checks"]
+    od = tested["outlier_detection"]
+
+    (btp,) = [o for o in render("envoy-gateway") if o["kind"] == "BackendTrafficPolicy"]
+    assert btp["spec"]["targetRefs"] == [
+        {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "name": "llm"}
+    ]
+    active, passive = btp["spec"]["healthCheck"]["active"], btp["spec"]["healthCheck"]["passive"]
+    assert active["type"] == "HTTP" and active["http"] == {
+        "path": hc["http_health_check"]["path"],
+        "expectedStatuses": [200],
+    }
+    assert (_seconds(active["interval"]), _seconds(active["timeout"])) == (
+        _seconds(hc["interval"]),
+        _seconds(hc["timeout"]),
+    )
+    assert (active["unhealthyThreshold"], active["healthyThreshold"]) == (
+        hc["unhealthy_threshold"],
+        hc["healthy_threshold"],
+    )
+    assert passive["consecutive5XxErrors"] == od["consecutive_5xx"]
+    assert (_seconds(passive["interval"]), _seconds(passive["baseEjectionTime"])) == (
+        _seconds(od["interval"]), _seconds(od["base_ejection_time"])
+    )  # fmt: skip
+    assert passive["maxEjectionPercent"] == od["max_ejection_percent"]
+
+    istio = render("istio")
+    rules = {
+        o["spec"]["host"]: o["spec"]["trafficPolicy"]["outlierDetection"]
+        for o in istio
+        if o["kind"] == "DestinationRule"
+    }
+    assert set(rules) == {"pool-short.tbr.svc.cluster.local", "pool-long.tbr.svc.cluster.local"}
+    for rule in rules.values():
+        assert rule["consecutive5xxErrors"] == od["consecutive_5xx"]
+        assert (_seconds(rule["interval"]), _seconds(rule["baseEjectionTime"])) == (
+            _seconds(od["interval"]), _seconds(od["base_ejection_time"])
+        )  # fmt: skip
+        assert rule["maxEjectionPercent"] == od["max_ejection_percent"]
+    (ef,) = [o for o in istio if o["kind"] == "EnvoyFilter"]
+    clusters = [p for p in ef["spec"]["configPatches"] if p["applyTo"] == "CLUSTER"]
+    assert {p["match"]["cluster"]["service"] for p in clusters} == set(rules)
+    for patch in clusters:
+        value = patch["patch"]["value"]
+        assert value == {k: tested[k] for k in ("health_checks", "close_connections_on_host_health_failure")}
+        json_format.ParseDict(value, cluster_pb2.Cluster())  # a valid Envoy cluster fragment

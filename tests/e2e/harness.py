@@ -120,3 +120,43 @@ async def wait_for_metric(
         if (value is not None and value >= want) or asyncio.get_running_loop().time() > deadline:
             return value
         await asyncio.sleep(0.02)
+
+
+STREAM_MATCH = {"filter": "tbr", "path": [{"key": "stream"}], "value": {"bool_match": True}}
+"""The route matcher of a request the router marked as streaming (``tbr.stream: true``)."""
+
+
+def plain_routes(routes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``routes`` without their streaming twins (issue 34, item 8), after checking each twin: the
+    route ``<name>_streaming`` is ``<name>`` with :data:`STREAM_MATCH` added to its match and the
+    streaming idle timeout (60 s); everything else (clusters, retries) the same."""
+    by_name = {r["name"]: r for r in routes}
+    plain = [r for r in routes if not r["name"].endswith("_streaming")]
+    for twin in routes:
+        if not twin["name"].endswith("_streaming"):
+            continue
+        base = by_name[twin["name"].removesuffix("_streaming")]
+        assert routes.index(twin) < routes.index(base), twin["name"]  # matched first
+        want_md = [*base["match"].get("dynamic_metadata", []), STREAM_MATCH]
+        assert twin["match"] == {**base["match"], "dynamic_metadata": want_md}, twin["name"]
+        assert twin["route"] == {**base["route"], "idle_timeout": "60s"}, twin["name"]
+    return plain
+
+
+def routes_of(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    """The route list of an Envoy bootstrap of this repository (one listener, one virtual host)."""
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    routes: list[dict[str, Any]] = hcm["route_config"]["virtual_hosts"][0]["routes"]
+    return routes
+
+
+def fast_stream_envoy(path: Path, idle_s: int) -> Path:
+    """envoy/envoy.yaml with its streaming routes' idle timeout at ``idle_s`` seconds (shipped: 60 s),
+    written to ``path`` (for tests that end a stopped stream in seconds); returns ``path``."""
+    cfg: dict[str, Any] = yaml.safe_load((REPO / "envoy" / "envoy.yaml").read_text(encoding="utf-8"))
+    streaming = [r for r in routes_of(cfg) if r["name"].endswith("_streaming")]
+    assert [r["route"]["idle_timeout"] for r in streaming] == ["60s", "60s"]
+    for r in streaming:
+        r["route"]["idle_timeout"] = f"{idle_s}s"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    return path

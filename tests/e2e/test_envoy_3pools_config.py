@@ -13,7 +13,7 @@ import yaml
 from devstack.envoy_runner import render_envoy_clusters, validate_envoy_config
 from extproc.adapter.responses import ROUTING_METADATA_KEY, ROUTING_METADATA_NAMESPACE
 from extproc.config import load_config
-from tests.e2e.harness import ENVOY_3POOLS, REPO
+from tests.e2e.harness import ENVOY_3POOLS, REPO, plain_routes
 
 pytestmark = pytest.mark.envoy
 
@@ -36,7 +36,7 @@ def test_routes_match_router_pools_and_retry_upwards() -> None:
     hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     (vhost,) = hcm["route_config"]["virtual_hosts"]
     assert vhost["include_attempt_count_in_response"] is True
-    routes = vhost["routes"]
+    routes = plain_routes(vhost["routes"])
     pools = router.pools_by_size
     for pool, larger, route in zip(pools[:-1], pools[1:], routes, strict=False):
         # one message per request: the route matches the router's dynamic metadata tbr.pool

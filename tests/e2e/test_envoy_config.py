@@ -18,6 +18,7 @@ from devstack.envoy_runner import (
 )
 from devstack.stack import DEFAULT_ROUTER_CONFIG
 from extproc.adapter.responses import ROUTING_METADATA_KEY, ROUTING_METADATA_NAMESPACE
+from tests.e2e.harness import plain_routes
 
 pytestmark = pytest.mark.envoy
 
@@ -116,7 +117,7 @@ def test_contract_with_router_config() -> None:
     assert all(f["name"] != "envoy.filters.http.header_mutation" for f in hcm["http_filters"])
     # short → short_pool on an exact match of the router's dynamic metadata (one message per
     # request: the value is the pool's header_value); everything else → long_pool.
-    routes = hcm["route_config"]["virtual_hosts"][0]["routes"]
+    routes = plain_routes(hcm["route_config"]["virtual_hosts"][0]["routes"])
     short_value = next(p["header_value"] for p in router["pools"] if p["name"] == "short")
     assert "headers" not in routes[0]["match"]
     assert routes[0]["match"]["dynamic_metadata"] == [
@@ -194,9 +195,12 @@ def test_pool_routes_retry_only_when_safe() -> None:
     pool's route also retries vLLM's 400 once, on the next larger pool (misroute recovery)."""
     vhost = _hcm(_cfg())["route_config"]["virtual_hosts"][0]
     assert vhost["include_attempt_count_in_response"] is True
-    short, long = vhost["routes"][0]["route"]["retry_policy"], vhost["routes"][-1]["route"]["retry_policy"]
+    routes = plain_routes(vhost["routes"])
+    short, long = routes[0]["route"]["retry_policy"], routes[-1]["route"]["retry_policy"]
     assert set(long["retry_on"].split(",")) == {"connect-failure", "reset-before-request"}
+    # the short pool's 5xx (a dead engine's 500) before its first byte: also the next larger pool (issue 34)
     assert set(short["retry_on"].split(",")) == {
+        "5xx",
         "retriable-status-codes",
         "connect-failure",
         "reset-before-request",

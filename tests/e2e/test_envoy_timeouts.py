@@ -2,7 +2,8 @@
 
 A non-streaming answer is silent until the generation ends. The rule (envoy/README.md,
 "Timeouts"): a route's ``idle_timeout`` >= ``max_model_len / DECODE_TOKENS_PER_S + QUEUE_S`` of
-the largest pool it can reach (a misroute retry goes to the next larger pool). The slow test runs
+the largest pool it can reach (a misroute retry goes to the next larger pool). A streaming request
+(issue 34, item 8) sends a chunk per token: its routes carry ``QUEUE_S``. The slow test runs
 a 320 s silent non-streaming answer through the real Envoy (before: 504 at 300 s).
 """
 
@@ -43,6 +44,14 @@ def _seconds(value: str) -> float:
     return float(value[:-1])
 
 
+def _is_streaming(route: dict[str, Any]) -> bool:
+    """The route matches ``tbr.stream: true`` (the router's mark of a request that asked for SSE)."""
+    return any(
+        m["path"] == [{"key": "stream"}] and m["value"] == {"bool_match": True}
+        for m in route["match"].get("dynamic_metadata", [])
+    )
+
+
 def _reachable_clusters(route: dict[str, Any]) -> list[str]:
     r = route["route"]
     if "cluster" in r:
@@ -60,13 +69,21 @@ def test_idle_timeouts_fit_the_longest_generation_of_every_reachable_pool(
     limits = {f"{p['name']}_pool": int(p["max_model_len"]) for p in router["pools"]}
     hcm = envoy["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     needed = []
+    streaming = []
     for vhost in hcm["route_config"]["virtual_hosts"]:
         for route in vhost["routes"]:
+            assert _seconds(route["route"]["timeout"]) == 0.0  # no overall cap on a generation
+            if _is_streaming(route):
+                streaming.append(route["route"]["idle_timeout"])
+                continue
             longest = max(limits[c] for c in _reachable_clusters(route))
             need_s = generation_idle_timeout_s(longest)
             assert _seconds(route["route"]["idle_timeout"]) >= need_s, (route["name"], need_s)
-            assert _seconds(route["route"]["timeout"]) == 0.0  # no overall cap on a generation
             needed.append(need_s)
+    # Issue 34, item 8: every pool's streaming requests have their own route, whose idle timeout is
+    # the queueing-and-prefill bound (a running generation sends a chunk per token).
+    assert len(streaming) >= len(limits) - (0 if "envoy-2models" in envoy_path.name else 1)
+    assert set(streaming) == {f"{QUEUE_S:.0f}s"}
     assert _seconds(hcm["stream_idle_timeout"]) >= max(needed)
     assert _seconds(hcm["request_timeout"]) == 0.0
 

@@ -27,10 +27,13 @@ def documented() -> dict[str, tuple[str, frozenset[str]]]:
 
 
 def same_routing_behaviour(a: RouterConfig, b: RouterConfig) -> bool:
-    """Equal except for what a deployment legitimately changes: listeners, Redis, snapshot, and the
-    fleet advice (it never changes a routing decision)."""
+    """Equal except for what a deployment legitimately changes: listeners, Redis, snapshot, the
+    addresses of the pools' health and metrics endpoints, and the fleet advice (it never changes a
+    routing decision)."""
     deploy_only = {"redis_url", "redis_key_prefix", "redis_sync_interval_s", "redis_timeout_s",
                    "redis_queue_max", "snapshot_path", "snapshot_interval_s"}  # fmt: skip
-    return a.model_dump(exclude={"server", "admin", "calibration", "advice"}) == b.model_dump(
-        exclude={"server", "admin", "calibration", "advice"}
-    ) and a.calibration.model_dump(exclude=deploy_only) == b.calibration.model_dump(exclude=deploy_only)
+    addresses = {"pools": {"__all__": {"health_url", "metrics_url"}}}
+    exclude = {"server": True, "admin": True, "calibration": True, "advice": True, **addresses}
+    return a.model_dump(exclude=exclude) == b.model_dump(exclude=exclude) and a.calibration.model_dump(
+        exclude=deploy_only
+    ) == b.calibration.model_dump(exclude=deploy_only)

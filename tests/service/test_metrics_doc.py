@@ -22,7 +22,7 @@ def test_every_metric_object_is_documented_with_its_type_and_labels() -> None:
     metrics = RouterMetrics()
     code = {
         w._name: (w._type, frozenset(w._labelnames))
-        for group in (metrics, metrics.load, metrics.pool_check)
+        for group in (metrics, metrics.load, metrics.pool_check, metrics.pool_health)
         for w in vars(group).values()
         if isinstance(w, MetricWrapperBase)
     }
