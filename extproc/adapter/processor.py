@@ -49,6 +49,7 @@ from extproc.core.batch import batch_budget
 from extproc.core.decision import DecisionRecord
 from extproc.core.encoding import StreamDecoder
 from extproc.core.estimator import TokenBudget
+from extproc.core.misroute_cause import ErrorBodyReader
 from extproc.core.policy import PoolDecision
 from extproc.core.request_body import RequestFeatures, UnreadableRequest, endpoint_for_path
 from extproc.core.screen import route_budget
@@ -74,6 +75,7 @@ class StreamProcessor:
 
     __slots__ = (
         "_decoder",
+        "_error",
         "_json",
         "_route_answers",
         "_sse",
@@ -90,6 +92,7 @@ class StreamProcessor:
         "learn",
         "method",
         "misroute",
+        "misroute_cause",
         "path",
         "pool",
         "prompt_tokens",
@@ -98,6 +101,7 @@ class StreamProcessor:
         "request_id",
         "response_id",
         "retried_to",
+        "retry_outcome",
         "rng",
         "router",
         "sampled",
@@ -139,6 +143,12 @@ class StreamProcessor:
         self.counted_pool: str | None = None
         self.retried_to: str | None = None
         self.misroute: str | None = None
+        self.misroute_cause: str | None = None
+        """Why the request is a misroute (:mod:`extproc.core.misroute_cause`), None when it is not."""
+        self.retry_outcome: str | None = None
+        """Envoy's retry of this request (``recovered``, ``retry_failed``) until it is counted with
+        its cause (:func:`extproc.adapter.response_phases.settle_retry`)."""
+        self._error: ErrorBodyReader | None = None
         self._sse: SSEUsageReader | None = None
         self._json: JSONUsageReader | None = None
         self._decoder: StreamDecoder | None = None
@@ -471,6 +481,7 @@ class StreamProcessor:
         """
         if self._sse is not None and (self._sse.prompt_tokens is not None or self._sse.error is not None):
             self.finish_response()
+        response_phases.settle_pending_retry(self)
         r = self.router
         if self.counted_pool is not None:
             counted, self.counted_pool = self.retried_to or self.counted_pool, None
@@ -508,6 +519,7 @@ class StreamProcessor:
             misroute=self.misroute,
             finish_reason=self.finish_reason,
             truncated=self.truncated,
+            misroute_cause=self.misroute_cause,
         )
         if self.record_key:
             # the observability stream fills in the response half (extproc.adapter.held_records)
@@ -519,7 +531,7 @@ class StreamProcessor:
         """An off-path stream ended: complete its routing record with what the response showed
         (now, or when the routing stream's end is processed: :mod:`extproc.adapter.held_records`)."""
         status, prompt, completion = self.status or None, self.prompt_tokens, self.completion_tokens
-        retried_to, misroute = self.retried_to, self.misroute
+        retried_to, misroute, cause = self.retried_to, self.misroute, self.misroute_cause
         finish_reason, truncated = self.finish_reason, self.truncated
 
         def complete(record: DecisionRecord) -> DecisionRecord:
@@ -533,6 +545,7 @@ class StreamProcessor:
                 misroute=misroute,
                 finish_reason=finish_reason,
                 truncated=truncated,
+                misroute_cause=cause,
             )
 
         self.router.held_records.release(self.record_key, complete)

@@ -663,7 +663,9 @@ class Estimator:
             return None
         c_obs = budget.model_tokens / text_tokens
         if c_obs * cfg.reject_factor < budget.ratio_bpt:
-            return None  # the request is not like its key (random punctuation): ordinary learning rejects it too
+            return (
+                None  # the request is not like its key (random punctuation): ordinary learning rejects it too
+            )
         value = max(c_obs, budget.ratio_bpt / (1.0 + max_step), cfg.min_model_ratio)
         if value >= budget.ratio_bpt:
             return None
