@@ -110,6 +110,7 @@ class StreamProcessor:
         "t_start",
         "traceparent",
         "truncated",
+        "unrouted",
     )
 
     def __init__(self, router: Runtime, rng: random.Random | None = None) -> None:
@@ -156,6 +157,9 @@ class StreamProcessor:
         """Pairs this request's decision record across its two streams (off-path calibration); set
         on a routing stream once the payload went out, on an observability stream from it."""
         self.silent = False
+        self.unrouted = False
+        """A stream of Envoy's ``tbr_unrouted`` observability filter (gRPC metadata
+        :data:`UNROUTED_STREAM`): a request no routing answer reached (:meth:`_observe_unrouted`)."""
         """An off-path calibration stream (``extproc.adapter.off_path``): Envoy waits for no answer."""
         self.t_start = time.time()
 
@@ -237,6 +241,8 @@ class StreamProcessor:
         :data:`CALIB_HEADER`) is an observability stream; so is one that brings ``calib_metadata``
         (forwarded from dynamic metadata in the one-message design, whatever ``off_path`` says: a
         client cannot write dynamic metadata)."""
+        if self.unrouted:
+            return self._observe_unrouted(msg)
         r = self.router
         h = plain_headers(
             msg.headers, _OFF_PATH_HEADERS if r.config.calibration.off_path else _REQUEST_HEADERS
@@ -262,6 +268,32 @@ class StreamProcessor:
         # off path, the response comes through the observability filter, never this stream
         reads_response = not cal.off_path and (self.sampled or not cal.skip_unsampled_responses)
         return R.CONTINUE_REQUEST_HEADERS if reads_response else R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
+
+    def _observe_unrouted(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
+        """Request headers on a stream of Envoy's ``tbr_unrouted`` filter (observability mode,
+        envoy/envoy.yaml): Envoy opens it for a request that reached the upstream filters without the
+        router's decision. In the one-message design that is every bodiless request (Envoy opens
+        no routing stream when the headers end the request): counted as the two-message design
+        counts them, ``body_empty`` for a budgeted POST, ``unsupported_path`` for anything else, on
+        the largest pool (where Envoy's catch-all sends it), with a decision record. A request with
+        a body here is one the routing filter failed open on (Envoy counts those,
+        ``failure_mode_allowed``): not counted again."""
+        self.exchange = Exchange.DONE
+        if not msg.end_of_stream:
+            return R.CONTINUE_REQUEST_HEADERS
+        r = self.router
+        h = plain_headers(msg.headers, _REQUEST_HEADERS)
+        self.path, self.method = h.get(":path", ""), h.get(":method", "")
+        self.request_id = h.get("x-request-id", "")[:128]
+        self.traceparent = h.get("traceparent", "")[:64]
+        budgeted = self.method == "POST" and endpoint_for_path(self.path) is not None
+        self.reason = "body_empty" if budgeted else "unsupported_path"
+        self.pool = r.models.fallback_for(None).name
+        self.category = "unknown"
+        r.observer.decision(self.pool, "unknown", self.reason, None)
+        if budgeted:
+            r.observer.unreadable(self.reason)
+        return R.CONTINUE_REQUEST_HEADERS
 
     def _start_off_path(self, value: str) -> pb.ProcessingResponse:
         """Request headers of an off-path calibration stream (observability mode): read the
