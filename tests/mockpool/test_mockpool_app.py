@@ -94,7 +94,7 @@ async def test_temperature_out_of_range_is_vllms_400(
     client: httpx.AsyncClient, path: str, temperature: float, message: str
 ) -> None:
     """vLLM 0.32's ``SamplingParams._verify_args`` (a ``VLLMValidationError`` on ``temperature``)."""
-    body = {"max_tokens": 2, "temperature": temperature}
+    body: dict[str, object] = {"max_tokens": 2, "temperature": temperature}
     body |= {"messages": HELLO} if path.endswith("chat/completions") else {"prompt": "Hi"}
     r = await client.post(path, json=body)
     assert r.status_code == 400
