@@ -107,7 +107,7 @@ def one_message(hcm: dict[str, Any], ext_proc: dict[str, Any], buffer_limit_byte
     filters.insert(filters.index(ext_proc) + 1, buffer)
     for f in filters:
         if f["name"] == CALIBRATION_FILTER:
-            (matcher,) = f["typed_config"]["xds_matcher"]["matcher_list"]["matchers"]
+            matcher = f["typed_config"]["xds_matcher"]["matcher_list"]["matchers"][0]  # calibration
             matcher["predicate"] = {"single_predicate": _CALIB_METADATA_PREDICATE}
             inner = _calibration_ext_proc(f)
             inner["metadata_options"] = {"forwarding_namespaces": {"untyped": [ROUTING_METADATA_NAMESPACE]}}
@@ -141,8 +141,10 @@ def two_messages(hcm: dict[str, Any], ext_proc: dict[str, Any]) -> None:
     filters[:] = [f for f in filters if f["name"] != "envoy.filters.http.buffer"]
     for f in filters:
         if f["name"] == CALIBRATION_FILTER:
-            (matcher,) = f["typed_config"]["xds_matcher"]["matcher_list"]["matchers"]
-            matcher["predicate"] = {"single_predicate": _CALIB_HEADER_PREDICATE}
+            matchers = f["typed_config"]["xds_matcher"]["matcher_list"]["matchers"]
+            # the tbr_unrouted matcher goes: here the routing filter sees every request's headers
+            del matchers[1:]
+            matchers[0]["predicate"] = {"single_predicate": _CALIB_HEADER_PREDICATE}
             _calibration_ext_proc(f).pop("metadata_options", None)
     for vhost in hcm["route_config"]["virtual_hosts"]:
         # the streaming twins match the router's tbr.stream metadata, which the two-message design
@@ -201,7 +203,7 @@ CALIBRATION_FILTER = "tbr_calibration"
 
 def _calibration_ext_proc(composite: dict[str, Any]) -> dict[str, Any]:
     """The ``ExternalProcessor`` config inside the calibration filter's matcher action."""
-    (matcher,) = composite["typed_config"]["xds_matcher"]["matcher_list"]["matchers"]
+    matcher = composite["typed_config"]["xds_matcher"]["matcher_list"]["matchers"][0]
     inner: dict[str, Any] = matcher["on_match"]["action"]["typed_config"]["typed_config"]["typed_config"]
     return inner
 

@@ -50,6 +50,7 @@ from mockpool.validation import (
     CommonParams,
     RequestError,
     chat_params,
+    check_temperature,
     common_params,
     completion_prompts,
     read_json_object,
@@ -137,6 +138,10 @@ class PoolApp:
         )
         if fit.error is not None:
             return self._too_long(fit.error, common)
+        try:
+            check_temperature(body)
+        except RequestError as exc:
+            return exc.response()
         plans = [
             plan_choice(self.settings, fit.max_tokens, self.state.natural.draw(request.headers))
         ] * common.n
@@ -191,6 +196,10 @@ class PoolApp:
             if fit.error is not None:
                 return self._too_long(fit.error, common)
             plans.extend([plan_choice(self.settings, fit.max_tokens, natural)] * common.n)
+        try:
+            check_temperature(body)
+        except RequestError as exc:
+            return exc.response()
         prompt_tokens = sum(counts)
         return await self._respond(request, common, prompt_tokens, plans, chat=False)
 

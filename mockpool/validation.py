@@ -67,6 +67,27 @@ def _positive_int(body: dict[str, Any], key: str) -> int | None:
     return value
 
 
+def check_temperature(body: dict[str, Any]) -> None:
+    """vLLM 0.32's check of ``temperature`` (``SamplingParams._verify_args``), made after the length
+    check (the request is rendered and tokenized before its sampling parameters are built).
+
+    Raises:
+        RequestError: below 0 ("temperature must be non-negative, got -1.0.") or above 2 ("temperature
+            must be in [0, 2], got 2.5."), on ``temperature``, with vLLM's ``(parameter=…, value=…)``.
+    """
+    value = body.get("temperature")
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    t = float(value)
+    if t < 0.0:
+        message = f"temperature must be non-negative, got {t}."
+    elif t > 2.0:
+        message = f"temperature must be in [0, 2], got {t}."
+    else:
+        return
+    raise RequestError(validation_message(message, "temperature", t), param="temperature")
+
+
 def requested_max_tokens(body: dict[str, Any], chat: bool) -> int | None:
     """``max_completion_tokens or max_tokens`` for chat (vLLM prefers the former), ``max_tokens`` otherwise."""
     max_tokens = _positive_int(body, "max_tokens")

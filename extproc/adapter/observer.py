@@ -66,8 +66,10 @@ class StreamObserver(Protocol):
     def spillover(self, from_pool: str, to_pool: str, signal: str) -> None:
         """A request went to ``to_pool`` because its preferred ``from_pool`` was saturated by ``signal``."""
 
-    def misroute(self, from_pool: str, to_pool: str, outcome: str) -> None:
-        """Envoy retried a request routed to ``from_pool`` on ``to_pool`` (``recovered`` or ``retry_failed``)."""
+    def misroute(self, from_pool: str, to_pool: str, outcome: str, cause: str) -> None:
+        """A misroute of ``from_pool``: Envoy retried it on ``to_pool`` (``recovered`` or
+        ``retry_failed``), or ``error_in_stream`` / ``truncated`` (``to_pool`` = ``from_pool``);
+        ``cause`` from :mod:`extproc.core.misroute_cause`."""
 
     def misroute_calibration(self, pool: str, outcome: str) -> None:
         """What usage showed for a recovered misroute from ``pool`` (``confirmed``, ``unconfirmed``,
@@ -119,7 +121,7 @@ class NullObserver:
     def spillover(self, from_pool: str, to_pool: str, signal: str) -> None:
         """Record nothing."""
 
-    def misroute(self, from_pool: str, to_pool: str, outcome: str) -> None:
+    def misroute(self, from_pool: str, to_pool: str, outcome: str, cause: str) -> None:
         """Record nothing."""
 
     def misroute_calibration(self, pool: str, outcome: str) -> None:

@@ -49,6 +49,7 @@ from extproc.core.batch import batch_budget
 from extproc.core.decision import DecisionRecord
 from extproc.core.encoding import StreamDecoder
 from extproc.core.estimator import TokenBudget
+from extproc.core.misroute_cause import ErrorBodyReader
 from extproc.core.policy import PoolDecision
 from extproc.core.request_body import RequestFeatures, UnreadableRequest, endpoint_for_path
 from extproc.core.screen import route_budget
@@ -74,6 +75,7 @@ class StreamProcessor:
 
     __slots__ = (
         "_decoder",
+        "_error",
         "_json",
         "_route_answers",
         "_sse",
@@ -90,6 +92,7 @@ class StreamProcessor:
         "learn",
         "method",
         "misroute",
+        "misroute_cause",
         "path",
         "pool",
         "prompt_tokens",
@@ -98,6 +101,7 @@ class StreamProcessor:
         "request_id",
         "response_id",
         "retried_to",
+        "retry_outcome",
         "rng",
         "router",
         "sampled",
@@ -107,6 +111,7 @@ class StreamProcessor:
         "t_start",
         "traceparent",
         "truncated",
+        "unrouted",
     )
 
     def __init__(self, router: Runtime, rng: random.Random | None = None) -> None:
@@ -142,6 +147,12 @@ class StreamProcessor:
         self.misroute: str | None = None
         self.streamed = False
         """The budgeted request asked for SSE (``stream: true``)."""
+        self.misroute_cause: str | None = None
+        """Why the request is a misroute (:mod:`extproc.core.misroute_cause`), None when it is not."""
+        self.retry_outcome: str | None = None
+        """Envoy's retry of this request (``recovered``, ``retry_failed``) until it is counted with
+        its cause (:func:`extproc.adapter.response_phases.settle_retry`)."""
+        self._error: ErrorBodyReader | None = None
         self._sse: SSEUsageReader | None = None
         self._json: JSONUsageReader | None = None
         self._decoder: StreamDecoder | None = None
@@ -149,6 +160,9 @@ class StreamProcessor:
         """Pairs this request's decision record across its two streams (off-path calibration); set
         on a routing stream once the payload went out, on an observability stream from it."""
         self.silent = False
+        self.unrouted = False
+        """A stream of Envoy's ``tbr_unrouted`` observability filter (gRPC metadata
+        :data:`UNROUTED_STREAM`): a request no routing answer reached (:meth:`_observe_unrouted`)."""
         """An off-path calibration stream (``extproc.adapter.off_path``): Envoy waits for no answer."""
         self.t_start = time.time()
 
@@ -230,6 +244,8 @@ class StreamProcessor:
         :data:`CALIB_HEADER`) is an observability stream; so is one that brings ``calib_metadata``
         (forwarded from dynamic metadata in the one-message design, whatever ``off_path`` says: a
         client cannot write dynamic metadata)."""
+        if self.unrouted:
+            return self._observe_unrouted(msg)
         r = self.router
         h = plain_headers(
             msg.headers, _OFF_PATH_HEADERS if r.config.calibration.off_path else _REQUEST_HEADERS
@@ -255,6 +271,32 @@ class StreamProcessor:
         # off path, the response comes through the observability filter, never this stream
         reads_response = not cal.off_path and (self.sampled or not cal.skip_unsampled_responses)
         return R.CONTINUE_REQUEST_HEADERS if reads_response else R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
+
+    def _observe_unrouted(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
+        """Request headers on a stream of Envoy's ``tbr_unrouted`` filter (observability mode,
+        envoy/envoy.yaml): Envoy opens it for a request that reached the upstream filters without the
+        router's decision. In the one-message design that is every bodiless request (Envoy opens
+        no routing stream when the headers end the request): counted as the two-message design
+        counts them, ``body_empty`` for a budgeted POST, ``unsupported_path`` for anything else, on
+        the largest pool (where Envoy's catch-all sends it), with a decision record. A request with
+        a body here is one the routing filter failed open on (Envoy counts those,
+        ``failure_mode_allowed``): not counted again."""
+        self.exchange = Exchange.DONE
+        if not msg.end_of_stream:
+            return R.CONTINUE_REQUEST_HEADERS
+        r = self.router
+        h = plain_headers(msg.headers, _REQUEST_HEADERS)
+        self.path, self.method = h.get(":path", ""), h.get(":method", "")
+        self.request_id = h.get("x-request-id", "")[:128]
+        self.traceparent = h.get("traceparent", "")[:64]
+        budgeted = self.method == "POST" and endpoint_for_path(self.path) is not None
+        self.reason = "body_empty" if budgeted else "unsupported_path"
+        self.pool = r.models.fallback_for(None).name
+        self.category = "unknown"
+        r.observer.decision(self.pool, "unknown", self.reason, None)
+        if budgeted:
+            r.observer.unreadable(self.reason)
+        return R.CONTINUE_REQUEST_HEADERS
 
     def _start_off_path(self, value: str) -> pb.ProcessingResponse:
         """Request headers of an off-path calibration stream (observability mode): read the
@@ -482,6 +524,7 @@ class StreamProcessor:
         """
         if self._sse is not None and (self._sse.prompt_tokens is not None or self._sse.error is not None):
             self.finish_response()
+        response_phases.settle_pending_retry(self)
         r = self.router
         if self.counted_pool is not None:
             counted, self.counted_pool = self.retried_to or self.counted_pool, None
@@ -519,6 +562,7 @@ class StreamProcessor:
             misroute=self.misroute,
             finish_reason=self.finish_reason,
             truncated=self.truncated,
+            misroute_cause=self.misroute_cause,
         )
         if self.record_key:
             # the observability stream fills in the response half (extproc.adapter.held_records)
@@ -530,7 +574,7 @@ class StreamProcessor:
         """An off-path stream ended: complete its routing record with what the response showed
         (now, or when the routing stream's end is processed: :mod:`extproc.adapter.held_records`)."""
         status, prompt, completion = self.status or None, self.prompt_tokens, self.completion_tokens
-        retried_to, misroute = self.retried_to, self.misroute
+        retried_to, misroute, cause = self.retried_to, self.misroute, self.misroute_cause
         finish_reason, truncated = self.finish_reason, self.truncated
 
         def complete(record: DecisionRecord) -> DecisionRecord:
@@ -544,6 +588,7 @@ class StreamProcessor:
                 misroute=misroute,
                 finish_reason=finish_reason,
                 truncated=truncated,
+                misroute_cause=cause,
             )
 
         self.router.held_records.release(self.record_key, complete)

@@ -24,14 +24,22 @@ from extproc.core.api_usage import API_OF_ENDPOINT
 from extproc.core.batch import batch_budget
 from extproc.core.encoding import DecodeError, make_decoder
 from extproc.core.estimator import TokenBudget
-from extproc.core.recovery import parse_attempt_count
+from extproc.core.misroute_cause import (
+    ESTIMATE_TOO_LOW,
+    TRUNCATED,
+    UNKNOWN,
+    ErrorBodyReader,
+    cause_of_failed_retry,
+    cause_of_served_retry,
+)
+from extproc.core.recovery import overflowed, parse_attempt_count
 from extproc.core.sse import JSONUsageReader, SSEUsageReader, StreamError, is_context_length_error
 from extproc.core.truncation import LENGTH_REASONS, judge_output
 
 if TYPE_CHECKING:
     from extproc.adapter.processor import StreamProcessor
 
-__all__ = ["finish_response", "on_response_body", "on_response_headers"]
+__all__ = ["finish_response", "on_response_body", "on_response_headers", "settle_pending_retry"]
 
 
 def wants_calibration(proc: StreamProcessor) -> bool:
@@ -67,11 +75,21 @@ def on_response_headers(proc: StreamProcessor, msg: pb.HttpHeaders) -> pb.Proces
         if retry is not None:
             proc.retried_to = retry.to_pool
             proc.misroute = retry.outcome
-            proc.router.observer.misroute(retry.from_pool, retry.to_pool, retry.outcome)
+            proc.retry_outcome = retry.outcome  # counted with its cause once the answer shows it
     obs = proc.router.observer
     if not 200 <= proc.status < 300:
         if proc.budget is not None:
             obs.calibration("non_2xx")
+        if proc.retry_outcome is not None:
+            # the retry failed too: its error body tells a length error from a client error
+            decoder = None if msg.end_of_stream else make_decoder(encoding)
+            if decoder is None:
+                settle_retry(proc, cause_of_failed_retry(proc.status, None))
+                return R.CONTINUE_RESPONSE_HEADERS
+            proc._decoder = decoder
+            proc._error = ErrorBodyReader()
+            proc.exchange = Exchange.RESPONSE_BODY
+            return R.READ_JSON_RESPONSE
         return R.CONTINUE_RESPONSE_HEADERS
     if msg.end_of_stream or not wants_calibration(proc):
         if proc.budget is not None and msg.end_of_stream:
@@ -102,7 +120,8 @@ def on_response_body(proc: StreamProcessor, msg: pb.HttpBody) -> pb.ProcessingRe
         try:
             data = proc._decoder.decode(msg.body)
         except DecodeError:
-            proc.router.observer.calibration("decode_error")
+            if proc._error is None:
+                proc.router.observer.calibration("decode_error")
             proc._decoder = None
             proc._sse = None
             proc._json = None
@@ -111,6 +130,8 @@ def on_response_body(proc: StreamProcessor, msg: pb.HttpBody) -> pb.ProcessingRe
             proc._sse.feed(data)
         elif proc._json is not None:
             proc._json.feed(data)
+        elif proc._error is not None:
+            proc._error.feed(data)
     if msg.end_of_stream:
         finish_response(proc)
     return R.CONTINUE_RESPONSE_BODY
@@ -118,6 +139,9 @@ def on_response_body(proc: StreamProcessor, msg: pb.HttpBody) -> pb.ProcessingRe
 
 def finish_response(proc: StreamProcessor) -> None:
     """Read the final usage and calibrate; idempotent (exactly once per request)."""
+    if proc._error is not None:  # a failed retry's error answer
+        settle_pending_retry(proc)
+        return
     if proc.calibrated or proc.budget is None:
         return
     if proc._sse is not None:
@@ -148,6 +172,7 @@ def finish_response(proc: StreamProcessor) -> None:
         r.observer.calibration("no_usage")
         judge_without_usage(proc, finish_reasons)
         return
+    settle_served_retry(proc, proc.budget, proc.prompt_tokens)
     judge_answer(proc, finish_reasons)
     learned = learned_budget(proc)
     if learned is None:
@@ -205,7 +230,8 @@ def judge_answer(proc: StreamProcessor, finish_reasons: tuple[str, ...]) -> None
     proc.truncated = report.truncated
     if report.truncated:
         proc.misroute = proc.misroute or "truncated"
-        r.observer.misroute(served, served, "truncated")
+        proc.misroute_cause = proc.misroute_cause or TRUNCATED
+        r.observer.misroute(served, served, "truncated", TRUNCATED)
     key = budget.output_class
     if key is not None and not report.sequences:
         if len(finish_reasons) > max(1, budget.n_sequences):  # a prompt list read off the path
@@ -273,7 +299,46 @@ def stream_error(proc: StreamProcessor, err: StreamError) -> None:
     obs = proc.router.observer
     obs.calibration("error_in_stream")
     routed = proc.routed_pool
-    if routed is not None and is_context_length_error(err):
+    length_error = is_context_length_error(err)
+    settle_retry(proc, ESTIMATE_TOO_LOW if length_error else UNKNOWN)
+    if routed is not None and length_error:
         served = proc.retried_to or routed
         proc.misroute = "error_in_stream"
-        obs.misroute(served, served, "error_in_stream")
+        proc.misroute_cause = ESTIMATE_TOO_LOW
+        obs.misroute(served, served, "error_in_stream", ESTIMATE_TOO_LOW)
+
+
+def settle_served_retry(proc: StreamProcessor, budget: TokenBudget, prompt_tokens: int) -> None:
+    """A retried request the larger pool served with usage: ``estimate_too_low`` when the served
+    ``prompt_tokens`` cannot have fitted the first pool, else ``pool_unavailable``."""
+    routed = proc.routed_pool
+    if proc.retry_outcome is None or routed is None:
+        return
+    first = proc.router.recovery.policy.pool(routed)
+    over = None if first is None else overflowed(budget, prompt_tokens, first.max_model_len)
+    settle_retry(proc, cause_of_served_retry(over))
+
+
+def settle_retry(proc: StreamProcessor, cause: str) -> None:
+    """Count Envoy's retry of this request, once, with its ``cause``
+    (``tbr_misroutes_total{from_pool,to_pool,outcome,cause}``, :mod:`extproc.core.misroute_cause`)."""
+    outcome, routed = proc.retry_outcome, proc.routed_pool
+    if outcome is None or routed is None or proc.retried_to is None:
+        return
+    proc.retry_outcome = None
+    proc.misroute_cause = cause
+    proc.router.observer.misroute(routed, proc.retried_to, outcome, cause)
+
+
+def settle_pending_retry(proc: StreamProcessor) -> None:
+    """A retry not counted yet (the stream ends, or a failed retry's error body ended): counted
+    with what its answer showed: the error body of a failed retry, else ``unknown`` (a 2xx whose
+    usage was not read)."""
+    error_reader, proc._error = proc._error, None
+    if proc.retry_outcome is None:
+        return
+    if not 200 <= proc.status < 300:
+        error = error_reader.close() if error_reader is not None else None
+        settle_retry(proc, cause_of_failed_retry(proc.status, error))
+    else:
+        settle_retry(proc, UNKNOWN)

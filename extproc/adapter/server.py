@@ -53,6 +53,7 @@ from grpc_health.v1 import _async as health_aio  # grpc-stubs lack the asyncio s
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from extproc.adapter import responses as R
+from extproc.adapter.exchange import Exchange
 from extproc.adapter.observer import request_id_var
 from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.runtime import Runtime
@@ -100,6 +101,8 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
                 req = await context.read()
                 if req is grpc.aio.EOF:  # type: ignore[attr-defined]  # missing from grpc-stubs
                     break
+                if proc.exchange is Exchange.REQUEST_HEADERS and req.HasField("request_headers"):
+                    proc.unrouted = _is_unrouted_stream(context)
                 resp = proc.handle(req)
                 if proc.request_id and not request_id_var.get():
                     request_id_var.set(proc.request_id)  # for every log line of this stream
@@ -133,6 +136,17 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
             self.active_streams -= 1
             # After the status is on its way: the stream's accounting is off the request's path.
             asyncio.get_running_loop().call_soon(_finish_stream, proc, end)
+
+
+UNROUTED_STREAM = ("x-tbr-stream", "unrouted")
+"""gRPC metadata of the streams Envoy's ``tbr_unrouted`` filter opens (``grpc_service.initial_metadata``
+in envoy/envoy.yaml): requests that reached no routing answer, bodiless ones above all."""
+
+
+def _is_unrouted_stream(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
+    """Whether the call carries :data:`UNROUTED_STREAM` (read only for streams that start with
+    request headers: the one-message routing stream starts with its body)."""
+    return any(tuple(m) == UNROUTED_STREAM for m in context.invocation_metadata() or ())
 
 
 def _finish_stream(proc: StreamProcessor, end: str) -> None:
@@ -179,7 +193,7 @@ def _plan(proc: StreamProcessor, resp: pb.ProcessingResponse, req: pb.Processing
     """``(answer, then)`` after handling ``req``: whether to send ``resp``, and then ``read`` the next
     message, ``wait_read`` (give Envoy :data:`RESET_WAIT_S` to reset, then read), ``end`` the call,
     or ``wait_end`` ("How a stream ends", module docstring)."""
-    if proc.silent:  # off-path calibration: Envoy (observability mode) waits for no answer
+    if proc.silent or proc.unrouted:  # observability mode: Envoy waits for no answer
         return False, "end" if proc.exchange_done else "read"
     if not proc.exchange_done:
         return True, "read"

@@ -119,6 +119,15 @@ class RecoveryConfig(Strict):
 
     calibrate: bool = True
     """Apply the strong ratio correction on a confirmed misroute."""
+    max_step: Annotated[float, Field(gt=0.0, le=4.0)] = 0.1
+    """Largest relative move one confirmed misroute can cause in a text key's learned value: the
+    corrected value is at least the value the request was routed with ÷ (1 + this) (issue 34: one
+    crafted request must not push a key to its floor). ``k`` misroutes of a key move it by at most
+    (1 + this)^k; ordinary learning (its low-quantile tracker) does the rest."""
+    max_media_step: Annotated[float, Field(gt=0.0, le=15.0)] = 1.0
+    """The same bound for a learned media factor (``runs`` model): one misroute raises it at most
+    × (1 + this). Wider than ``max_step``: a media part's rule (duration × tokens per second,
+    pixels per tile) can be off by its encoder's pooling, a whole factor of 2."""
     attempt_count_header: str = "x-envoy-attempt-count"
     """Response header carrying Envoy's attempt count (virtual host
     ``include_attempt_count_in_response: true``)."""

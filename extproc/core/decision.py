@@ -48,6 +48,9 @@ class DecisionRecord:
             context-length error inside a 2xx SSE stream (``error_in_stream``); the same values as
             ``tbr_misroutes_total{outcome}``; ``truncated`` when the pool cut the answer at its
             ``max_model_len`` (:mod:`extproc.core.truncation`) and nothing else named it a misroute.
+        misroute_cause: why the misroute happened, the ``cause`` label of ``tbr_misroutes_total``
+            (:mod:`extproc.core.misroute_cause`): ``estimate_too_low``, ``truncated``,
+            ``pool_unavailable``, ``client_error`` or ``unknown``; None when not a misroute.
         finish_reason: the answer's finish reason in the API's terms (``length``, ``stop``,
             ``max_output_tokens``, ``max_tokens``, ...; the length reason when any choice stopped at
             a token limit); None when not read.
@@ -74,6 +77,7 @@ class DecisionRecord:
     misroute: str | None = None
     finish_reason: str | None = None
     truncated: bool | None = None
+    misroute_cause: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The record as a JSON object (``ts_s`` rounded to microseconds)."""
@@ -108,6 +112,7 @@ class DecisionRecord:
         misroute = row.get("misroute")
         finish = row.get("finish_reason")
         truncated = row.get("truncated")
+        cause = row.get("misroute_cause")
         return cls(
             ts_s=float(t),
             request_id=str(row.get("request_id") or ""),
@@ -120,6 +125,7 @@ class DecisionRecord:
             misroute=None if misroute is None else str(misroute),
             finish_reason=None if finish is None else str(finish)[:64],
             truncated=truncated if isinstance(truncated, bool) else None,
+            misroute_cause=None if cause is None else str(cause)[:32],
             **ints,
         )
 

@@ -287,6 +287,9 @@ class Estimator:
         if runs:
             w = min(1.0, state.samples / self.cfg.prior_ramp_samples)
             ratio = math.exp(w * math.log(max(ratio, floor)) + (1.0 - w) * math.log(self.prior(key)))
+            # the plausibility band is symmetric: no key budgets text below half its modelled
+            # tokens either (a stale or foreign state of 40 routes as 2.0, issue 34)
+            ratio = min(ratio, 1.0 / floor)
         return max(ratio, floor), max(state.mean_bpt, floor), True
 
     def routing_ratio(self, key: RatioKey) -> tuple[float, bool]:
@@ -600,7 +603,9 @@ class Estimator:
         rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
         return Observation(key=budget.key, c_obs_bpt=c_obs, rel_error=rel, state=new)
 
-    def _learn_media(self, budget: TokenBudget, prompt_tokens: int, *, recovery: bool) -> float | None:
+    def _learn_media(
+        self, budget: TokenBudget, prompt_tokens: int, *, recovery: bool, recovery_step: float = 1.0
+    ) -> float | None:
         """Learn the factor of the media key of ``budget`` from a served ``prompt_tokens``.
 
         The media's tokens are the served prompt minus the central text estimate and the other
@@ -608,9 +613,10 @@ class Estimator:
         observation: a cost raised since is not counted twice). ``factor_obs = media tokens /
         rule tokens``, clamped to [1/16, 16] and to ``max_media_tokens`` per part. An observation
         moves the factor toward it by at most ×/÷ (1 + ``max_step``): down as well as up.
-        Misroute ``recovery`` (the prompt overflowed the pool) raises it to ``factor_obs`` at once
-        and never lowers it. Returns the new factor, or None when nothing changed (several media
-        kinds or classes in one request cannot be told apart).
+        Misroute ``recovery`` (the prompt overflowed the pool) raises it toward ``factor_obs`` at
+        once, by at most × (1 + ``recovery_step``), and never lowers it. Returns the new factor, or
+        None when nothing changed (several media kinds or classes in one request cannot be told
+        apart).
         """
         if not budget.media_key or budget.media_base_tokens <= 0.0 or prompt_tokens <= 0:
             return None
@@ -629,7 +635,11 @@ class Estimator:
         if recovery:
             if observed <= current:
                 return None
-            new = observed
+            # bounded from the factor the request was budgeted with (before its own observation)
+            used = budget.media_tokens / budget.media_base_tokens
+            new = max(current, min(observed, used * (1.0 + recovery_step)))
+            if new <= current:
+                return None
         else:
             step = 1.0 + self.cfg.max_step
             new = min(max(observed, current / step), current * step)
@@ -637,25 +647,37 @@ class Estimator:
         self._keys_learned.add(budget.key[0])
         return new
 
-    def recover(self, budget: TokenBudget, prompt_tokens: int) -> float | None:
+    def recover(
+        self, budget: TokenBudget, prompt_tokens: int, *, max_step: float = 0.1, max_media_step: float = 1.0
+    ) -> float | None:
         """A confirmed misroute of ``budget`` whose served prompt was ``prompt_tokens``.
 
-        ``runs`` model: with media, the unexplained tokens raise the model's per-item media budget
-        at once; otherwise the key's routing value is lowered to the observed ``modelled/true``, but
-        never below ``min_model_ratio``, for the next ``recovery_observations`` observations of the
-        key. The key's warm-up is not touched and the store is not written (same with Redis).
-        Returns the new value (tokens per item for media), or None when nothing changed.
+        ``runs`` model: with media, the unexplained tokens raise the factor of the media's kind and
+        size class, by at most × (1 + ``max_media_step``); otherwise the key's routing value is
+        lowered toward the observed ``c_obs = modelled/true``, by at most ÷ (1 + ``max_step``) from
+        the value the request was routed with and never below ``min_model_ratio``, for the next
+        ``recovery_observations`` observations of the key (``recovery.max_step``,
+        ``recovery.max_media_step``). A ``c_obs`` more than ``reject_factor`` below that value moves
+        nothing: the request is not like its key, as ordinary learning judges it too (issue 34: one
+        request of random letters or random punctuation moved its key to the floor 0.5). The key's
+        warm-up is not touched and the store is not written (same with Redis). Returns the new
+        value (the media factor for media), or None when nothing changed.
         """
         cfg = self.cfg
         if budget.prompt_cap_tokens and prompt_tokens >= budget.prompt_cap_tokens:
             return None  # a prompt vLLM cut to truncate_prompt_tokens says nothing of the ratio
         if budget.n_media:
-            return self._learn_media(budget, prompt_tokens, recovery=True)
+            return self._learn_media(budget, prompt_tokens, recovery=True, recovery_step=max_media_step)
         text_tokens = prompt_tokens - budget.fixed_prompt_tokens
         if budget.model_tokens <= 0.0 or text_tokens <= 0:
             return None
-        c_obs = max(budget.model_tokens / text_tokens, cfg.min_model_ratio)
-        if c_obs >= budget.ratio_bpt:
+        c_obs = budget.model_tokens / text_tokens
+        if c_obs * cfg.reject_factor < budget.ratio_bpt:
+            return (
+                None  # the request is not like its key (random punctuation): ordinary learning rejects it too
+            )
+        value = max(c_obs, budget.ratio_bpt / (1.0 + max_step), cfg.min_model_ratio)
+        if value >= budget.ratio_bpt:
             return None
-        self._recovered[budget.key] = (c_obs, cfg.recovery_observations)
-        return c_obs
+        self._recovered[budget.key] = (value, cfg.recovery_observations)
+        return value

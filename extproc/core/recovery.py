@@ -87,22 +87,27 @@ def strong_correction(
     *,
     warmup_samples: int,
     dev_before_bpt: float,
+    max_step: float = 0.1,
 ) -> RatioState | None:
-    """Ratchet the key's learned ratio down to the ratio this misrouted request really had.
+    """Ratchet the key's learned ratio down toward the ratio this misrouted request really had,
+    by at most ÷ (1 + ``max_step``) per misroute (``recovery.max_step``, issue 34).
 
        ``c_obs = ratio_bytes / (prompt_tokens − fixed_prompt_tokens)`` (the byte base of ``Estimator.observe``). With ``(mean, dev)`` the state
        after the ordinary EMA update (already applied by the caller) and ``dev_before`` the deviation
        before it, the state becomes
 
-       * ``mean' = min(mean, c_obs)``: the conservative ratio ``c* = mean' − γ·dev'`` is then
-         ≤ ``c_obs``, so the same request is now budgeted at least at its true size;
+       * ``mean' = min(mean, max(c_obs, mean / (1 + max_step)))``: when the step bound does not
+         bind, the conservative ratio ``c* = mean' − γ·dev'`` is then ≤ ``c_obs``, so the same
+         request is now budgeted at least at its true size; when it binds, each further misroute of
+         the key moves it one more step (one crafted request cannot move a key further);
        * ``dev' = min(dev, max(dev_before, INITIAL_REL_DEV · c_obs))``: the jump from a wrong mean to
          the truth is an error of the old state, not spread of the key, so it must not inflate σ̂
          (a stale mean of 40 B/token corrected to 4 would otherwise give σ̂ ≈ 3.6 and send every
          request of the key to the largest pool);
        * ``samples' = max(samples, warmup_samples)``: the key leaves warm-up, because its prior or
          stale state has just been proven too high;
-       * ``low' = min(low, c_obs)`` when the quantile learner tracks a low ratio (it routes on it).
+       * ``low' = min(low, max(c_obs, low / (1 + max_step)))`` when the quantile learner tracks a
+         low ratio (it routes on it).
     Why a ratchet and not one more EMA step (β = 0.9 moves the mean
        only 10 % of the way): the costs are asymmetric. An underestimate costs a rejected attempt, a
        retry and, without recovery, a client-visible error; an overestimate costs a few requests on a
@@ -123,10 +128,12 @@ def strong_correction(
     state = store.get(budget.key)
     if state is None or not isinstance(store, _WritableStore):
         return None
-    dev = min(state.dev_bpt, max(dev_before_bpt, INITIAL_REL_DEV * c_obs))
-    # The quantile learner routes on ``low_bpt``: ratchet it down too, so c* ≤ c_obs either way.
-    low = min(state.low_bpt, c_obs) if state.low_bpt > 0.0 else 0.0
-    new = RatioState(min(state.mean_bpt, c_obs), dev, max(state.samples, warmup_samples), low)
+    step = 1.0 + max_step
+    mean = min(state.mean_bpt, max(c_obs, state.mean_bpt / step))
+    dev = min(state.dev_bpt, max(dev_before_bpt, INITIAL_REL_DEV * mean))
+    # The quantile learner routes on ``low_bpt``: ratchet it down too, by the same bounded step.
+    low = min(state.low_bpt, max(c_obs, state.low_bpt / step), mean) if state.low_bpt > 0.0 else 0.0
+    new = RatioState(mean, dev, max(state.samples, warmup_samples), low)
     store.put(budget.key, new)
     return new
 
@@ -195,7 +202,9 @@ class MisrouteRecovery:
         if not self.cfg.calibrate:
             return ("confirmed",)
         if self.estimator is not None and budget.model_tokens > 0.0:
-            value = self.estimator.recover(budget, prompt_tokens)
+            value = self.estimator.recover(
+                budget, prompt_tokens, max_step=self.cfg.max_step, max_media_step=self.cfg.max_media_step
+            )
             if value is None:
                 return ("confirmed",)
             log.info("misroute %s -> %s: %s/%s recovered to %.3f", pool, served_by, *budget.key, value)
@@ -206,6 +215,7 @@ class MisrouteRecovery:
             prompt_tokens,
             warmup_samples=self.warmup_samples,
             dev_before_bpt=dev_before_bpt,
+            max_step=self.cfg.max_step,
         )
         if new is None:
             return ("confirmed",)

@@ -30,6 +30,7 @@ __all__ = [
     "SSEUsageReader",
     "StreamError",
     "completion_tokens_of",
+    "error_object",
     "is_context_length_error",
     "prompt_tokens_of",
 ]
@@ -92,6 +93,12 @@ def is_context_length_error(err: StreamError) -> bool:
     if isinstance(err.code, str) and "context_length" in err.code:
         return True
     return bool(_CONTEXT_LENGTH.search(err.message) or _CONTEXT_LENGTH.search(err.type))
+
+
+def error_object(obj: Any) -> StreamError | None:
+    """The error of a decoded JSON error answer or SSE error event (``{"error": {...}}``, or a
+    flat ``{"object": "error", ...}``); None when ``obj`` is not one."""
+    return _stream_error(obj)
 
 
 def _stream_error(obj: Any) -> StreamError | None:

@@ -48,10 +48,12 @@ class LoadMetrics:
         )
         self.misroutes = Counter(
             "tbr_misroutes",
-            "Misroutes by outcome: Envoy retried the request on the next larger pool after a 400 from "
-            "its first pool (recovered = 2xx, retry_failed); a context-length error inside the pool's "
-            "2xx stream (error_in_stream); the pool cut the answer at its max_model_len (truncated).",
-            ["from_pool", "to_pool", "outcome"],
+            "Misroutes by outcome: Envoy retried the request on the next larger pool after its first "
+            "pool refused it (recovered = 2xx, retry_failed); a context-length error inside the pool's "
+            "2xx stream (error_in_stream); the pool cut the answer at its max_model_len (truncated). "
+            "By cause: estimate_too_low, truncated (both teach the router), pool_unavailable, "
+            "client_error, unknown.",
+            ["from_pool", "to_pool", "outcome", "cause"],
             registry=r,
         )
         self.misroute_calibration = Counter(

@@ -329,9 +329,9 @@ class PrometheusObserver:
         """``tbr_spillover_total{from_pool,to_pool,signal}``."""
         self._child("spillover", self.metrics.load.spillover, from_pool, to_pool, signal).inc()
 
-    def misroute(self, from_pool: str, to_pool: str, outcome: str) -> None:
-        """``tbr_misroutes_total{from_pool,to_pool,outcome}``."""
-        self._child("misroutes", self.metrics.load.misroutes, from_pool, to_pool, outcome).inc()
+    def misroute(self, from_pool: str, to_pool: str, outcome: str, cause: str) -> None:
+        """``tbr_misroutes_total{from_pool,to_pool,outcome,cause}``."""
+        self._child("misroutes", self.metrics.load.misroutes, from_pool, to_pool, outcome, cause).inc()
 
     def misroute_calibration(self, pool: str, outcome: str) -> None:
         """``tbr_misroute_calibration_total{pool,outcome}``."""

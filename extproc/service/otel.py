@@ -11,7 +11,7 @@ For every routed request (when its ext_proc stream ends) :class:`OtelRecorder` e
   ``traceparent`` header, as Envoy's tracer propagates it), so the routing decision appears inside
   the request's trace; attributes: the decision (``tbr.pool``, ``tbr.category``, ``tbr.reason``,
   ``tbr.budget_tokens``, ``tbr.estimated_prompt_tokens``, ``tbr.retried_to_pool``, ``tbr.stream_end``,
-  ``tbr.misroute``, ``tbr.truncated``)
+  ``tbr.misroute``, ``tbr.misroute_cause``, ``tbr.truncated``)
   and the GenAI semantic-convention attributes the router can see (``gen_ai.request.model``,
   ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``, ``http.response.status_code``);
 * GenAI semantic-convention metrics (https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-metrics/):
@@ -144,6 +144,7 @@ class OtelRecorder:
             "http.response.status_code": record.status,
             "tbr.retried_to_pool": record.retried_to_pool,
             "tbr.misroute": record.misroute,
+            "tbr.misroute_cause": record.misroute_cause,
             "tbr.truncated": record.truncated,
             "gen_ai.response.finish_reasons": [record.finish_reason] if record.finish_reason else None,
         }

@@ -236,7 +236,8 @@ async def test_a_misroute_seen_off_path_is_counted_and_ratchets(tmp_path: Path) 
         )
         reg = app.metrics.registry
         got = reg.get_sample_value(
-            "tbr_misroutes_total", {"from_pool": "short", "to_pool": "long", "outcome": "recovered"}
+            "tbr_misroutes_total",
+            {"from_pool": "short", "to_pool": "long", "outcome": "recovered", "cause": "estimate_too_low"},
         )
         assert got == 1
         confirmed = reg.get_sample_value(

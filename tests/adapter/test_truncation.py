@@ -39,10 +39,12 @@ class Recorder(NullObserver):
 
     def __init__(self) -> None:
         self.misroutes: list[tuple[str, str, str]] = []
+        self.causes: list[str] = []
         self.records: list[DecisionRecord] = []
 
-    def misroute(self, from_pool: str, to_pool: str, outcome: str) -> None:
+    def misroute(self, from_pool: str, to_pool: str, outcome: str, cause: str) -> None:
         self.misroutes.append((from_pool, to_pool, outcome))
+        self.causes.append(cause)
 
     def request_finished(self, record: DecisionRecord, traceparent: str) -> None:
         self.records.append(record)

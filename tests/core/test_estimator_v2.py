@@ -209,7 +209,12 @@ def test_4a_image_tokens_are_attributed_to_the_image(llama: TokenCounter) -> Non
     served = _truth(image, llama, image_tokens=10_500)
     assert budget.prompt_tokens < served  # the misroute of the issue
     est.observe(budget, served)
-    est.recover(budget, served)  # raises the (llama, image, xl) factor at once, from the state before
+    # raises the (llama, image, l) factor from the state before, by at most x2 per misroute (issue 34)
+    assert est.recover(budget, served) == 2.0
+    again = _estimate(est, image)
+    assert budget.prompt_tokens < again.prompt_tokens < served  # 10,500 is 2.56 x the rule's 4,096
+    est.observe(again, served)
+    est.recover(again, served)  # the second misroute covers it
     assert _estimate(est, image).prompt_tokens >= served - 64
     nxt = _body(_english(16000, 300))
     _assert_routes(_estimate(est, nxt), _truth(nxt, llama))
@@ -261,10 +266,15 @@ def test_4b_recovery_never_goes_below_the_floor_nor_forces_warm(qwen: TokenCount
     budget = _estimate(est, body)
     fake_served = 30 * budget.prompt_tokens  # a prompt the parser could not have seen
     est.observe(budget, fake_served)
-    value = est.recover(budget, fake_served)
-    assert value is not None and value >= est.cfg.min_model_ratio
+    assert est.recover(budget, fake_served) is None  # not like its key: moves nothing (issue 34)
+    assert est.routing_ratio(budget.key) == (budget.ratio_bpt, False)
+    for _ in range(20):  # a served count 1.6x the estimate, again and again: one bounded step each
+        before = est.routing_ratio(budget.key)[0]
+        b = _estimate(est, body)
+        value = est.recover(b, round(1.6 * b.prompt_tokens))
+        assert value is None or value >= before / (1.0 + 0.1) - 1e-9
     ratio, warm = est.routing_ratio(budget.key)
-    assert ratio >= est.cfg.min_model_ratio and not warm
+    assert ratio == est.cfg.min_model_ratio and not warm
     nxt = _agent(None, "")
     nxt["messages"][2]["content"] = _english(8000, 8)
     true = _truth(nxt, qwen)

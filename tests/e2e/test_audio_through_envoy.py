@@ -87,7 +87,9 @@ def test_audio_by_duration_and_learned_per_size_class_through_envoy(stack: Stack
     served = r.json()["usage"]["prompt_tokens"]
     assert 10_002 <= served < 10_002 + 30
     calibrated(stack, 7)
-    assert stack.router_metric("tbr_misroutes_total", {"outcome": "recovered"}) == 1
+    assert (
+        stack.router_metric("tbr_misroutes_total", {"outcome": "recovered", "cause": "estimate_too_low"}) == 1
+    )
     r = post(stack, talk, "flac", "talk-2")
     assert (r.status_code, r.headers["x-served-by-pool"], r.headers.get("x-envoy-attempt-count")) == (
         200,

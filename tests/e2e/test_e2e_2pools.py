@@ -37,6 +37,11 @@ async def test_two_pool_forced_underestimate_is_served_by_long(tmp_path: Path) -
         assert (raw.headers["x-served-by-pool"], raw.headers.get("x-envoy-attempt-count")) == ("long", "2")
         short = await stack.pool_stats("short")
         assert short["requests"]["/v1/chat/completions"] == {"400": 1}
-        labels = {"from_pool": "short", "to_pool": "long", "outcome": "recovered"}
+        labels = {
+            "from_pool": "short",
+            "to_pool": "long",
+            "outcome": "recovered",
+            "cause": "estimate_too_low",
+        }
         assert await wait_for_metric(stack, "tbr_misroutes_total", labels, 1) == 1
         await c.close()

@@ -109,33 +109,45 @@ PROSE = "The quick brown fox jumps over the lazy dog while the farmer counts his
 
 
 async def test_forced_underestimate_is_recovered_on_the_next_larger_pool(tmp_path: Path) -> None:
-    """A stale snapshot claims 40 bytes/token for this key: the 4,169-token prompt (Qwen3) is
-    budgeted at 541 tokens and sent to short (4,096). The short pool answers vLLM's context-length 400, Envoy
-    retries once on medium, the client gets medium's 200; the router ratchets the ratio so that the
-    same request then goes straight to medium (the stale value is far above any plausible one)."""
+    """A stale snapshot claims 40 (modelled/true tokens) for this key: routed at the plausibility
+    ceiling 2.0, the 4,169-token prompt (Qwen3) is budgeted at about half its size and sent to short
+    (4,096). The short pool answers vLLM's context-length 400, Envoy retries once on medium, the
+    client gets medium's 200; each such misroute lowers the key's routing value by one bounded step
+    (÷ 1.1, issue 34), until the same request goes straight to medium."""
     key_category = classify_text(PROSE.encode())
+    key = ("Qwen/Qwen3-8B", key_category)
     snapshot = stale_ratio_snapshot(tmp_path, PROSE)
     router = {**ROUTER_BASE, "calibration": {"snapshot_path": str(snapshot)}}
     async with three_pool_stack(tmp_path, router_overrides=router) as stack:
         c = client(stack)
         messages = [{"role": "user", "content": PROSE}]
-        pool, attempts = await served_by(c, messages, max_tokens=16)
-        assert (pool, attempts) == ("medium", "2")
+        estimator = stack.app.current_router().estimator
+        assert estimator.routing_ratio(key)[0] == 2.0  # 40 is outside the plausible band
+        misroutes = 0
+        for _ in range(12):
+            before = estimator.routing_ratio(key)[0]
+            pool, attempts = await served_by(c, messages, max_tokens=16)
+            if attempts == "1":
+                break
+            assert (pool, attempts) == ("medium", "2")
+            misroutes += 1
+            ratcheted = {"pool": "short", "outcome": "ratcheted"}
+            await wait_for_metric(stack, "tbr_misroute_calibration_total", ratcheted, misroutes)
+            after = estimator.routing_ratio(key)[0]
+            assert before / 1.1 - 1e-9 <= after < before  # one bounded step per misroute
+        assert pool == "medium" and 3 <= misroutes <= 10, misroutes  # routed right the first time now
         short = await stack.pool_stats("short")
-        assert short["requests"]["/v1/chat/completions"] == {"400": 1}  # the rejected first attempt
-
-        ratcheted = {"pool": "short", "outcome": "ratcheted"}
-        await wait_for_metric(stack, "tbr_misroute_calibration_total", ratcheted, 1)
-        labels = {"from_pool": "short", "to_pool": "medium", "outcome": "recovered"}
-        assert metric(stack, "tbr_misroutes_total", labels) == 1
-        assert metric(stack, "tbr_misroute_calibration_total", ratcheted) == 1
-        # the key's routing value is lowered to what the served usage shows (modelled/true ≈ 1),
-        # held by the estimator for the next observations, not written to the store (same with Redis)
-        ratio, _warm = stack.app.current_router().estimator.routing_ratio(("Qwen/Qwen3-8B", key_category))
-        assert ratio <= 1.5
-
-        pool, attempts = await served_by(c, messages, max_tokens=16)
-        assert (pool, attempts) == ("medium", "1")  # routed right the first time now
+        assert short["requests"]["/v1/chat/completions"] == {"400": misroutes}  # the rejected first attempts
+        labels = {
+            "from_pool": "short",
+            "to_pool": "medium",
+            "outcome": "recovered",
+            "cause": "estimate_too_low",
+        }
+        assert metric(stack, "tbr_misroutes_total", labels) == misroutes
+        # the key's routing value is held by the estimator for the next observations, not written to
+        # the store (same with Redis)
+        assert estimator.routing_ratio(key)[0] <= 1.1
         await c.close()
         await asyncio.sleep(0.1)
         assert stack.app.load.total_inflight() == 0

@@ -111,7 +111,7 @@ async def test_a_5000_token_answer_cut_by_the_short_pool_is_counted(tmp_path: Pa
         for name, (pool, reason, prompt, completion) in first.items():
             # routed short on the 1,024-token reserve, and cut there exactly as vLLM cuts it
             assert (pool, reason, completion) == ("short", "length", SHORT - prompt), name
-        labels = {"from_pool": "short", "to_pool": "short", "outcome": "truncated"}
+        labels = {"from_pool": "short", "to_pool": "short", "outcome": "truncated", "cause": "truncated"}
         assert await wait_for_metric(stack, "tbr_misroutes_total", labels, 3) == 3
     records = {
         r["request_id"]: r for r in map(orjson.loads, log_path.read_bytes().splitlines()) if r["request_id"]
@@ -167,7 +167,7 @@ async def test_the_output_learner_sends_them_long_after_counted_truncations(tmp_
                     cut += 1
             # the router reads each answer off the request path: wait until it has learned them all
             await _drained(stack)
-            labels = {"from_pool": "short", "to_pool": "short", "outcome": "truncated"}
+            labels = {"from_pool": "short", "to_pool": "short", "outcome": "truncated", "cause": "truncated"}
             assert stack.app.metrics.registry.get_sample_value("tbr_misroutes_total", labels) == (cut or None)
             if all(a[0] == "long" for a in answers.values()):
                 break

@@ -57,7 +57,12 @@ async def test_context_length_error_inside_a_200_stream_is_a_misroute(tmp_path: 
         event = orjson.loads(routed.content.split(b"\n\n")[0].removeprefix(b"data: "))
         assert event["error"]["code"] == 400 and "context length" in event["error"]["message"]
         reg = stack.app.metrics.registry
-        labels = {"from_pool": "short", "to_pool": "short", "outcome": "error_in_stream"}
+        labels = {
+            "from_pool": "short",
+            "to_pool": "short",
+            "outcome": "error_in_stream",
+            "cause": "estimate_too_low",
+        }
         assert await wait_for_metric(stack, "tbr_misroutes_total", labels, 1) == 1
         assert reg.get_sample_value("tbr_calibration_events_total", {"outcome": "error_in_stream"}) == 1
         assert reg.get_sample_value("tbr_calibration_events_total", {"outcome": "applied"}) is None

@@ -7,11 +7,23 @@ import base64
 import json
 import time
 
+import grpc
 import pytest
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from extproc.service.app import RouterApp
 from tests.hardening.helpers import Counts, metrics_text, sample
-from tests.pb import COMPLETIONS_HEADERS, chat_body, phase_of, req_body, req_headers, routed_pool, run_stream
+from tests.pb import (
+    COMPLETIONS_HEADERS,
+    chat_body,
+    headers,
+    phase_of,
+    req_body,
+    req_headers,
+    routed_pool,
+    run_stream,
+)
 
 
 def _obj(**fields: object) -> bytes:
@@ -123,6 +135,39 @@ async def test_empty_body_on_headers_routes_at_headers(app: RouterApp) -> None:
     assert routed_pool(out[0]) == "long"
     text = await metrics_text(app.admin_port)
     assert sample(text, "tbr_unreadable_requests_total", {"reason": "body_empty"}) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("method", "eos", "reason"),
+    [("POST", True, "body_empty"), ("GET", True, "unsupported_path"), ("POST", False, None)],
+    ids=["empty_post", "get", "post_with_body_failed_open"],
+)
+async def test_unrouted_observability_stream_counts_bodiless_requests(
+    app: RouterApp, method: str, eos: bool, reason: str | None
+) -> None:
+    """A stream of Envoy's ``tbr_unrouted`` filter (gRPC metadata ``x-tbr-stream: unrouted``,
+    observability mode): the router answers nothing and counts a bodiless request with its reason;
+    a request with a body (the routing filter failed open on it) is not counted again."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
+        call = pb_grpc.ExternalProcessorStub(ch).Process(metadata=(("x-tbr-stream", "unrouted"),))  # type: ignore[call-arg]
+        pairs = {":method": method, ":path": "/v1/chat/completions", "x-request-id": "bodiless"}
+        await call.write(pb.ProcessingRequest(request_headers=headers(pairs, eos=eos)))
+        await call.done_writing()
+        assert await call.read() is grpc.aio.EOF  # type: ignore[attr-defined]  # no answer: Envoy awaits none
+    deadline = time.monotonic() + 5  # the stream's end is processed off the call's path
+    text = await metrics_text(app.admin_port)
+    while sample(text, "tbr_streams_total") < 1.0:
+        assert time.monotonic() < deadline
+        text = await metrics_text(app.admin_port)
+    decisions = sample(
+        text,
+        "tbr_routing_decisions_total",
+        {"reason": reason or "body_missing", "pool": "long", "category": "unknown"},
+    )
+    assert decisions == (1.0 if reason else 0.0)
+    unreadable = sample(text, "tbr_unreadable_requests_total", {"reason": "body_empty"})
+    assert unreadable == (1.0 if reason == "body_empty" else 0.0)
+    assert sample(text, "tbr_processing_errors_total") == 0.0
 
 
 # Readable bodies with non-text parts: routed by budget, not rejected.

@@ -82,6 +82,34 @@ async def test_prompt_plus_max_tokens_over_the_limit_is_clamped_as_vllm_does(
     assert choice["finish_reason"] == "length" and r.json()["usage"]["completion_tokens"] == 2048 - n
 
 
+@pytest.mark.parametrize(
+    ("path", "temperature", "message"),
+    [
+        ("/v1/chat/completions", -1, "temperature must be non-negative, got -1.0."),
+        ("/v1/completions", -0.5, "temperature must be non-negative, got -0.5."),
+        ("/v1/chat/completions", 2.5, "temperature must be in [0, 2], got 2.5."),
+    ],
+)
+async def test_temperature_out_of_range_is_vllms_400(
+    client: httpx.AsyncClient, path: str, temperature: float, message: str
+) -> None:
+    """vLLM 0.32's ``SamplingParams._verify_args`` (a ``VLLMValidationError`` on ``temperature``)."""
+    body: dict[str, object] = {"max_tokens": 2, "temperature": temperature}
+    body |= {"messages": HELLO} if path.endswith("chat/completions") else {"prompt": "Hi"}
+    r = await client.post(path, json=body)
+    assert r.status_code == 400
+    assert r.json() == {
+        "error": {
+            "message": f"{message} (parameter=temperature, value={float(temperature)})",
+            "type": "BadRequestError",
+            "param": "temperature",
+            "code": 400,
+        }
+    }
+    ok = await client.post(path, json=body | {"temperature": 0})
+    assert ok.status_code == 200
+
+
 async def test_max_tokens_above_max_model_len_400_vllm_shape(client: httpx.AsyncClient) -> None:
     r = await client.post("/v1/chat/completions", json={"messages": HELLO, "max_tokens": 2049})
     assert r.status_code == 400

@@ -334,7 +334,33 @@ ROWS: list[Row] = [
         lambda: {"model": QWEN, "input": "Hi", "max_output_tokens": LIMIT + 1},
     ),
     ("max_tokens_over_messages", "qwen3", "/v1/messages", lambda: chat(QWEN, "Hi", max_tokens=LIMIT + 1)),
-    # 5. unknown model: 404 on every endpoint
+    # 5. sampling parameters vLLM refuses after the length check (issue 34: a client error the
+    #    larger pool refuses again; the router counts it as cause client_error)
+    (
+        "temperature_negative",
+        "qwen3",
+        "/v1/chat/completions",
+        lambda: chat(QWEN, "Hi", max_tokens=2, temperature=-1),
+    ),
+    (
+        "temperature_negative_completions",
+        "llama3",
+        "/v1/completions",
+        lambda: {"model": LLAMA, "prompt": "Hi", "max_tokens": 2, "temperature": -1},
+    ),
+    (
+        "temperature_over",
+        "qwen3",
+        "/v1/chat/completions",
+        lambda: chat(QWEN, "Hi", max_tokens=2, temperature=2.5),
+    ),
+    (
+        "over_and_temperature_negative",
+        "qwen3",
+        "/v1/chat/completions",
+        lambda: chat(QWEN, " hello" * 9000, max_tokens=4, temperature=-1),
+    ),
+    # 6. unknown model: 404 on every endpoint
     ("unknown_model_chat", "qwen3", "/v1/chat/completions", lambda: chat("x", "Hi", max_tokens=2)),
     ("unknown_model_completions", "qwen3", "/v1/completions", lambda: {"model": "x", "prompt": "Hi"}),
     ("unknown_model_responses", "qwen3", "/v1/responses", lambda: {"model": "x", "input": "Hi"}),
@@ -346,7 +372,7 @@ def expected_status(row_id: str) -> int:
     """vLLM's status for a row, by its name (the contract's own sanity check)."""
     if row_id.startswith("unknown_model"):
         return 404
-    if row_id.startswith(("over_", "exact_")) or "_over" in row_id:
+    if row_id.startswith(("over_", "exact_", "temperature_")) or "_over" in row_id:
         return 400
     return 200
 

@@ -318,7 +318,12 @@ async def test_prompt_over_the_short_limit_is_recovered_on_the_long_pool(
         assert raw.headers.get("x-envoy-attempt-count") == "2"
         rec = decision(stack, "misroute")
         assert (rec["pool"], rec["retried_to_pool"], rec["misroute"]) == ("short", "long", "recovered")
-        labels = {"from_pool": "short", "to_pool": "long", "outcome": "recovered"}
+        labels = {
+            "from_pool": "short",
+            "to_pool": "long",
+            "outcome": "recovered",
+            "cause": "estimate_too_low",
+        }
         assert wait_metric(stack, "tbr_misroutes_total", labels, 1) == 1
     finally:
         restart_router(stack, {"calibration": {"snapshot_path": None}})
