@@ -28,6 +28,7 @@ from extproc.config.estimation import (
     ImageRule,
     ModelProfile,
     OutputReserveConfig,
+    ResponseReadsConfig,
 )
 from extproc.config.listeners import AdminConfig, ServerConfig
 from extproc.config.pools import ModelSet, PoolConfig, RecoveryConfig, SpilloverConfig
@@ -47,6 +48,7 @@ __all__ = [
     "OutputReserveConfig",
     "PoolConfig",
     "RecoveryConfig",
+    "ResponseReadsConfig",
     "RouterConfig",
     "ServerConfig",
     "SpilloverConfig",
