@@ -114,9 +114,18 @@ def _variants() -> list[Variant]:
         Variant(
             "calib_all_1msg",
             "router, one message, every response read off the request path (`sample_rate: 1`, the"
-            " shipped config/router.yaml default)",
+            " shipped default before issue 35)",
             sample_rate=1.0,
             one_message=True,
+        ),
+        Variant(
+            "shipped_1msg",
+            "**the shipped default**: config/router.yaml as shipped (learning everything it learns by"
+            " default; responses read by the adaptive decision, `response_reads.mode: adaptive`), one"
+            " message (envoy/envoy.yaml)",
+            one_message=True,
+            shipped=True,
+            sizes=ALL,
         ),
         Variant(
             "calib_10_off",
