@@ -154,7 +154,12 @@ def finish_response(proc: StreamProcessor) -> None:
         return
     before = r.store.get(learned.key) if proc.retried_to is not None else None
     obs = r.estimator.observe(learned, proc.prompt_tokens)
-    r.read_policy.observed(learned.key, obs.rel_error if obs is not None else None, time.monotonic())
+    # the observation's own key: a model admitted by this very answer learns under its name
+    r.read_policy.observed(
+        obs.key if obs is not None else learned.key,
+        obs.rel_error if obs is not None else None,
+        time.monotonic(),
+    )
     if obs is None:
         r.observer.calibration("not_text_dominated")
     else:

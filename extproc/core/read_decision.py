@@ -173,7 +173,7 @@ class ResponseReadPolicy:
         state = self._state(key, now_s)
         if key[1] == _BOUNDED:
             model = self._models.get(key[0])
-            cold = model is None or model[0] < p.cold_samples
+            cold = (model[0] if model is not None else 0) < p.cold_samples
             drifting = model is not None and model[1] > 0
         else:
             cold = ratio_samples < p.cold_samples
