@@ -49,6 +49,7 @@ from extproc.core.batch import batch_budget
 from extproc.core.decision import DecisionRecord
 from extproc.core.encoding import StreamDecoder
 from extproc.core.estimator import TokenBudget
+from extproc.core.output_reserve import ALL_BANDS
 from extproc.core.policy import PoolDecision
 from extproc.core.read_decision import truncation_possible
 from extproc.core.request_body import RequestFeatures, UnreadableRequest, endpoint_for_path
@@ -487,7 +488,10 @@ class StreamProcessor:
         learner = r.estimator.output_learner
         output_samples: int | None = None
         if learner is not None and budget.output_class is not None:
-            state = learner.get(budget.output_class)
+            # a bound's prompt band is not the request's (reads teach the exact estimate's class):
+            # the all-bands parent, which learns from every band, says whether the output is cold
+            key = budget.output_class
+            state = learner.get(key._replace(prompt_band=ALL_BANDS) if budget.screened else key)
             output_samples = state.samples if state is not None else 0
         ratio = r.store.get(budget.key) if not budget.screened else None
         read, reason = r.read_policy.decide(

@@ -12,6 +12,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter.off_path import decode_payload
 from extproc.config import parse_config
+from extproc.core.output_reserve import ALL_BANDS
 from extproc.core.request_body import parse_request_body
 from extproc.service.app import RouterApp
 from tests.pb import chat_body, open_stream, resp_body, resp_headers, run_stream, usage_body
@@ -116,3 +117,24 @@ async def test_a_request_its_pool_may_truncate_is_read() -> None:
         assert _count(app, "read", "truncation_possible") == 1
         (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "far")])
         assert _payload(answer) is None  # far from the boundary, learned (cold_samples 0): skipped
+
+
+async def test_a_bounded_requests_output_is_cold_until_its_all_bands_class_has_learned() -> None:
+    """A request routed by the byte bound has the bound's prompt band, never the one its reads teach:
+    whether its output is cold is asked of the class over all bands (what every read teaches)."""
+    cfg = parse_config(
+        _cfg(cold_samples=0, output_cold_samples=3, floor_rate=0.0)
+        | {"estimator": {"output_reserve": {"learned": True}}}
+    )
+    async with RouterApp(cfg, grpc_port=0) as app:
+        (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "o1")])
+        value = _payload(answer)
+        assert value is not None and _count(app, "read", "output_cold") == 1
+        payload = decode_payload(value)
+        assert payload is not None and payload.budget.output_class is not None
+        router = app.current_router()
+        parent = payload.budget.output_class._replace(prompt_band=ALL_BANDS)
+        for _ in range(3):
+            router.observe_output(parent, 40, truncated=False, capped=False)
+        (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "o2")])
+        assert _payload(answer) is None and _count(app, "skip", "learned") == 1
