@@ -111,8 +111,6 @@ def one_message(hcm: dict[str, Any], ext_proc: dict[str, Any], buffer_limit_byte
             matcher["predicate"] = {"single_predicate": _CALIB_METADATA_PREDICATE}
             inner = _calibration_ext_proc(f)
             inner["metadata_options"] = {"forwarding_namespaces": {"untyped": [ROUTING_METADATA_NAMESPACE]}}
-            # the payload comes with the response headers' forwarded metadata
-            inner["processing_mode"]["request_header_mode"] = "SKIP"
     for vhost in hcm["route_config"]["virtual_hosts"]:
         for route in vhost["routes"]:
             match = route["match"]
@@ -145,10 +143,7 @@ def two_messages(hcm: dict[str, Any], ext_proc: dict[str, Any]) -> None:
         if f["name"] == CALIBRATION_FILTER:
             (matcher,) = f["typed_config"]["xds_matcher"]["matcher_list"]["matchers"]
             matcher["predicate"] = {"single_predicate": _CALIB_HEADER_PREDICATE}
-            inner = _calibration_ext_proc(f)
-            inner.pop("metadata_options", None)
-            # the payload is a request header: the observability stream must see the request headers
-            inner["processing_mode"]["request_header_mode"] = "SEND"
+            _calibration_ext_proc(f).pop("metadata_options", None)
     for vhost in hcm["route_config"]["virtual_hosts"]:
         for route in vhost["routes"]:
             match = route["match"]

@@ -179,10 +179,6 @@ class StreamProcessor:
                     self.on_body_first(req)
                 resp = self.on_request_body(req.request_body)
             elif phase == "response_headers":
-                if self.exchange is Exchange.REQUEST_HEADERS:
-                    # The stream starts here: an observability stream whose request headers are
-                    # SKIPped (envoy/envoy.yaml); the payload comes in its forwarded metadata.
-                    self._start_off_path_at_response(payload_from_metadata(req))
                 resp = self.on_response_headers(req.response_headers)
             elif phase == "response_body":
                 resp = self.on_response_body(req.response_body)
@@ -277,15 +273,6 @@ class StreamProcessor:
         self.category = payload.budget.key[1]
         self.exchange = Exchange.RESPONSE_HEADERS
         return R.CONTINUE_REQUEST_HEADERS
-
-    def _start_off_path_at_response(self, value: str | None) -> None:
-        """Response headers opened the stream: the one-message design's observability filter with
-        request headers SKIPped (one message fewer per read than sending them). The payload comes in
-        the forwarded ``tbr`` metadata; without it there is nothing to learn (the phases pass)."""
-        if value is None:
-            self.exchange = Exchange.DONE
-            return
-        self._start_off_path(value)
 
     def on_body_first(self, req: pb.ProcessingRequest) -> None:
         """The stream starts with ``request_body``: request headers are SKIPped (one message per

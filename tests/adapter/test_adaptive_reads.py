@@ -15,7 +15,7 @@ from extproc.config import parse_config
 from extproc.core.output_reserve import ALL_BANDS
 from extproc.core.request_body import parse_request_body
 from extproc.service.app import RouterApp
-from tests.pb import chat_body, open_stream, resp_body, resp_headers, run_stream, usage_body
+from tests.pb import chat_body, headers, open_stream, resp_body, resp_headers, run_stream, usage_body
 
 TEXT = "Explain in two sentences why the sky is blue during the day and red at sunset. "
 
@@ -46,14 +46,16 @@ def _payload(answer: pb.ProcessingResponse) -> str | None:
 
 
 async def _read(port: int, answer: pb.ProcessingResponse, prompt_tokens: int) -> None:
-    """The observability stream Envoy opens for a read request as envoy/envoy.yaml configures it:
-    request headers SKIPped, so it starts with the response headers, which carry the forwarded
-    ``tbr`` metadata; no answers."""
-    first = resp_headers({":status": "200", "content-type": "application/json"})
-    first.metadata_context.filter_metadata["tbr"].CopyFrom(answer.dynamic_metadata.fields["tbr"].struct_value)
+    """The observability stream Envoy opens for a read request (metadata forwarded, no answers)."""
+    req = pb.ProcessingRequest(request_headers=headers({":method": "POST", ":path": "/v1/chat/completions"}))
+    req.metadata_context.filter_metadata["tbr"].CopyFrom(answer.dynamic_metadata.fields["tbr"].struct_value)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
         call = open_stream(ch)
-        for m in (first, resp_body(usage_body(prompt_tokens), eos=True)):
+        for m in (
+            req,
+            resp_headers({":status": "200", "content-type": "application/json"}),
+            resp_body(usage_body(prompt_tokens), eos=True),
+        ):
             await call.write(m)
         with contextlib.suppress(grpc.aio.AioRpcError):
             await call.done_writing()
