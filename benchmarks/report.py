@@ -338,6 +338,7 @@ def render(res: dict[str, Any]) -> str:
         + _profile(res)
         + _micro(res)
         + _convergence(res)
+        + _read_replay(res)
         + _memory(res)
     )
     for _, text in res.get("external", []):
@@ -507,6 +508,33 @@ def _convergence(res: dict[str, Any]) -> list[str]:
         "",
     ]
     return out
+
+
+def _read_replay(res: dict[str, Any]) -> list[str]:
+    reports = res.get("read_replay")
+    if not reports:
+        return []
+    from evaluation.read_replay import render_rows
+
+    out = [
+        "## Adaptive reads learn as fast as reading every response (issue 35)",
+        "",
+        "`evaluation.read_replay`: the same seeded replay from a cold start through the router's estimator"
+        " (shipped calibration, Llama-3 ground truth), learning from every response or from those the"
+        " adaptive decision (`calibration.response_reads.mode: adaptive`, shipped) reads, requests routed as"
+        " the router routes them, the decision's clock at 10 / 100 / 1,000 req/s. Mean |routing estimate −"
+        " true| / true per part of the replay (the first tenth is the cold start); harmful/wasteful misroutes"
+        " at B = 2,048 / 4,096 / 8,192.",
+        "",
+        "| corpus (requests) | reads | share read | first tenth | tenths 2–5 | tenths 6–10 | misroutes harmful/wasteful |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        if "error" in r:
+            out.append(f"| {r['corpus']} | skipped: {r['error']} | | | | | |")
+        else:
+            out += render_rows(r)
+    return [*out, ""]
 
 
 def _memory(res: dict[str, Any]) -> list[str]:

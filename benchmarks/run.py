@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bodies import build_bodies, load_prompts
+from benchmarks.bodies import DATA_DIR, build_bodies, load_prompts
 from benchmarks.convergence import replay
 from benchmarks.e2e import UNLOADED_SLICES, run_suite
 from benchmarks.external import run_external
@@ -203,6 +203,21 @@ def _growth(stack: Stack, log: Any, rounds: int, dur: float) -> dict[str, Any]:
     return {"points": points, "bytes_per_request_after_first_round": slope}
 
 
+def _read_replay(log: Any) -> list[dict[str, Any]]:
+    """evaluation.read_replay on the repository corpus and the broad corpus (when their data is
+    here); a corpus that cannot be loaded is reported, not fatal."""
+    from evaluation.read_replay import compare
+
+    out: list[dict[str, Any]] = []
+    for corpus in ("shared", str(DATA_DIR / "broad" / "broad.jsonl")):
+        try:
+            out.append(compare(corpus, str(DATA_DIR)))
+        except (OSError, ValueError, KeyError) as exc:
+            log(f"  read replay {corpus}: skipped ({exc})")
+            out.append({"corpus": corpus, "error": str(exc)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run everything and write the report."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -296,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
             r = asyncio.run(replay(prompts, rate, seed=1))
             conv.append(r.__dict__)
         results["convergence"] = {"source": source, "runs": conv}
+        log("adaptive reads against reading everything (evaluation.read_replay)")
+        results["read_replay"] = _read_replay(log)
         log("memory: 1,000 long-lived streams")
         mem_dir = work / "mem"
         mem_dir.mkdir()

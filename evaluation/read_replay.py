@@ -40,7 +40,7 @@ from extproc.core.estimator import Estimator
 from extproc.core.read_decision import ReadPolicyParams, ResponseReadPolicy, truncation_possible
 from extproc.core.screen import route_budget
 
-__all__ = ["ReadReplay", "replay_reads", "summarise_reads"]
+__all__ = ["ReadReplay", "compare", "render_rows", "replay_reads", "summarise_reads"]
 
 LIMITS_TOKENS = (8192, 65536)
 """Pools of config/router.yaml (``max_model_len``)."""
@@ -169,6 +169,54 @@ def _items(corpus: str, data: str, tokenizer: str, seed: int, limit: int) -> lis
     return items[:limit] if limit else items
 
 
+def compare(
+    corpus: str,
+    data: str,
+    *,
+    tokenizer: str = "llama3",
+    seed: int = 0,
+    limit: int = 0,
+    rates: tuple[float, ...] = (10.0, 100.0, 1000.0),
+    thresholds: tuple[int, ...] = (2048, 4096, 8192),
+) -> dict[str, Any]:
+    """Read-all against the adaptive decision at each of ``rates`` (req/s) on ``corpus`` ('shared' or
+    a JSONL of bodies): ``{"corpus", "tokenizer", "seed", "read_all": summary, "adaptive_<r>rps":
+    summary, ...}`` (:func:`summarise_reads`).
+
+    Raises:
+        OSError, ValueError, KeyError: the corpus or its ground truth cannot be loaded.
+    """
+    items = _items(corpus, data, tokenizer, seed, limit)
+    report: dict[str, Any] = {"corpus": corpus, "tokenizer": tokenizer, "seed": seed}
+    report["read_all"] = summarise_reads(replay_reads(items, adaptive=False), list(thresholds))
+    for rate in rates:
+        rr = replay_reads(items, adaptive=True, rate_rps=rate, seed=seed)
+        report[f"adaptive_{rate:g}rps"] = summarise_reads(rr, list(thresholds))
+    return report
+
+
+def render_rows(report: dict[str, Any]) -> list[str]:
+    """Markdown rows ``| corpus | reads | share read | first tenth | tenths 2–5 | tenths 6–10 |
+    misroutes harmful/wasteful per B |`` of one :func:`compare` report."""
+    rows = []
+    name = "repository" if report["corpus"] == "shared" else Path(report["corpus"]).name
+    for key, v in report.items():
+        if not (isinstance(v, dict) and "read_share" in v):
+            continue
+        reads = (
+            "every response"
+            if key == "read_all"
+            else f"adaptive, {key.split('_')[1].removesuffix('rps')} req/s"
+        )
+        w = v["window_abs_err"]
+        mis = " / ".join(f"{m['harmful']}/{m['wasteful']}" for m in v["misroutes"].values())
+        rows.append(
+            f"| {name} ({v['n']:,}) | {reads} | {v['read_share']:.1%} | {w[0]:.1%} | "
+            f"{sum(w[1:5]) / max(len(w[1:5]), 1):.1%} | {sum(w[5:]) / max(len(w[5:]), 1):.1%} | {mis} |"
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print read-all against adaptive as JSON (module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -180,20 +228,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", default="10,100,1000", help="request rates (req/s) of the adaptive replays")
     ap.add_argument("--thresholds", default="2048,4096,8192")
     args = ap.parse_args(argv)
-    thresholds = [int(x) for x in args.thresholds.split(",")]
     try:
-        items = _items(args.corpus, args.data, args.tokenizer, args.seed, args.limit)
+        report = compare(
+            args.corpus,
+            args.data,
+            tokenizer=args.tokenizer,
+            seed=args.seed,
+            limit=args.limit,
+            rates=tuple(float(x) for x in args.rates.split(",")),
+            thresholds=tuple(int(x) for x in args.thresholds.split(",")),
+        )
     except (OSError, ValueError, KeyError) as exc:
         print(f"error: cannot load {args.corpus}: {exc}", file=sys.stderr)
         return 2
-    report: dict[str, Any] = {"corpus": args.corpus, "tokenizer": args.tokenizer, "seed": args.seed}
-    report["read_all"] = summarise_reads(replay_reads(items, adaptive=False), thresholds)
-    for rate in (float(x) for x in args.rates.split(",")):
-        rr = replay_reads(items, adaptive=True, rate_rps=rate, seed=args.seed)
-        report[f"adaptive_{rate:g}rps"] = summarise_reads(rr, thresholds)
     print(json.dumps(report, indent=1))
-    if not Path(args.data).exists():
-        return 2
+    print("\n".join(render_rows(report)), file=sys.stderr)
     return 0
 
 
