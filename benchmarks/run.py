@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.bodies import build_bodies, load_prompts
+from benchmarks.bodies import DATA_DIR, build_bodies, load_prompts
 from benchmarks.convergence import replay
 from benchmarks.e2e import UNLOADED_SLICES, run_suite
 from benchmarks.external import run_external
@@ -114,9 +114,18 @@ def _variants() -> list[Variant]:
         Variant(
             "calib_all_1msg",
             "router, one message, every response read off the request path (`sample_rate: 1`, the"
-            " shipped config/router.yaml default)",
+            " shipped default before issue 35)",
             sample_rate=1.0,
             one_message=True,
+        ),
+        Variant(
+            "shipped_1msg",
+            "**the shipped default**: config/router.yaml as shipped (learning everything it learns by"
+            " default; responses read by the adaptive decision, `response_reads.mode: adaptive`), one"
+            " message (envoy/envoy.yaml)",
+            one_message=True,
+            shipped=True,
+            sizes=ALL,
         ),
         Variant(
             "calib_10_off",
@@ -192,6 +201,21 @@ def _growth(stack: Stack, log: Any, rounds: int, dur: float) -> dict[str, Any]:
     slope = (points[-1][1] - first_rss) / max(points[-1][0] - first_n, 1)
     log(f"  growth: {[(n, round(r / 2**20, 1)) for n, r in points]} → {slope:.2f} B/request")
     return {"points": points, "bytes_per_request_after_first_round": slope}
+
+
+def _read_replay(log: Any) -> list[dict[str, Any]]:
+    """evaluation.read_replay on the repository corpus and the broad corpus (when their data is
+    here); a corpus that cannot be loaded is reported, not fatal."""
+    from evaluation.read_replay import compare
+
+    out: list[dict[str, Any]] = []
+    for corpus in ("shared", str(DATA_DIR / "broad" / "broad.jsonl")):
+        try:
+            out.append(compare(corpus, str(DATA_DIR)))
+        except (OSError, ValueError, KeyError) as exc:
+            log(f"  read replay {corpus}: skipped ({exc})")
+            out.append({"corpus": corpus, "error": str(exc)})
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
             r = asyncio.run(replay(prompts, rate, seed=1))
             conv.append(r.__dict__)
         results["convergence"] = {"source": source, "runs": conv}
+        log("adaptive reads against reading everything (evaluation.read_replay)")
+        results["read_replay"] = _read_replay(log)
         log("memory: 1,000 long-lived streams")
         mem_dir = work / "mem"
         mem_dir.mkdir()

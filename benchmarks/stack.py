@@ -59,6 +59,24 @@ class Variant:
     one_message: bool = False
     processing_mode: dict[str, str] = field(default_factory=dict)
     off_path: bool = False
+    shipped: bool = False
+    """Run the router on config/router.yaml as shipped (only its ports, admin server and snapshot
+    file changed: :func:`shipped_router_config`); ``sample_rate`` etc. are then ignored."""
+
+
+SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "config" / "router.yaml"
+"""The configuration the project ships (what a user deploys)."""
+
+
+def shipped_router_config(port: int) -> dict[str, object]:
+    """config/router.yaml as shipped, on ``port``, without its admin server (ports are per variant)
+    and without its ratio snapshot file (a benchmark must not write the user's state directory).
+    Everything it learns and how it reads responses stay as shipped."""
+    cfg = yaml.safe_load(SHIPPED_CONFIG.read_text())
+    cfg.setdefault("server", {}).update({"grpc_port": port, "grace_period_s": 0.5})
+    cfg["admin"] = {"enabled": False}
+    cfg.get("calibration", {}).pop("snapshot_path", None)
+    return dict(cfg)
 
 
 def router_config(
@@ -88,13 +106,17 @@ def router_proc(
     skip_unsampled: bool = True,
     off_path: bool = False,
     flags: Sequence[str] = (),
+    shipped: bool = False,
 ) -> tuple[ManagedProcess, int]:
     """An unstarted ``benchmarks.router_proc`` (the real RouterApp, or ``--floor`` in ``flags``)
     on a free port with :func:`router_config`; ready when the port accepts connections.
     Returns (process, port)."""
     port = free_port()
     cfg = workdir / f"{name}.yaml"
-    cfg.write_text(yaml.safe_dump(router_config(sample_rate, port, skip_unsampled, off_path)))
+    data = (
+        shipped_router_config(port) if shipped else router_config(sample_rate, port, skip_unsampled, off_path)
+    )
+    cfg.write_text(yaml.safe_dump(data))
     argv = [sys.executable, "-m", "benchmarks.router_proc", "--config", str(cfg), "--port", str(port), *flags]
     if "--floor" not in flags:
         argv += ["--stats-out", str(workdir / f"{name}.phases.json")]
@@ -184,6 +206,7 @@ class Stack:
                     skip_unsampled=v.skip_unsampled,
                     off_path=v.off_path,
                     flags=flags + v.flags,
+                    shipped=v.shipped,
                 )
                 self._exit.callback(proc.stop)
                 proc.launch()

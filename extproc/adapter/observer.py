@@ -75,6 +75,10 @@ class StreamObserver(Protocol):
         """What usage showed for a recovered misroute from ``pool`` (``confirmed``, ``unconfirmed``,
         ``ratcheted``)."""
 
+    def response_read(self, read: bool, reason: str) -> None:
+        """The adaptive read decision (``calibration.response_reads.mode: adaptive``) chose to read
+        (``read``) a request's response or not, for ``reason`` (:mod:`extproc.core.read_decision`)."""
+
     def request_finished(self, record: DecisionRecord, traceparent: str) -> None:
         """A routed request's stream ended (only when :attr:`records_requests`): its decision
         record and the W3C ``traceparent`` request header Envoy sent ("" if none). Unlike the
@@ -125,6 +129,9 @@ class NullObserver:
         """Record nothing."""
 
     def misroute_calibration(self, pool: str, outcome: str) -> None:
+        """Record nothing."""
+
+    def response_read(self, read: bool, reason: str) -> None:
         """Record nothing."""
 
     def request_finished(self, record: DecisionRecord, traceparent: str) -> None:

@@ -50,7 +50,9 @@ from extproc.core.decision import DecisionRecord
 from extproc.core.encoding import StreamDecoder
 from extproc.core.estimator import TokenBudget
 from extproc.core.misroute_cause import ErrorBodyReader
+from extproc.core.output_reserve import ALL_BANDS
 from extproc.core.policy import PoolDecision
+from extproc.core.read_decision import truncation_possible
 from extproc.core.request_body import RequestFeatures, UnreadableRequest, endpoint_for_path
 from extproc.core.screen import route_budget
 from extproc.core.sse import JSONUsageReader, SSEUsageReader
@@ -266,10 +268,11 @@ class StreamProcessor:
             )
         self.exchange = Exchange.REQUEST_BODY
         # Responses API answers are always read: their id → pool entry serves previous_response_id.
-        self.sampled = self.endpoint == "responses" or self._draw_sample()
+        self.sampled = self._sample_at_request()
         cal = r.config.calibration
-        # off path, the response comes through the observability filter, never this stream
-        reads_response = not cal.off_path and (self.sampled or not cal.skip_unsampled_responses)
+        # off path, the response comes through the observability filter, never this stream; an
+        # adaptive decision (sampled None until the body is routed) keeps the response phases on
+        reads_response = not cal.off_path and (self.sampled is not False or not cal.skip_unsampled_responses)
         return R.CONTINUE_REQUEST_HEADERS if reads_response else R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
 
     def _observe_unrouted(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
@@ -329,7 +332,17 @@ class StreamProcessor:
         self.method = a.get("request.method", "")
         self.request_id = a.get("request.id", "")[:128]
         self.endpoint = endpoint_for_path(self.path) if self.method == "POST" else None
-        self.sampled = self.endpoint == "responses" or self._draw_sample()
+        self.sampled = self._sample_at_request()
+
+    def _sample_at_request(self) -> bool | None:
+        """Whether the response is read, as far as the request line tells: True for a Responses API
+        request (its id → pool entry serves ``previous_response_id``), a ``sample_rate`` draw, or None
+        under ``response_reads.mode: adaptive`` (decided once the body is routed: :meth:`_decide_read`)."""
+        if self.endpoint == "responses":
+            return True
+        if self.router.config.calibration.response_reads.mode == "adaptive":
+            return None
+        return self._draw_sample()
 
     def _after_request_body(self) -> Exchange:
         """What follows ``request_body``: nothing when the response phases were turned off at
@@ -368,15 +381,20 @@ class StreamProcessor:
         else:
             budget = self._estimate(features)
         decision = self._decide(features.model, features.previous_response_id, budget.total_tokens)
-        self.budget = budget
         self.client_max_output_tokens = features.max_output_tokens
         self.pool = decision.pool.name
         self.reason = decision.reason
+        routed_budget = budget
+        if self.sampled is None:
+            self.sampled = self._decide_read(budget)
+            if self.sampled and budget.screened:
+                budget = r.estimator.estimate(features)  # learned against the exact estimate
+        self.budget = budget
         self.category = budget.key[1]
         self._count_inflight()
         if decision.saturated:
             self._report_saturation(decision)
-        r.observer.decision(self.pool, self.category, self.reason, budget.total_tokens)
+        r.observer.decision(self.pool, routed_budget.key[1], self.reason, routed_budget.total_tokens)
         self.streamed = features.stream
         if self.sampled and self.samples_off_path:
             return self._sample_off_path(budget)
@@ -492,6 +510,41 @@ class StreamProcessor:
             self.router.load.acquire(self.pool)
 
     # -- response path ----------------------------------------------------------------------
+
+    def _decide_read(self, budget: TokenBudget) -> bool:
+        """The adaptive read decision for a request routed with ``budget`` to :attr:`pool`
+        (:class:`extproc.core.read_decision.ResponseReadPolicy`), counted with its reason."""
+        r = self.router
+        rr = r.config.calibration.response_reads
+        pool, larger = r.models.pool(self.pool), r.models.next_larger(self.pool)
+        truncation = pool is not None and truncation_possible(
+            prompt_tokens=budget.prompt_tokens,
+            output_reserve_tokens=budget.output_reserve_tokens,
+            client_max_output_tokens=self.client_max_output_tokens,
+            pool_max_model_len=r.served_limits.get(pool.name, pool.max_model_len),
+            larger_pool=larger is not None,
+            reserve_factor=rr.truncation_reserve_factor,
+        )
+        learner = r.estimator.output_learner
+        output_samples: int | None = None
+        if learner is not None and budget.output_class is not None:
+            # a bound's prompt band is not the request's (reads teach the exact estimate's class):
+            # the all-bands parent, which learns from every band, says whether the output is cold
+            key = budget.output_class
+            state = learner.get(key._replace(prompt_band=ALL_BANDS) if budget.screened else key)
+            output_samples = state.samples if state is not None else 0
+        ratio = r.store.get(budget.key) if not budget.screened else None
+        read, reason = r.read_policy.decide(
+            budget.key,
+            ratio_samples=ratio.samples if ratio is not None else 0,
+            output_samples=output_samples,
+            truncation=truncation,
+            required=False,  # a Responses API request was marked at the request line
+            now_s=time.monotonic(),
+            draw=(self.rng or random).random(),
+        )
+        r.observer.response_read(read, reason)
+        return read
 
     def _draw_sample(self) -> bool:
         """Whether this request's response is read for calibration (``calibration.sample_rate``)."""

@@ -13,6 +13,7 @@ These functions act on one :class:`~extproc.adapter.processor.StreamProcessor`, 
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
@@ -47,8 +48,8 @@ def wants_calibration(proc: StreamProcessor) -> bool:
         return False
     if proc.retried_to is not None or proc.endpoint == "responses":
         return True  # a misroute is always read (docs/design/003-misroute-recovery.md)
-    if proc.sampled is None:  # no request_headers seen (not Envoy's order): draw now
-        proc.sampled = proc._draw_sample()
+    if proc.sampled is None:  # no request_headers seen (not Envoy's order), or no read decision
+        proc.sampled = bool(proc._sample_at_request())
     return proc.sampled
 
 
@@ -179,6 +180,12 @@ def finish_response(proc: StreamProcessor) -> None:
         return
     before = r.store.get(learned.key) if proc.retried_to is not None else None
     obs = r.estimator.observe(learned, proc.prompt_tokens)
+    # the observation's own key: a model admitted by this very answer learns under its name
+    r.read_policy.observed(
+        obs.key if obs is not None else learned.key,
+        obs.rel_error if obs is not None else None,
+        time.monotonic(),
+    )
     if obs is None:
         r.observer.calibration("not_text_dominated")
     else:

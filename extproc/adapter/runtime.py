@@ -24,10 +24,11 @@ from extproc.core.load import LoadTracker
 from extproc.core.model_sets import ModelRouting
 from extproc.core.output_reserve import OutputClassKey, OutputLengthLearner
 from extproc.core.policy import Policy
+from extproc.core.read_decision import ReadPolicyParams, ResponseReadPolicy
 from extproc.core.recovery import MisrouteRecovery
 from extproc.core.response_ids import ResponsePools
 
-__all__ = ["DecisionSink", "OutputSink", "Runtime"]
+__all__ = ["DecisionSink", "OutputSink", "Runtime", "read_params"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,20 @@ class OutputSink(Protocol):
     must not block."""
 
     def add(self, key: OutputClassKey, completion_tokens: int, *, truncated: bool, capped: bool) -> None: ...
+
+
+def read_params(config: RouterConfig) -> ReadPolicyParams:
+    """The read policy's parameters from ``calibration.response_reads``."""
+    rr = config.calibration.response_reads
+    return ReadPolicyParams(
+        cold_samples=rr.cold_samples,
+        output_cold_samples=rr.output_cold_samples,
+        drift_rel_error=rr.drift_rel_error,
+        drift_reads=rr.drift_reads,
+        floor_rate=rr.floor_rate,
+        reads_per_key_per_s=rr.reads_per_key_per_s,
+        burst_reads=rr.burst_reads,
+    )
 
 
 class Runtime:
@@ -64,6 +79,8 @@ class Runtime:
         served_limits: pool name → the ``max_model_len`` its server reports (kept across reloads,
             filled by the pool limit check); where known, the truncation judgement uses it instead of
             the configured limit: it is where the server cuts an answer.
+        read_policy: the adaptive read decision's state (kept across reloads while its parameters
+            do not change); a new one when None or when the config's parameters differ.
     """
 
     def __init__(
@@ -79,6 +96,7 @@ class Runtime:
         output_learner: OutputLengthLearner | None = None,
         output_sink: OutputSink | None = None,
         served_limits: Mapping[str, int] | None = None,
+        read_policy: ResponseReadPolicy | None = None,
     ) -> None:
         self.config = config
         self.store: RatioStore = (
@@ -97,6 +115,11 @@ class Runtime:
         )
         self.output_sink = output_sink
         self.served_limits: Mapping[str, int] = served_limits if served_limits is not None else {}
+        self.read_policy = (
+            read_policy
+            if read_policy is not None and read_policy.params == read_params(config)
+            else ResponseReadPolicy(read_params(config))
+        )
         self.load = load if load is not None else LoadTracker()
         self.policy = Policy(
             config.pools, spillover=config.spillover, load=self.load, health=config.pool_health

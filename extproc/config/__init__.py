@@ -29,6 +29,7 @@ from extproc.config.estimation import (
     ImageRule,
     ModelProfile,
     OutputReserveConfig,
+    ResponseReadsConfig,
 )
 from extproc.config.listeners import AdminConfig, ServerConfig
 from extproc.config.pools import ModelSet, PoolConfig, PoolHealthConfig, RecoveryConfig, SpilloverConfig
@@ -50,6 +51,7 @@ __all__ = [
     "PoolConfig",
     "PoolHealthConfig",
     "RecoveryConfig",
+    "ResponseReadsConfig",
     "RouterConfig",
     "ServerConfig",
     "SpilloverConfig",

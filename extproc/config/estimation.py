@@ -371,6 +371,40 @@ class EstimatorConfig(Strict):
         return self.sample_bytes if self.cost_model == "bytes" else 0
 
 
+class ResponseReadsConfig(Strict):
+    """Which responses are read (``calibration.response_reads``; :mod:`extproc.core.read_decision`).
+
+    ``mode: sample`` reads a ``calibration.sample_rate`` share of responses drawn at random;
+    ``mode: adaptive`` decides per request, after routing, whether the response's information pays
+    (a cold or drifting key, a possible truncation, an output class with few answers, a floor rate),
+    within a budget of reads per key per second. Adaptive decisions go out with the body answer:
+    they skip reading where responses are read off the request path (the one-message design of
+    envoy/envoy.yaml, or ``off_path``); in the two-message design with the response phases on the
+    routing stream, the response headers still come (misroutes stay visible) and only the body of a
+    response not chosen is skipped."""
+
+    mode: Literal["sample", "adaptive"] = "sample"
+    """``sample`` (``sample_rate``) or ``adaptive`` (the per-request decision)."""
+    cold_samples: Annotated[int, Field(ge=0)] = 32
+    """A prompt key (model, category) with fewer observations is read (reason ``cold``)."""
+    output_cold_samples: Annotated[int, Field(ge=0)] = 32
+    """An output class with fewer answers is read (reason ``output_cold``)."""
+    drift_rel_error: Annotated[float, Field(gt=0.0)] = 0.25
+    """A read whose prompt estimate missed by more than this share of the true count marks its key
+    drifting (reason ``drift``) for the next ``drift_reads`` reads."""
+    drift_reads: Annotated[int, Field(ge=0)] = 16
+    """Responses of a drifting key read after a miss."""
+    floor_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 0.01
+    """Share of the remaining responses read (reason ``floor``), so that drift stays visible."""
+    reads_per_key_per_s: Annotated[float, Field(ge=0.0)] = 2.0
+    """Refill rate of each prompt key's read budget (every reason but ``required`` spends from it)."""
+    burst_reads: Annotated[float, Field(ge=1.0)] = 32.0
+    """Capacity of each key's read budget: a cold key's first responses are read at once."""
+    truncation_reserve_factor: Annotated[float, Field(gt=0.0)] = 2.0
+    """A request whose pool leaves less room for its answer than this many output reserves (and
+    less than the client's maximum) may be truncated there: read (reason ``truncation_possible``)."""
+
+
 class CalibrationConfig(Strict):
     """Online calibration (EMA of observed bytes/token), arXiv 2604.09613, docs/method.md §3.3; defaults chosen by
     the sweep of ``tbr eval-estimator`` (docs/estimator.md)."""
@@ -425,7 +459,10 @@ class CalibrationConfig(Strict):
     redis_queue_max: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
     """Observations buffered while Redis is unreachable; beyond this the oldest are dropped (counted)."""
     sample_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
-    """Fraction of requests whose responses are read for calibration (drawn at request_headers)."""
+    """Fraction of requests whose responses are read for calibration (drawn at request_headers);
+    ``response_reads.mode: sample`` only."""
+    response_reads: ResponseReadsConfig = Field(default_factory=ResponseReadsConfig)
+    """Which responses are read: a random ``sample_rate`` share, or the adaptive per-request decision."""
     skip_unsampled_responses: bool = False
     """Turn the response phases off (``mode_override``) for requests not sampled: 2 ext_proc
     messages per request instead of 3. Those requests then give up misroute detection

@@ -52,7 +52,9 @@ reserves. Shared state (Redis) and snapshots use :meth:`OutputLengthState.to_dic
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -398,6 +400,19 @@ def _tail_quantile_bin(
     exceeds ``tail_share`` of the total (``pmf_weight + count_total``); 0 when none."""
     allowed = tail_share * (pmf_weight + count_total)
     above = 0.0
+    if not pmf:  # only the bins with counts can move the sum (the same sums, in the same order)
+        for b in sorted(counts, reverse=True):
+            above += counts[b]
+            if above > allowed:
+                return b
+        return 0
+    if not counts:  # the prior alone: the running sums from the top, at C speed
+        for i, acc in enumerate(
+            itertools.accumulate(map(operator.mul, itertools.repeat(pmf_weight), reversed(pmf)))
+        ):
+            if acc > allowed:
+                return N_BINS - 1 - i
+        return 0
     for b in range(N_BINS - 1, -1, -1):
         above += (pmf_weight * pmf[b] if pmf else 0.0) + counts.get(b, 0.0)
         if above > allowed:

@@ -369,6 +369,7 @@ class RouterApp:
             output_learner=self._output_learner_for(cfg),
             output_sink=self.output_sync,
             served_limits=self.served_limits,
+            read_policy=self.router.read_policy if self.router is not None else None,
         )
         # Models already learned keep their keys across reloads/restarts (most observed first),
         # so the bounded model set (estimator.max_models) does not grow with each reload.

@@ -135,6 +135,13 @@ class RouterMetrics:
             ["outcome"],
             registry=r,
         )
+        self.response_reads = Counter(
+            "tbr_response_reads",
+            "Adaptive read decisions (calibration.response_reads.mode: adaptive): decision read or skip, "
+            "and why (extproc/core/read_decision.py); read rate = read / all.",
+            ["decision", "reason"],
+            registry=r,
+        )
         self.inflight = Gauge("tbr_inflight_streams", "ext_proc streams currently open.", registry=r)
         self.streams = Counter(
             "tbr_streams",
@@ -296,6 +303,10 @@ class PrometheusObserver:
     def calibration(self, outcome: str) -> None:
         """``tbr_calibration_events_total{outcome}``."""
         self._child("calibration", self.metrics.calibration, outcome).inc()
+
+    def response_read(self, read: bool, reason: str) -> None:
+        """``tbr_response_reads_total{decision,reason}``."""
+        self._child("response_read", self.metrics.response_reads, "read" if read else "skip", reason).inc()
 
     def estimate_error(self, category: str, rel_error: float) -> None:
         """``tbr_prompt_estimate_relative_error{category}``."""
