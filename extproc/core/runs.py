@@ -47,6 +47,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from extproc.core import run_rules
 from extproc.core.run_kinds import N_KINDS, RUN_KINDS, kind_index
 from extproc.core.run_languages import (
     MIN_WORDS_FOR_LANGUAGE,
@@ -74,45 +75,18 @@ __all__ = [
 
 _K = kind_index
 
-_BLOB_MIN_CHARS = 20
-_BLOB_ALNUM_SHARE = 0.75
-_BLOB_MIN_DIGITS = 2
-_BLOB_MIN_DIGIT_SHARE = 0.3
-_BLOB_MIN_CASE_SHARE = 0.25
-
-# (first code point, kind) in increasing order; each range runs to the next start.
-_RANGES: tuple[tuple[int, str], ...] = (
-    (0x80, "latin_ext"), (0x370, "greek"), (0x400, "cyrillic"), (0x530, "other_script"),
-    (0x590, "hebrew"), (0x600, "arabic"), (0x700, "other_script"), (0x750, "arabic"), (0x780, "other_script"),
-    (0x8A0, "arabic"), (0x900, "devanagari"), (0x980, "bengali"), (0xA00, "gurmukhi"), (0xA80, "gujarati"),
-    (0xB00, "oriya"), (0xB80, "tamil"), (0xC00, "telugu"), (0xC80, "kannada"), (0xD00, "malayalam"),
-    (0xD80, "sinhala"), (0xE00, "thai"), (0xE80, "lao"), (0xF00, "other_script"), (0x1000, "myanmar"),
-    (0x10A0, "other_script"), (0x1100, "hangul"), (0x1200, "other_script"), (0x1C80, "cyrillic"),
-    (0x1C90, "other_script"), (0x1D00, "latin_ext"), (0x1F00, "greek"), (0x2000, "symbol"),
-    (0x200D, "emoji"), (0x200E, "symbol"), (0x2E80, "han"), (0x3000, "symbol"), (0x3040, "kana"),
-    (0x3100, "han"), (0x3130, "hangul"), (0x3190, "han"), (0x31F0, "kana"), (0x3200, "symbol"),
-    (0x3400, "han"), (0xA000, "other_script"), (0xA960, "hangul"), (0xA980, "other_script"),
-    (0xAC00, "hangul"), (0xD7B0, "other"), (0xF900, "han"), (0xFB00, "latin_ext"), (0xFB1D, "hebrew"),
-    (0xFB50, "arabic"), (0xFE00, "emoji"), (0xFE10, "symbol"), (0xFE70, "arabic"), (0xFF00, "symbol"),
-    (0x10000, "other"),
-)  # fmt: skip
+_BLOB_MIN_CHARS = run_rules.BLOB_MIN_CHARS
+_BLOB_ALNUM_SHARE = run_rules.BLOB_ALNUM_SHARE
+_BLOB_MIN_DIGITS = run_rules.BLOB_MIN_DIGITS
+_BLOB_MIN_DIGIT_SHARE = run_rules.BLOB_MIN_DIGIT_SHARE
+_BLOB_MIN_CASE_SHARE = run_rules.BLOB_MIN_CASE_SHARE
 
 
 def _table() -> np.ndarray:
     t = np.full(0x10001, _K["other"], dtype=np.uint8)
     for c in range(128):
-        ch = chr(c)
-        if ch.isalpha():
-            t[c] = _K["letter"]
-        elif ch.isdigit():
-            t[c] = _K["digit"]
-        elif ch in "\n\r":
-            t[c] = _K["newline"]
-        elif ch.isspace() or c < 32 or c == 127:
-            t[c] = _K["space"]
-        else:
-            t[c] = _K["punct"]
-    bounds = [*_RANGES, (0x10000, "other")]
+        t[c] = _K[run_rules.ascii_kind(c)]
+    bounds = [*run_rules.BMP_RANGES, (0x10000, "other")]
     for (start, kind), (end, _) in itertools.pairwise(bounds):
         t[start:end] = _K[kind]
     t[0x10000] = _K["other"]
@@ -120,8 +94,8 @@ def _table() -> np.ndarray:
 
 
 _TABLE = _table()
-_EMOJI_LO, _EMOJI_HI = 0x1F000, 0x1FB00
-_HAN_EXT_LO, _HAN_EXT_HI = 0x20000, 0x3FFFF
+_EMOJI_LO, _EMOJI_HI = run_rules.EMOJI_ASTRAL
+_HAN_EXT_LO, _HAN_EXT_HI = run_rules.HAN_ASTRAL
 _ALNUM = np.zeros(N_KINDS, dtype=bool)
 _ALNUM[[_K["letter"], _K["digit"]]] = True
 _WS = np.zeros(N_KINDS, dtype=bool)
@@ -184,9 +158,11 @@ _CONFIGURE_ARGS = (
     N_KINDS,
     tuple(_K[k] for k in ("letter", "digit", "punct", "space", "newline", "blob", "emoji", "han", "other")),
     (_EMOJI_LO, _EMOJI_HI, _HAN_EXT_LO, _HAN_EXT_HI),
+    (_BLOB_MIN_CHARS, _BLOB_MIN_DIGITS, _BLOB_ALNUM_SHARE, _BLOB_MIN_DIGIT_SHARE, _BLOB_MIN_CASE_SHARE),
 )
-"""What ``_runscan.configure`` is given: the kind table of the BMP, the kind count, the kind codes and
-the astral ranges."""
+"""What ``_runscan.configure`` is given: the kind table of the BMP, the kind count, the kind codes,
+the astral ranges and the blob test (every rule of :mod:`extproc.core.run_rules`: the C file holds
+none of its own)."""
 
 try:
     from extproc.core import _runscan
@@ -419,7 +395,7 @@ def count_runs(text: str, codes: np.ndarray | None = None) -> RunCounts:
     raw = np.frombuffer(_runscan.count_runs(text), dtype=np.int64)
     runs = raw[:N_KINDS].astype(np.float64)
     chars = raw[N_KINDS : 2 * N_KINDS].astype(np.float64)
-    _languages(text, runs, chars, lambda: _runscan.window_letters(text, WINDOW_CHARS))
+    _languages(text, runs, chars, lambda: window_letters_of(_classes(code_points(text[:WINDOW_CHARS]))))
     return RunCounts(runs, chars, float(raw[-1]))
 
 
