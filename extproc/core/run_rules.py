@@ -17,7 +17,7 @@ a chunk of ≥ :data:`BLOB_MIN_CHARS` characters is a blob when ≥ :data:`BLOB_
 ASCII letters or digits, it holds ≥ :data:`BLOB_MIN_DIGITS` digits, and it looks random: hex-like
 (digits ≥ :data:`BLOB_MIN_DIGIT_SHARE` of its letters and digits) or base64-like (upper-case and
 lower-case letters each ≥ :data:`BLOB_MIN_CASE_SHARE` of its letters). A blob's runs and characters
-move to the ``blob`` kind as one run. Measured in docs/estimator.md §Run kinds.
+move to the ``blob`` kind as one run (why these thresholds: docs/estimator.md, the ``blob`` kind).
 
 Gaps (whitespace that costs its own token): a ``space`` run of ≥ 2 characters, or a ``space`` run of
 one character followed by a ``digit`` run (pre-tokenisers split ``\\s+(?!\\S)`` off the last space,

@@ -24,16 +24,18 @@ Kinds (:data:`RUN_KINDS`, one vocabulary used by the estimator, the evaluation a
 * ``symbol`` (non-ASCII punctuation, CJK punctuation, full-width forms, arrows, math, box drawing),
   ``emoji`` (pictographs, variation selectors, ZWJ), ``other`` (private use, unassigned, surrogates).
 
-Two implementations give the same counts (tests/core/test_runscan.py holds them equal on every corpus
-and on generated text):
+The rules (kinds of code points, the blob test) are defined once, in :mod:`extproc.core.run_rules`.
+Two implementations count by them, and tests/core/test_runscan.py holds both to a plain-Python
+oracle (tests/core/runs_oracle.py) on every corpus and on generated text:
 
 * the C extension :mod:`extproc.core._runscan` (built by ``pip install`` where a C compiler is found):
-  one loop over the string's own 1-, 2- or 4-byte storage, no encode; about 0.15–0.5 ms per 100 KB
-  (~2.5 ns per character);
-* the numpy reference (:func:`count_runs_numpy`): one encode at the width CPython stores the text with
-  (:func:`code_points`) and a table look-up per character, then C-level numpy passes (run starts, counts
-  per kind, one ``reduceat`` per blob test); about 0.2–0.9 ms per 100 KB (1.4–2.5× the C path). It runs where the extension
-  was not built (:data:`RUNSCAN` says which).
+  one loop over the string's own 1-, 2- or 4-byte storage, no encode, 64 ASCII characters at a time
+  with SSE2; about 0.03 ms for a 32 KB and 0.3 ms for a 512 KB benchmark prompt;
+* the numpy path (:func:`count_runs_numpy`): one encode at the width CPython stores the text with
+  (:func:`code_points`) and a table look-up per character, then C-level numpy passes (run starts,
+  counts per kind, one ``reduceat`` per blob test); about 10× the C path's time on a 32 KB prompt
+  and 20–25× on a 512 KB one (docs/performance.md §Run counter). It runs where the extension was
+  not built (:data:`RUNSCAN` says which).
 
 The language tests (:mod:`extproc.core.run_languages`) read a 4,096-character window in both.
 Figures: BENCHMARKS.md §Estimator cost.
@@ -170,7 +172,7 @@ try:
     _runscan.configure(*_CONFIGURE_ARGS)
     RUNSCAN = "c"
     RUNSCAN_PASS = _runscan.fast_path()
-except ImportError:  # built without a C compiler: the numpy reference counts
+except ImportError:  # built without a C compiler: the numpy path counts
     _runscan = None  # type: ignore[assignment]
     RUNSCAN = "numpy"
     RUNSCAN_PASS = "numpy"
@@ -400,7 +402,7 @@ def count_runs(text: str, codes: np.ndarray | None = None) -> RunCounts:
 
 
 def count_runs_numpy(text: str, codes: np.ndarray | None = None) -> RunCounts:
-    """:func:`count_runs` by numpy passes (the reference, and the path without the C extension).
+    """:func:`count_runs` by numpy passes (the path without the C extension).
 
     Every pass is a C-level one over the whole text (no per-character Python): one encode and
     table look-up, one comparison of neighbours, then counts per kind present.
