@@ -278,16 +278,16 @@ class Estimator:
         state = self.store.get(key)
         if state is None or state.samples < max(1, self.cal.warmup_samples):
             prior = max(self.prior(key), floor)
-            central = state.mean_bpt if state is not None else (1.0 if runs else prior)
+            central = state.mean_ratio if state is not None else (1.0 if runs else prior)
             return prior, max(central, floor), False
-        if self.cal.learner == "quantile" and state.low_bpt > 0.0:
-            ratio = state.low_bpt
+        if self.cal.learner == "quantile" and state.low_ratio > 0.0:
+            ratio = state.low_ratio
         else:
-            ratio = state.mean_bpt - self.cal.gamma * state.dev_bpt
+            ratio = state.mean_ratio - self.cal.gamma * state.dev_ratio
         if runs:
             w = min(1.0, state.samples / self.cfg.prior_ramp_samples)
             ratio = math.exp(w * math.log(max(ratio, floor)) + (1.0 - w) * math.log(self.prior(key)))
-        return max(ratio, floor), max(state.mean_bpt, floor), True
+        return max(ratio, floor), max(state.mean_ratio, floor), True
 
     def routing_ratio(self, key: RatioKey) -> tuple[float, bool]:
         """Return ``(c*, warm)``: the learned conservative ratio after warm-up, else the prior."""
@@ -420,7 +420,7 @@ class Estimator:
             media_key=media_key,
             media_base_tokens=media_base,
             key=key,
-            ratio_bpt=ratio,
+            routing_ratio=ratio,
             fixed_prompt_tokens=fixed,
             prompt_tokens=math.ceil(units / ratio) + fixed,
             warm=warm,
@@ -549,7 +549,7 @@ class Estimator:
         state = self.store.observe(budget.key, c_obs, weight)
         self._keys_learned.add(budget.key[0])
         rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
-        return Observation(key=budget.key, c_obs_bpt=c_obs, rel_error=rel, state=state)
+        return Observation(key=budget.key, observed_ratio=c_obs, rel_error=rel, state=state)
 
     def _observe_runs(self, budget: TokenBudget, prompt_tokens: int) -> Observation | None:
         """Robust learning of the ``runs`` model (docs/estimator.md §Learning).
@@ -569,7 +569,7 @@ class Estimator:
             return None
         c_obs = budget.model_tokens / text_tokens
         state = self.store.get(budget.key)
-        current = state.mean_bpt if state is not None and state.samples else 1.0
+        current = state.mean_ratio if state is not None and state.samples else 1.0
         if not (current / cfg.reject_factor <= c_obs <= current * cfg.reject_factor):
             return None
         c_obs = min(max(c_obs, current / (1.0 + cfg.max_step)), current * (1.0 + cfg.max_step))
@@ -583,12 +583,12 @@ class Estimator:
         self._keys_learned.add(budget.key[0])
         held = self._recovered.get(budget.key)
         if held is not None:
-            if held[1] <= 1 or new.low_bpt <= held[0]:
+            if held[1] <= 1 or new.low_ratio <= held[0]:
                 del self._recovered[budget.key]
             else:
                 self._recovered[budget.key] = (held[0], held[1] - 1)
         rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
-        return Observation(key=budget.key, c_obs_bpt=c_obs, rel_error=rel, state=new)
+        return Observation(key=budget.key, observed_ratio=c_obs, rel_error=rel, state=new)
 
     def _learn_media(self, budget: TokenBudget, prompt_tokens: int, *, recovery: bool) -> float | None:
         """Learn the factor of the media key of ``budget`` from a served ``prompt_tokens``.
@@ -645,7 +645,7 @@ class Estimator:
         if budget.model_tokens <= 0.0 or text_tokens <= 0:
             return None
         c_obs = max(budget.model_tokens / text_tokens, cfg.min_model_ratio)
-        if c_obs >= budget.ratio_bpt:
+        if c_obs >= budget.routing_ratio:
             return None
         self._recovered[budget.key] = (c_obs, cfg.recovery_observations)
         return c_obs

@@ -129,7 +129,7 @@ async def test_retried_response_moves_the_count_and_ratchets_the_ratio(app: Rout
     text = "Plain English words for a prompt that is much longer than the router thinks " * 100
     key = ("m", classify_text(text.encode()))
     assert app.memory is not None
-    app.memory.put(key, RatioState(mean_bpt=40.0, dev_bpt=0.0, samples=50))  # stale: under-estimates
+    app.memory.put(key, RatioState(mean_ratio=40.0, dev_ratio=0.0, samples=50))  # stale: under-estimates
     app.current_router().estimator.admit("m", learned=True)  # as a restored state is (issue 34)
     true_prompt = 4500  # ≈ 7,800 bytes / 1.75 B/token: does not fit short (4,096)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
@@ -156,9 +156,9 @@ async def test_retried_response_moves_the_count_and_ratchets_the_ratio(app: Rout
     assert state is not None
     fixed = 5 + 5  # request + one message framing (estimator defaults)
     c_obs = len(text.encode()) / (true_prompt - fixed)
-    assert state.mean_bpt == pytest.approx(c_obs)
-    assert state.mean_bpt - 2.0 * state.dev_bpt <= c_obs  # conservative ratio now below the truth
-    assert state.mean_bpt - 2.0 * state.dev_bpt >= 0.5 * c_obs  # and not absurdly low
+    assert state.mean_ratio == pytest.approx(c_obs)
+    assert state.mean_ratio - 2.0 * state.dev_ratio <= c_obs  # conservative ratio now below the truth
+    assert state.mean_ratio - 2.0 * state.dev_ratio >= 0.5 * c_obs  # and not absurdly low
 
 
 async def test_failed_retry_is_counted_not_calibrated(app: RouterApp) -> None:

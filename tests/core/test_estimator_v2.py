@@ -183,7 +183,7 @@ def test_3_one_odd_observation_moves_a_key_by_a_bounded_step(llama: TokenCounter
     est.observe(budget, 2 * _truth(b, llama))  # odd but plausible: clipped, blended with the prior
     state = est.store.get(budget.key)
     assert state is not None
-    assert state.mean_bpt >= 1.0 / (1.0 + est.cfg.max_step) ** est.cfg.first_observation_weight - 1e-9
+    assert state.mean_ratio >= 1.0 / (1.0 + est.cfg.max_step) ** est.cfg.first_observation_weight - 1e-9
 
 
 # 4. Misroute recovery cannot poison ratios -------------------------------------------------------
