@@ -19,7 +19,7 @@ from extproc.service.snapshot import load_snapshot, save_snapshot
 def _estimator(**cal: object) -> Estimator:
     c = CalibrationConfig(**cal)  # type: ignore[arg-type]
     # these tests pin the bytes/token model (the paper's ratio); the runs model is tested in
-    # tests/core/test_estimator_v2.py
+    # tests/core/test_estimator_runs_model.py
     return Estimator(
         estimator=EstimatorConfig(cost_model="bytes"), calibration=c, store=InMemoryRatioStore.from_config(c)
     )
