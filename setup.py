@@ -2,8 +2,9 @@
 ``extproc.core.runs``); everything else is declared in pyproject.toml.
 
 The extension is optional: where no C compiler or Python headers are found the build goes on and
-``extproc.core.runs`` counts with numpy instead (same counts, ~3-10x slower on 100 KB prompts; the
-router logs which path it runs at start-up and exports it as ``tbr_build_info{runscan}``).
+``extproc.core.runs`` counts with numpy instead (same counts, ~10x slower on a 32 KB prompt and
+20-25x on a 512 KB one: docs/performance.md §Run counter; the router logs which path it runs at
+start-up and exports it as ``tbr_build_info{runscan}``).
 """
 
 from setuptools import Extension, setup

@@ -43,9 +43,10 @@ class ConvergenceResult:
         window_abs_err: mean |estimated − true| / true prompt tokens per tenth of the replay.
         window_under: share of under-estimates (estimate < true) per tenth of the replay.
         learned_samples: calibration observations held by the store at the end.
-        learned_bpt: category → learned mean bytes/token (ĉ) at the end.
-        true_bpt: category → mean of the true per-request bytes/token over all replayed
-            requests of that category (what ĉ estimates).
+        learned_ratio: category → learned mean model-to-true ratio ĉ at the end (bytes per true
+            token: the replay pins the ``bytes`` cost model).
+        true_ratio: category → mean of the true per-request ratio over all replayed requests of
+            that category (what ĉ estimates).
         counts: category → requests replayed.
     """
 
@@ -57,8 +58,8 @@ class ConvergenceResult:
     window_abs_err: list[float] = field(default_factory=list)
     window_under: list[float] = field(default_factory=list)
     learned_samples: int = 0
-    learned_bpt: dict[str, float] = field(default_factory=dict)
-    true_bpt: dict[str, float] = field(default_factory=dict)
+    learned_ratio: dict[str, float] = field(default_factory=dict)
+    true_ratio: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
 
 
@@ -148,8 +149,8 @@ async def replay(
             await call.done_writing()
             await call.code()
         res.learned_samples = sum(state.samples for _, state in app.store.items())
-        res.learned_bpt = {key[1]: state.mean_bpt for key, state in app.store.items()}
-    res.true_bpt = {cat: sum(v) / len(v) for cat, v in c_obs.items()}
+        res.learned_ratio = {key[1]: state.mean_ratio for key, state in app.store.items()}
+    res.true_ratio = {cat: sum(v) / len(v) for cat, v in c_obs.items()}
     res.counts = {cat: len(v) for cat, v in c_obs.items()}
     size = max(1, len(errs) // windows)
     for w in range(windows):

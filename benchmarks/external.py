@@ -21,6 +21,7 @@ __all__ = ["EXTERNAL", "run_external"]
 
 EXTERNAL: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Estimator alone vs the real tokenizer", "branch estimator", ("bench_estimator",)),
+    ("Run counter: what each part of the C extension buys", "issue 31", ("runscan_paths",)),
     (
         "Planner simulator vs vllm-sr-sim",
         "branch planner",

@@ -495,11 +495,11 @@ def _convergence(res: dict[str, Any]) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in c["runs"]:
-        lat = r["learned_bpt"].get("latin", float("nan"))
-        code = r["learned_bpt"].get("code", float("nan"))
+        lat = r["learned_ratio"].get("latin", float("nan"))
+        code = r["learned_ratio"].get("code", float("nan"))
         out.append(
             f"| {r['sample_rate']} | {r['requests']} | {r['sampled']} | {r['messages'] / max(r['requests'], 1):.2f} | "
-            f"{_f(lat)} ({_f(r['true_bpt'].get('latin', float('nan')))}) | {_f(code)} ({_f(r['true_bpt'].get('code', float('nan')))}) | "
+            f"{_f(lat)} ({_f(r['true_ratio'].get('latin', float('nan')))}) | {_f(code)} ({_f(r['true_ratio'].get('code', float('nan')))}) | "
             f"{r['window_abs_err'][0]:.1%} → {r['window_abs_err'][-1]:.1%} | {r['window_under'][-1]:.0%} |"
         )
     out += [

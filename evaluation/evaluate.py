@@ -126,7 +126,7 @@ def summarise(res: ReplayResult, thresholds: list[int], *, detail: bool = True) 
             block = _block(res, cats == cat, thresholds)
             traj = res.trajectories.get(cat, [])
             block["convergence_requests"] = convergence_requests(traj)
-            block["final_ratio_bpt"] = traj[-1] if traj else None
+            block["final_ratio"] = traj[-1] if traj else None
             out["per_category"][cat] = block
         out["per_group"] = {g: _block(res, groups == g, thresholds) for g in sorted(set(res.group))}
     return out
@@ -183,8 +183,8 @@ def hindsight(res: ReplayResult, quantile: float | None = None) -> dict[str, Any
     p90_r = abs_error_percentiles(res.est_prompt[mask], res.true_prompt[mask])[1]
     return {
         "n": int(mask.sum()),
-        "hindsight_ratios_bpt": ratios,
-        "hindsight_conservative_ratios_bpt": low,
+        "hindsight_ratios": ratios,
+        "hindsight_conservative_ratios": low,
         "quantile": alpha,
         "p90_hindsight": p90_h,
         "p90_hindsight_conservative": p90_hc,

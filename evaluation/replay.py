@@ -200,7 +200,7 @@ def run_strategy(
         if strategy.learns:
             obs = est.observe(budget, item.prompt_tokens)
             if obs is not None:
-                traj.setdefault(obs.key[1], []).append(obs.state.mean_bpt)
+                traj.setdefault(obs.key[1], []).append(obs.state.mean_ratio)
         if progress is not None and i % 1000 == 0:
             progress(i)
     return ReplayResult(

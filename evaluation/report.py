@@ -49,11 +49,11 @@ def render_markdown(tokenizer: str, summary: dict[str, Any], thresholds: list[in
             "",
             "Per router category (`ours`; convergence = requests of the category until ĉ stays within 5 % of its final value):",
             "",
-            "|category|n|abs err p50 / p90 / p99|convergence|final ĉ B/token|" + th + "|",
+            "|category|n|abs err p50 / p90 / p99|convergence|final ĉ (modelled ÷ true tokens)|" + th + "|",
             "|---" * (5 + len(thresholds)) + "|",
         ]
         for cat, blk in ours["per_category"].items():
-            final = blk["final_ratio_bpt"]
+            final = blk["final_ratio"]
             lines.append(
                 f"|{cat}|{blk['n']}|{_err(blk)}|{blk['convergence_requests']}|"
                 + (f"{final:.3f}" if final is not None else "–")

@@ -5,8 +5,10 @@ vLLM's media connector does, and resized by the Hugging Face Qwen2-VL image proc
 ``smart_resize`` (``transformers/models/qwen2_vl/image_processing_qwen2_vl.py``; Qwen2.5-VL
 ``preprocessor_config.json``: patch_size 14, merge_size 2, min_pixels 3136, max_pixels 12845056).
 The prompt holds one ``<|image_pad|>`` per 28×28 cell between ``<|vision_start|>`` and
-``<|vision_end|>``: ``tokens = (h/28)·(w/28) + 2``. This is independent of the router's own
-header-only count (``extproc.core.images``), so tests compare two implementations.
+``<|vision_end|>``: ``tokens = (h/28)·(w/28) + 2``. The cells are counted by the router's
+``smart_resize`` (``extproc.core.images.image_tokens_patch``: the formula lives in one place); what
+differs is how the size is read: here by a full Pillow decode, as vLLM's media connector does, there
+from the image header alone, so the tests still compare two readings of every image.
 
 A remote URL cannot be fetched here (loopback only): it counts as the largest image the processor
 allows (``max_pixels``), the most a real server could count.
@@ -17,11 +19,12 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import math
 from collections.abc import Iterable
 from typing import Any
 
 from PIL import Image, UnidentifiedImageError
+
+from extproc.core.images import ImageSize, image_tokens_patch
 
 PATCH_PX = 28
 MIN_PIXELS = 3136
@@ -33,26 +36,12 @@ class ImageInputError(ValueError):
     """An inline image that cannot be decoded (answered with HTTP 400)."""
 
 
-def smart_resize(height: int, width: int) -> tuple[int, int]:
-    """Qwen2-VL ``smart_resize`` with Qwen2.5-VL's defaults: the resized ``(height, width)``."""
-    f = PATCH_PX
-    h_bar = max(f, round(height / f) * f)
-    w_bar = max(f, round(width / f) * f)
-    if h_bar * w_bar > MAX_PIXELS:
-        beta = math.sqrt(height * width / MAX_PIXELS)
-        h_bar = max(f, math.floor(height / beta / f) * f)
-        w_bar = max(f, math.floor(width / beta / f) * f)
-    elif h_bar * w_bar < MIN_PIXELS:
-        beta = math.sqrt(MIN_PIXELS / (height * width))
-        h_bar = math.ceil(height * beta / f) * f
-        w_bar = math.ceil(width * beta / f) * f
-    return h_bar, w_bar
-
-
 def tokens_for_size(width: int, height: int) -> int:
-    """Prompt tokens of one decoded image of ``width × height`` pixels."""
-    h, w = smart_resize(height, width)
-    return (h // PATCH_PX) * (w // PATCH_PX) + VISION_MARKER_TOKENS
+    """Prompt tokens of one decoded image of ``width × height`` pixels: the 28×28 cells of
+    ``smart_resize`` (one implementation, :func:`extproc.core.images.image_tokens_patch`;
+    tests/core/test_images.py holds it to the processor's counts) plus the two vision markers."""
+    cells = image_tokens_patch(ImageSize(width, height), PATCH_PX, MIN_PIXELS, MAX_PIXELS)
+    return cells + VISION_MARKER_TOKENS
 
 
 def _decode(b64: str) -> int:

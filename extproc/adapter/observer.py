@@ -50,9 +50,11 @@ class StreamObserver(Protocol):
     def estimate_error(self, category: str, rel_error: float) -> None:
         """Signed relative error of the prompt estimate, (estimated − actual) / actual."""
 
-    def ratio_updated(self, model: str, category: str, mean_bpt: float, dev_bpt: float, samples: int) -> None:
-        """The learned ratio of ``(model, category)`` is now ``mean_bpt`` ± ``dev_bpt`` bytes/token
-        after ``samples`` observations."""
+    def ratio_updated(
+        self, model: str, category: str, mean_ratio: float, dev_ratio: float, samples: int
+    ) -> None:
+        """The learned model-to-true ratio of ``(model, category)`` is now ``mean_ratio`` ±
+        ``dev_ratio`` (modelled units per true prompt token) after ``samples`` observations."""
 
     def phase_timing(self, phase: str, seconds: float) -> None:
         """Answering one message of ``phase`` took ``seconds`` of the router's time."""
@@ -110,7 +112,9 @@ class NullObserver:
     def estimate_error(self, category: str, rel_error: float) -> None:
         """Record nothing."""
 
-    def ratio_updated(self, model: str, category: str, mean_bpt: float, dev_bpt: float, samples: int) -> None:
+    def ratio_updated(
+        self, model: str, category: str, mean_ratio: float, dev_ratio: float, samples: int
+    ) -> None:
         """Record nothing."""
 
     def phase_timing(self, phase: str, seconds: float) -> None:

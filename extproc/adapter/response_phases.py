@@ -194,7 +194,7 @@ def finish_response(proc: StreamProcessor) -> None:
     # recovery runs even when the observation taught the text key nothing (media, unexplained)
     routed = proc.routed_pool
     if proc.retried_to is not None and routed is not None and proc.batch_budgets is None:
-        dev_before = before.dev_bpt if before is not None else 0.0
+        dev_before = before.dev_ratio if before is not None else 0.0
         for outcome in r.recovery.on_usage(
             proc.budget, routed, proc.retried_to, proc.prompt_tokens, dev_before
         ):

@@ -157,7 +157,7 @@ class Runtime:
         state = self.store.get((model, category))
         if state is None:
             return
-        self.observer.ratio_updated(model, category, state.mean_bpt, state.dev_bpt, state.samples)
+        self.observer.ratio_updated(model, category, state.mean_ratio, state.dev_ratio, state.samples)
 
     def observe_output(
         self, key: OutputClassKey, completion_tokens: int, *, truncated: bool, capped: bool

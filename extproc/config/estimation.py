@@ -406,8 +406,9 @@ class ResponseReadsConfig(Strict):
 
 
 class CalibrationConfig(Strict):
-    """Online calibration (EMA of observed bytes/token), arXiv 2604.09613, docs/method.md §3.3; defaults chosen by
-    the sweep of ``tbr eval-estimator`` (docs/estimator.md)."""
+    """Online calibration (EMA of the observed model-to-true ratio, modelled ÷ true prompt tokens;
+    :mod:`extproc.core.calibration`), arXiv 2604.09613, docs/method.md §3.3; defaults chosen by the
+    sweep of ``tbr eval-estimator`` (docs/estimator.md)."""
 
     learner: Literal["quantile", "ema_dev"] = "quantile"
     """Routing ratio: ``quantile`` = tracked weighted lower quantile ``ĉ·exp(q)``;

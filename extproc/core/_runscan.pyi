@@ -5,14 +5,16 @@ def configure(
     n_kinds: int,
     codes: tuple[int, ...],
     astral: tuple[int, int, int, int],
+    blob: tuple[int, int, float, float, float],
     /,
 ) -> None:
     """The kind of every BMP code point (65,536 bytes), the codes of letter, digit, punct, space,
-    newline, blob, emoji, han and other (9 ints), and beyond U+FFFF the emoji range ``[lo, hi)`` and
-    the Han range ``[lo, hi]``.
+    newline, blob, emoji, han and other (9 ints), beyond U+FFFF the emoji range ``[lo, hi)`` and
+    the Han range ``[lo, hi]``, and the blob test ``(min chars, min digits, alnum share, digit
+    share, case share)``: every rule of :mod:`extproc.core.run_rules`.
 
     Raises:
-        ValueError: a table of another size, or a code out of range.
+        ValueError: a table of another size, a code out of range, a blob length outside 2..63.
     """
 
 def count_runs(text: str, /) -> bytes:
@@ -20,6 +22,7 @@ def count_runs(text: str, /) -> bytes:
 
     Raises:
         RuntimeError: :func:`configure` was not called.
+        OverflowError: a text of over 2**32 characters.
     """
 
 def utf8_length(text: str, /) -> int:
@@ -38,23 +41,8 @@ def window_words(text: str, n: int, /) -> tuple[int, ...]:
     ``text[:n].lower()`` for its words ``w``, as ``sum(window.count(f" {w} ") for w in words)``
     counts them (``run_languages._spaced_word_count``)."""
 
-def window_letters(text: str, n: int, /) -> tuple[int, int]:
-    """``(letter runs, letter-space-letter triples)`` among the kinds of the first ``n`` characters
-    of ``text`` (``run_languages.window_letters_of``).
-
-    Raises:
-        RuntimeError: :func:`configure` was not called.
-    """
-
-def count_chars(text: str, n: int, chars: str, /) -> int:
-    """``sum(text[:n].count(c) for c in chars)`` (``chars``: at most 16 characters).
-
-    Raises:
-        ValueError: more than 16 characters.
-    """
-
 def fast_path() -> str:
-    """``"sse2+popcnt"``, ``"sse2"`` (the 64-character SIMD fast path) or ``"scalar"``.
+    """``"sse2+popcnt"``, ``"sse2"`` (the 64-character SIMD pass) or ``"scalar"``.
 
     Raises:
         RuntimeError: :func:`configure` was not called.

@@ -26,6 +26,7 @@ def batch_budget(budgets: Sequence[TokenBudget]) -> TokenBudget | None:
     if not budgets or len({b.key for b in budgets}) != 1:
         return None
     first = budgets[0]
+    media_keys = {b.media_key for b in budgets if b.n_media}
     return replace(
         first,
         text_bytes=sum(b.text_bytes for b in budgets),
@@ -38,7 +39,8 @@ def batch_budget(budgets: Sequence[TokenBudget]) -> TokenBudget | None:
         n_media=sum(b.n_media for b in budgets),
         media_tokens=sum(b.media_tokens for b in budgets),
         media_base_tokens=sum(b.media_base_tokens for b in budgets),
-        media_key=first.media_key if len({b.media_key for b in budgets if b.n_media}) <= 1 else "",
+        # the members' one media key (not the first member's: it may have no media)
+        media_key=media_keys.pop() if len(media_keys) == 1 else "",
         # With truncate_prompt_tokens the sum cannot tell which members vLLM cut: any served count
         # reaches this cap of 1, so such a batch is not learned from (Estimator.observe).
         prompt_cap_tokens=1 if any(b.prompt_cap_tokens for b in budgets) else 0,

@@ -37,7 +37,8 @@ class TokenBudget:
 
     Attributes:
         key: (model key, category) whose ratio was used.
-        ratio_bpt: the bytes/token ratio applied to the text.
+        routing_ratio: the model-to-true ratio the text's modelled units were divided by (the
+            conservative one: ``c*`` or ``c_low``; :mod:`extproc.core.calibration`).
         text_bytes: UTF-8 bytes of prompt text.
         fixed_prompt_tokens: prompt tokens not estimated with the ratio (framing, digits,
             punctuation, newlines, media, token ids).
@@ -54,7 +55,7 @@ class TokenBudget:
     """
 
     key: RatioKey
-    ratio_bpt: float
+    routing_ratio: float
     text_bytes: int
     fixed_prompt_tokens: int
     prompt_tokens: int
@@ -75,8 +76,8 @@ class TokenBudget:
     tokens, so ``total_tokens`` counts ``min(prompt_tokens, prompt_cap_tokens)``; a served prompt of
     this size or more was cut and is not learned from."""
     screened: str = ""
-    """'' for the exact estimate; ``bound`` or ``windows`` for a routing-only budget of
-    :mod:`extproc.core.screen` (never learned from)."""
+    """'' for the exact estimate; ``bound`` for a routing-only budget of the byte bound
+    (:mod:`extproc.core.screen`; never learned from)."""
     output_class: OutputClassKey | None = None
     """The request's output class (:mod:`extproc.core.output_reserve`), whose answers its
     ``usage.completion_tokens`` teach; None when the output reserve is not learned."""
@@ -98,10 +99,11 @@ class TokenBudget:
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """One calibration observation: ``c_obs`` for ``key`` and the signed relative error of the
-    prompt estimate, ``(estimated − actual) / actual``."""
+    """One calibration observation: the observed model-to-true ratio ``c_obs`` for ``key``
+    (``observed_ratio``), the signed relative error of the prompt estimate, ``(estimated − actual)
+    / actual``, and the key's state after it."""
 
     key: RatioKey
-    c_obs_bpt: float
+    observed_ratio: float
     rel_error: float
     state: RatioState

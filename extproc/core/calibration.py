@@ -1,7 +1,15 @@
-"""Online calibration of bytes-per-token ratios (arXiv 2604.09613, docs/method.md §3.3; extended).
+"""Online calibration of the model-to-true ratio per key (arXiv 2604.09613, docs/method.md §3.3;
+extended).
+
+The learned quantity is the **model-to-true ratio**: modelled units of a request's text ÷ its true
+prompt tokens. Under the ``runs`` cost model (the default) the modelled units are the run model's
+tokens (:mod:`extproc.core.run_costs`), so the ratio is near 1 (0.95 for English on Llama-3: the
+model budgets 5 % fewer tokens than the tokenizer counts); under the ``bytes`` baseline they are
+UTF-8 bytes, and the ratio is the paper's bytes per token (≈ 4 for English). The estimate divides
+the modelled units by the ratio: ``tokens = modelled / ĉ``.
 
 On each response with ``usage.prompt_tokens`` the router observes
-``c_obs = ratio_bytes / ratio_tokens`` for the request's (model, category) key, with a weight
+``c_obs = modelled units / true text tokens`` for the request's (model, category) key, with a weight
 ``w ∈ (0, 1]`` (the estimator gives small requests less weight, see docs/estimator.md), and updates
 
 * ``ĉ ← ĉ + (1 − β) w (c_obs − ĉ)`` (EMA of the ratio; the paper's ``βĉ + (1 − β)c_obs`` when w = 1),
@@ -9,7 +17,7 @@ On each response with ``usage.prompt_tokens`` the router observes
   pre-update mean), and
 * ``q ← q + η w (α − 1[log(c_obs/ĉ_prev) < q])``: a stochastic-gradient (pinball-loss) tracker of
   the α-quantile of the log residual ``log(c_obs/ĉ)``, weighted by w. The conservative ratio is
-  ``c_low = ĉ · exp(q)`` and is stored as ``low_bpt``.
+  ``c_low = ĉ · exp(q)`` and is stored as ``low_ratio``.
 
 The paper routes with ``c* = ĉ − γσ̂``; the ``quantile`` learner routes with ``c_low`` (the
 authors' code [C1] also tracks a lower quantile, with an asymmetric EMA). Both are kept in the
@@ -17,7 +25,8 @@ same state so either can be chosen at routing time. The first observation initia
 ``ĉ = c_obs``, ``σ̂ = c_obs · initial_rel_dev`` and ``q = log(1 − initial_margin)``.
 
 :class:`RatioStore` is the interface the request path uses; it is synchronous and in-memory
-(a shared store keeps a local copy and syncs in the background). All ratios are bytes per token.
+(a shared store keeps a local copy and syncs in the background). Every ratio here is a
+model-to-true ratio (modelled units per true prompt token).
 """
 
 from __future__ import annotations
@@ -50,20 +59,21 @@ RatioKey = tuple[str, str]
 
 @dataclass(frozen=True, slots=True)
 class RatioState:
-    """Learned ratio of one key (bytes/token).
+    """Learned model-to-true ratio of one key (modelled units per true prompt token; module
+    docstring).
 
     Attributes:
-        mean_bpt: EMA mean ĉ.
-        dev_bpt: EMA absolute deviation σ̂.
+        mean_ratio: EMA mean ĉ.
+        dev_ratio: EMA absolute deviation σ̂.
         samples: observations folded in.
-        low_bpt: the tracked lower-quantile ratio ``ĉ·exp(q)``; 0.0 when never learned (a state
+        low_ratio: the tracked lower-quantile ratio ``ĉ·exp(q)``; 0.0 when never learned (a state
             written by the plain :func:`ema_update`).
     """
 
-    mean_bpt: float
-    dev_bpt: float
+    mean_ratio: float
+    dev_ratio: float
     samples: int
-    low_bpt: float = 0.0
+    low_ratio: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +100,7 @@ def learn(state: RatioState | None, c_obs: float, params: LearnerParams, weight:
 
     Args:
         state: the current state, or None for a key never observed.
-        c_obs: observed bytes per token (> 0, finite).
+        c_obs: observed model-to-true ratio (> 0, finite).
         params: learner parameters.
         weight: observation weight in (0, 1]; values outside are clamped.
 
@@ -103,12 +113,12 @@ def learn(state: RatioState | None, c_obs: float, params: LearnerParams, weight:
     if state is None or state.samples == 0:
         low = c_obs * (1.0 - params.initial_margin)
         return RatioState(c_obs, c_obs * params.initial_rel_dev, 1, low)
-    mean0 = state.mean_bpt
+    mean0 = state.mean_ratio
     step = (1.0 - params.beta) * w
     mean = mean0 + step * (c_obs - mean0)
-    dev = state.dev_bpt + step * (abs(c_obs - mean0) - state.dev_bpt)
-    has_low = state.low_bpt > 0.0
-    q = math.log(state.low_bpt / mean0) if has_low else math.log(1.0 - params.initial_margin)
+    dev = state.dev_ratio + step * (abs(c_obs - mean0) - state.dev_ratio)
+    has_low = state.low_ratio > 0.0
+    q = math.log(state.low_ratio / mean0) if has_low else math.log(1.0 - params.initial_margin)
     below = 1.0 if math.log(c_obs / mean0) < q else 0.0
     q += params.quantile_step * w * (params.quantile - below)
     q = min(q, 0.0)  # the conservative ratio never exceeds the mean
@@ -121,14 +131,14 @@ def ema_update(state: RatioState | None, c_obs: float, beta: float) -> RatioStat
 
     Args:
         state: the current state, or None for a key never observed.
-        c_obs: observed bytes per token (> 0, finite).
+        c_obs: observed model-to-true ratio (> 0, finite).
         beta: EMA decay β in [0, 1).
 
     Raises:
         ValueError: ``c_obs`` is not a positive finite number.
     """
     s = learn(state, c_obs, LearnerParams(beta=beta))
-    return RatioState(s.mean_bpt, s.dev_bpt, s.samples)
+    return RatioState(s.mean_ratio, s.dev_ratio, s.samples)
 
 
 class RatioStore(Protocol):
@@ -202,19 +212,36 @@ class InMemoryRatioStore:
         return len(states)
 
 
-SNAPSHOT_VERSION = 1
-"""Version of the snapshot document written by :func:`encode_snapshot`."""
+SNAPSHOT_VERSION = 2
+"""Version of the snapshot document written by :func:`encode_snapshot` (1: the same rows under the
+names ``mean_bpt``, ``dev_bpt``, ``low_bpt``, from before the learned ratio was named for what it
+is; still read)."""
+
+_V1_NAMES = {"mean_ratio": "mean_bpt", "dev_ratio": "dev_bpt", "low_ratio": "low_bpt"}
+"""Field of :class:`RatioState` → its name in a version-1 snapshot."""
 
 
 def encode_snapshot(items: list[tuple[RatioKey, RatioState]]) -> dict[str, object]:
-    """The JSON document of a ratio snapshot: ``{"version": 1, "ratios": [{model, category,
-    mean_bpt, dev_bpt, samples, low_bpt}, ...]}``, rows sorted by key."""
-    rows = [{"model": k[0], "category": k[1], **asdict(s)} for k, s in sorted(items)]
+    """The JSON document of a ratio snapshot: ``{"version": 2, "ratios": [{model, category,
+    mean_ratio, dev_ratio, samples, low_ratio, mean_bpt, dev_bpt, low_bpt}, ...]}``, rows sorted by
+    key. The version-1 names repeat the same values for one release, so that a router rolled back
+    to the release before reads the file this one wrote (docs/operations.md)."""
+    rows = []
+    for k, s in sorted(items):
+        row: dict[str, object] = {"model": k[0], "category": k[1], **asdict(s)}
+        row.update({old: row[new] for new, old in _V1_NAMES.items()})
+        rows.append(row)
     return {"version": SNAPSHOT_VERSION, "ratios": rows}
 
 
+def _field(row: dict[str, object], name: str) -> object:
+    """``row[name]``, else its version-1 name's value (a snapshot written before version 2)."""
+    return row[name] if name in row else row[_V1_NAMES[name]]
+
+
 def decode_snapshot(data: object) -> dict[RatioKey, RatioState]:
-    """States from a document written by :func:`encode_snapshot`.
+    """States from a document written by :func:`encode_snapshot`, of this version or version 1
+    (``mean_bpt``, ``dev_bpt``, ``low_bpt``: the same values under their old names).
 
     Raises:
         ValueError: not a snapshot document, or a state with a non-positive or non-finite ratio
@@ -224,14 +251,17 @@ def decode_snapshot(data: object) -> dict[RatioKey, RatioState]:
         rows = data["ratios"]  # type: ignore[index]
         states = {
             (str(r["model"]), str(r["category"])): RatioState(
-                float(r["mean_bpt"]), float(r["dev_bpt"]), int(r["samples"]), float(r.get("low_bpt", 0.0))
+                float(_field(r, "mean_ratio")),  # type: ignore[arg-type]
+                float(_field(r, "dev_ratio")),  # type: ignore[arg-type]
+                int(r["samples"]),
+                float(r.get("low_ratio", r.get("low_bpt", 0.0))),
             )
             for r in rows
         }
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"not a ratio snapshot: {exc!r}") from exc
     for state in states.values():
-        ok = state.mean_bpt > 0 and math.isfinite(state.mean_bpt) and state.dev_bpt >= 0
-        if not (ok and 0.0 <= state.low_bpt <= state.mean_bpt):
+        ok = state.mean_ratio > 0 and math.isfinite(state.mean_ratio) and state.dev_ratio >= 0
+        if not (ok and 0.0 <= state.low_ratio <= state.mean_ratio):
             raise ValueError("not a ratio snapshot: non-positive ratio")
     return states

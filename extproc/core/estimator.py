@@ -278,19 +278,19 @@ class Estimator:
         state = self.store.get(key)
         if state is None or state.samples < max(1, self.cal.warmup_samples):
             prior = max(self.prior(key), floor)
-            central = state.mean_bpt if state is not None else (1.0 if runs else prior)
+            central = state.mean_ratio if state is not None else (1.0 if runs else prior)
             return prior, max(central, floor), False
-        if self.cal.learner == "quantile" and state.low_bpt > 0.0:
-            ratio = state.low_bpt
+        if self.cal.learner == "quantile" and state.low_ratio > 0.0:
+            ratio = state.low_ratio
         else:
-            ratio = state.mean_bpt - self.cal.gamma * state.dev_bpt
+            ratio = state.mean_ratio - self.cal.gamma * state.dev_ratio
         if runs:
             w = min(1.0, state.samples / self.cfg.prior_ramp_samples)
             ratio = math.exp(w * math.log(max(ratio, floor)) + (1.0 - w) * math.log(self.prior(key)))
             # the plausibility band is symmetric: no key budgets text below half its modelled
             # tokens either (a stale or foreign state of 40 routes as 2.0, issue 34)
             ratio = min(ratio, 1.0 / floor)
-        return max(ratio, floor), max(state.mean_bpt, floor), True
+        return max(ratio, floor), max(state.mean_ratio, floor), True
 
     def routing_ratio(self, key: RatioKey) -> tuple[float, bool]:
         """Return ``(c*, warm)``: the learned conservative ratio after warm-up, else the prior."""
@@ -423,7 +423,7 @@ class Estimator:
             media_key=media_key,
             media_base_tokens=media_base,
             key=key,
-            ratio_bpt=ratio,
+            routing_ratio=ratio,
             fixed_prompt_tokens=fixed,
             prompt_tokens=math.ceil(units / ratio) + fixed,
             warm=warm,
@@ -562,7 +562,7 @@ class Estimator:
         state = self.store.observe(budget.key, c_obs, weight)
         self._keys_learned.add(budget.key[0])
         rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
-        return Observation(key=budget.key, c_obs_bpt=c_obs, rel_error=rel, state=state)
+        return Observation(key=budget.key, observed_ratio=c_obs, rel_error=rel, state=state)
 
     def _observe_runs(self, budget: TokenBudget, prompt_tokens: int) -> Observation | None:
         """Robust learning of the ``runs`` model (docs/estimator.md §Learning).
@@ -582,7 +582,7 @@ class Estimator:
             return None
         c_obs = budget.model_tokens / text_tokens
         state = self.store.get(budget.key)
-        current = state.mean_bpt if state is not None and state.samples else 1.0
+        current = state.mean_ratio if state is not None and state.samples else 1.0
         if not (current / cfg.reject_factor <= c_obs <= current * cfg.reject_factor):
             return None
         c_obs = min(max(c_obs, current / (1.0 + cfg.max_step)), current * (1.0 + cfg.max_step))
@@ -596,12 +596,12 @@ class Estimator:
         self._keys_learned.add(budget.key[0])
         held = self._recovered.get(budget.key)
         if held is not None:
-            if held[1] <= 1 or new.low_bpt <= held[0]:
+            if held[1] <= 1 or new.low_ratio <= held[0]:
                 del self._recovered[budget.key]
             else:
                 self._recovered[budget.key] = (held[0], held[1] - 1)
         rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
-        return Observation(key=budget.key, c_obs_bpt=c_obs, rel_error=rel, state=new)
+        return Observation(key=budget.key, observed_ratio=c_obs, rel_error=rel, state=new)
 
     def _learn_media(
         self, budget: TokenBudget, prompt_tokens: int, *, recovery: bool, recovery_step: float = 1.0
@@ -672,12 +672,12 @@ class Estimator:
         if budget.model_tokens <= 0.0 or text_tokens <= 0:
             return None
         c_obs = budget.model_tokens / text_tokens
-        if c_obs * cfg.reject_factor < budget.ratio_bpt:
+        if c_obs * cfg.reject_factor < budget.routing_ratio:
             return (
                 None  # the request is not like its key (random punctuation): ordinary learning rejects it too
             )
-        value = max(c_obs, budget.ratio_bpt / (1.0 + max_step), cfg.min_model_ratio)
-        if value >= budget.ratio_bpt:
+        value = max(c_obs, budget.routing_ratio / (1.0 + max_step), cfg.min_model_ratio)
+        if value >= budget.routing_ratio:
             return None
         self._recovered[budget.key] = (value, cfg.recovery_observations)
         return value

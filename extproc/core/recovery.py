@@ -86,7 +86,7 @@ def strong_correction(
     prompt_tokens: int,
     *,
     warmup_samples: int,
-    dev_before_bpt: float,
+    dev_before_ratio: float,
     max_step: float = 0.1,
 ) -> RatioState | None:
     """Ratchet the key's learned ratio down toward the ratio this misrouted request really had,
@@ -102,7 +102,7 @@ def strong_correction(
          the key moves it one more step (one crafted request cannot move a key further);
        * ``dev' = min(dev, max(dev_before, INITIAL_REL_DEV · c_obs))``: the jump from a wrong mean to
          the truth is an error of the old state, not spread of the key, so it must not inflate σ̂
-         (a stale mean of 40 B/token corrected to 4 would otherwise give σ̂ ≈ 3.6 and send every
+         (a stale mean of 40 corrected to 4 would otherwise give σ̂ ≈ 3.6 and send every
          request of the key to the largest pool);
        * ``samples' = max(samples, warmup_samples)``: the key leaves warm-up, because its prior or
          stale state has just been proven too high;
@@ -123,16 +123,16 @@ def strong_correction(
     if nbytes <= 0 or text_tokens <= 0:
         return None
     c_obs = nbytes / text_tokens
-    if budget.ratio_bpt <= c_obs:
+    if budget.routing_ratio <= c_obs:
         return None
     state = store.get(budget.key)
     if state is None or not isinstance(store, _WritableStore):
         return None
     step = 1.0 + max_step
-    mean = min(state.mean_bpt, max(c_obs, state.mean_bpt / step))
-    dev = min(state.dev_bpt, max(dev_before_bpt, INITIAL_REL_DEV * mean))
-    # The quantile learner routes on ``low_bpt``: ratchet it down too, by the same bounded step.
-    low = min(state.low_bpt, max(c_obs, state.low_bpt / step), mean) if state.low_bpt > 0.0 else 0.0
+    mean = min(state.mean_ratio, max(c_obs, state.mean_ratio / step))
+    dev = min(state.dev_ratio, max(dev_before_ratio, INITIAL_REL_DEV * mean))
+    # The quantile learner routes on ``low_ratio``: ratchet it down too, by the same bounded step.
+    low = min(state.low_ratio, max(c_obs, state.low_ratio / step), mean) if state.low_ratio > 0.0 else 0.0
     new = RatioState(mean, dev, max(state.samples, warmup_samples), low)
     store.put(budget.key, new)
     return new
@@ -187,7 +187,7 @@ class MisrouteRecovery:
         return RetryOutcome(pool, larger.name, "recovered" if 200 <= status < 300 else "retry_failed")
 
     def on_usage(
-        self, budget: TokenBudget, pool: str, served_by: str, prompt_tokens: int, dev_before_bpt: float
+        self, budget: TokenBudget, pool: str, served_by: str, prompt_tokens: int, dev_before_ratio: float
     ) -> tuple[str, ...]:
         """Usage of a 2xx response served by ``served_by`` after a retry from ``pool``.
 
@@ -214,17 +214,17 @@ class MisrouteRecovery:
             budget,
             prompt_tokens,
             warmup_samples=self.warmup_samples,
-            dev_before_bpt=dev_before_bpt,
+            dev_before_ratio=dev_before_ratio,
             max_step=self.cfg.max_step,
         )
         if new is None:
             return ("confirmed",)
         log.info(
-            "misroute %s -> %s: ratio of %s/%s ratcheted to %.3f bytes/token",
+            "misroute %s -> %s: model-to-true ratio of %s/%s ratcheted to %.3f",
             pool,
             served_by,
             budget.key[0],
             budget.key[1],
-            new.mean_bpt,
+            new.mean_ratio,
         )
         return ("confirmed", "ratcheted")

@@ -1,10 +1,12 @@
 """Read what the token budget needs from an OpenAI request body, and nothing more.
 
-Supported endpoints: ``/v1/chat/completions`` (``messages``) and ``/v1/completions``
-(``prompt``: a string, a list of strings, a list of token ids, or a list of token-id lists).
-Text is measured in UTF-8 bytes of the *decoded* JSON strings, not of the escaped body: a
-Python client escapes every CJK character as ``\\uXXXX`` (6 bytes for 3), which would skew the
-ratio by 2× (docs/data.md §3.3, "Python default" columns).
+Five endpoints (:func:`endpoint_for_path`): ``/v1/chat/completions`` (``messages``) and
+``/v1/completions`` (``prompt``: a string, a list of strings, a list of token ids, or a list of
+token-id lists) are read here; ``/v1/responses``, ``/v1/messages`` and
+``/v1/chat/completions/batch`` by :mod:`extproc.core.api_bodies`, into the same
+:class:`RequestFeatures`. Text is measured in UTF-8 bytes of the *decoded* JSON strings, not of the
+escaped body: a Python client escapes every CJK character as ``\\uXXXX`` (6 bytes for 3), which
+would double the byte count (docs/data.md §3.3, "Python default" columns).
 
 Anything the router cannot read raises :class:`UnreadableRequest` whose ``reason`` is a short
 fixed string (a bounded metric label); the caller sends such requests to the largest pool.
@@ -69,7 +71,8 @@ class RequestFeatures:
     """What the estimator needs from one request (no prompt text beyond a bounded sample).
 
     Attributes:
-        endpoint: ``"chat"`` or ``"completions"``.
+        endpoint: the endpoint the body was read as, one of ``"chat"``, ``"completions"``,
+            ``"responses"``, ``"messages"`` and ``"chat_batch"`` (:func:`endpoint_for_path`).
         model: the ``model`` field ('' when absent).
         text_bytes: UTF-8 bytes of all prompt text (message contents, tool results, tool-call
             arguments, completion prompts).

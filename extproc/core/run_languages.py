@@ -21,6 +21,7 @@ except ImportError:  # built without a C compiler
 __all__ = [
     "MIN_WORDS_FOR_LANGUAGE",
     "WINDOW_CHARS",
+    "WORD_SETS",
     "WindowWords",
     "arabic_script_language",
     "english_like",
@@ -125,9 +126,12 @@ def western_european(words: WindowWords) -> bool:
 
 _EURO_WORD_SET = frozenset(w.strip(" ") for w in _EURO_WORDS)
 _EN_WORD_SET = frozenset(w.strip(" ") for w in _FUNCTION_WORDS)
-if _c is not None:  # window_words returns the sets' counts in set-id order: English 0, European 1
-    _c.configure_words(0, tuple(sorted(_EN_WORD_SET)))
-    _c.configure_words(1, tuple(sorted(_EURO_WORD_SET)))
+WORD_SETS: tuple[tuple[str, ...], ...] = (tuple(sorted(_EN_WORD_SET)), tuple(sorted(_EURO_WORD_SET)))
+"""The word sets the C word counts are configured with, in set-id order (English 0, European 1:
+the order :func:`window_words` reads their counts in)."""
+if _c is not None:
+    for _set_id, _words in enumerate(WORD_SETS):
+        _c.configure_words(_set_id, _words)
 
 
 def _spaced_word_count(window: str, words: frozenset[str]) -> int:
@@ -170,7 +174,5 @@ def arabic_script_language(text: str) -> int:
 
 def _letters_in_window(text: str, letters: str) -> int:
     """Occurrences of the characters ``letters`` in the first :data:`WINDOW_CHARS` characters."""
-    if _c is not None:
-        return _c.count_chars(text, WINDOW_CHARS, letters)
     window = text[:WINDOW_CHARS]
     return sum(window.count(c) for c in letters)

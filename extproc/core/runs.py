@@ -24,16 +24,18 @@ Kinds (:data:`RUN_KINDS`, one vocabulary used by the estimator, the evaluation a
 * ``symbol`` (non-ASCII punctuation, CJK punctuation, full-width forms, arrows, math, box drawing),
   ``emoji`` (pictographs, variation selectors, ZWJ), ``other`` (private use, unassigned, surrogates).
 
-Two implementations give the same counts (tests/core/test_runscan.py holds them equal on every corpus
-and on generated text):
+The rules (kinds of code points, the blob test) are defined once, in :mod:`extproc.core.run_rules`.
+Two implementations count by them, and tests/core/test_runscan.py holds both to a plain-Python
+oracle (tests/core/runs_oracle.py) on every corpus and on generated text:
 
 * the C extension :mod:`extproc.core._runscan` (built by ``pip install`` where a C compiler is found):
-  one loop over the string's own 1-, 2- or 4-byte storage, no encode; about 0.15–0.5 ms per 100 KB
-  (~2.5 ns per character);
-* the numpy reference (:func:`count_runs_numpy`): one encode at the width CPython stores the text with
-  (:func:`code_points`) and a table look-up per character, then C-level numpy passes (run starts, counts
-  per kind, one ``reduceat`` per blob test); about 0.2–0.9 ms per 100 KB (1.4–2.5× the C path). It runs where the extension
-  was not built (:data:`RUNSCAN` says which).
+  one loop over the string's own 1-, 2- or 4-byte storage, no encode, 64 ASCII characters at a time
+  with SSE2; about 0.03 ms for a 32 KB and 0.3 ms for a 512 KB benchmark prompt;
+* the numpy path (:func:`count_runs_numpy`): one encode at the width CPython stores the text with
+  (:func:`code_points`) and a table look-up per character, then C-level numpy passes (run starts,
+  counts per kind, one ``reduceat`` per blob test); about 10× the C path's time on a 32 KB prompt
+  and 20–25× on a 512 KB one (docs/performance.md §Run counter). It runs where the extension was
+  not built (:data:`RUNSCAN` says which).
 
 The language tests (:mod:`extproc.core.run_languages`) read a 4,096-character window in both.
 Figures: BENCHMARKS.md §Estimator cost.
@@ -47,6 +49,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from extproc.core import run_rules
 from extproc.core.run_kinds import N_KINDS, RUN_KINDS, kind_index
 from extproc.core.run_languages import (
     MIN_WORDS_FOR_LANGUAGE,
@@ -74,45 +77,18 @@ __all__ = [
 
 _K = kind_index
 
-_BLOB_MIN_CHARS = 20
-_BLOB_ALNUM_SHARE = 0.75
-_BLOB_MIN_DIGITS = 2
-_BLOB_MIN_DIGIT_SHARE = 0.3
-_BLOB_MIN_CASE_SHARE = 0.25
-
-# (first code point, kind) in increasing order; each range runs to the next start.
-_RANGES: tuple[tuple[int, str], ...] = (
-    (0x80, "latin_ext"), (0x370, "greek"), (0x400, "cyrillic"), (0x530, "other_script"),
-    (0x590, "hebrew"), (0x600, "arabic"), (0x700, "other_script"), (0x750, "arabic"), (0x780, "other_script"),
-    (0x8A0, "arabic"), (0x900, "devanagari"), (0x980, "bengali"), (0xA00, "gurmukhi"), (0xA80, "gujarati"),
-    (0xB00, "oriya"), (0xB80, "tamil"), (0xC00, "telugu"), (0xC80, "kannada"), (0xD00, "malayalam"),
-    (0xD80, "sinhala"), (0xE00, "thai"), (0xE80, "lao"), (0xF00, "other_script"), (0x1000, "myanmar"),
-    (0x10A0, "other_script"), (0x1100, "hangul"), (0x1200, "other_script"), (0x1C80, "cyrillic"),
-    (0x1C90, "other_script"), (0x1D00, "latin_ext"), (0x1F00, "greek"), (0x2000, "symbol"),
-    (0x200D, "emoji"), (0x200E, "symbol"), (0x2E80, "han"), (0x3000, "symbol"), (0x3040, "kana"),
-    (0x3100, "han"), (0x3130, "hangul"), (0x3190, "han"), (0x31F0, "kana"), (0x3200, "symbol"),
-    (0x3400, "han"), (0xA000, "other_script"), (0xA960, "hangul"), (0xA980, "other_script"),
-    (0xAC00, "hangul"), (0xD7B0, "other"), (0xF900, "han"), (0xFB00, "latin_ext"), (0xFB1D, "hebrew"),
-    (0xFB50, "arabic"), (0xFE00, "emoji"), (0xFE10, "symbol"), (0xFE70, "arabic"), (0xFF00, "symbol"),
-    (0x10000, "other"),
-)  # fmt: skip
+_BLOB_MIN_CHARS = run_rules.BLOB_MIN_CHARS
+_BLOB_ALNUM_SHARE = run_rules.BLOB_ALNUM_SHARE
+_BLOB_MIN_DIGITS = run_rules.BLOB_MIN_DIGITS
+_BLOB_MIN_DIGIT_SHARE = run_rules.BLOB_MIN_DIGIT_SHARE
+_BLOB_MIN_CASE_SHARE = run_rules.BLOB_MIN_CASE_SHARE
 
 
 def _table() -> np.ndarray:
     t = np.full(0x10001, _K["other"], dtype=np.uint8)
     for c in range(128):
-        ch = chr(c)
-        if ch.isalpha():
-            t[c] = _K["letter"]
-        elif ch.isdigit():
-            t[c] = _K["digit"]
-        elif ch in "\n\r":
-            t[c] = _K["newline"]
-        elif ch.isspace() or c < 32 or c == 127:
-            t[c] = _K["space"]
-        else:
-            t[c] = _K["punct"]
-    bounds = [*_RANGES, (0x10000, "other")]
+        t[c] = _K[run_rules.ascii_kind(c)]
+    bounds = [*run_rules.BMP_RANGES, (0x10000, "other")]
     for (start, kind), (end, _) in itertools.pairwise(bounds):
         t[start:end] = _K[kind]
     t[0x10000] = _K["other"]
@@ -120,8 +96,8 @@ def _table() -> np.ndarray:
 
 
 _TABLE = _table()
-_EMOJI_LO, _EMOJI_HI = 0x1F000, 0x1FB00
-_HAN_EXT_LO, _HAN_EXT_HI = 0x20000, 0x3FFFF
+_EMOJI_LO, _EMOJI_HI = run_rules.EMOJI_ASTRAL
+_HAN_EXT_LO, _HAN_EXT_HI = run_rules.HAN_ASTRAL
 _ALNUM = np.zeros(N_KINDS, dtype=bool)
 _ALNUM[[_K["letter"], _K["digit"]]] = True
 _WS = np.zeros(N_KINDS, dtype=bool)
@@ -184,9 +160,11 @@ _CONFIGURE_ARGS = (
     N_KINDS,
     tuple(_K[k] for k in ("letter", "digit", "punct", "space", "newline", "blob", "emoji", "han", "other")),
     (_EMOJI_LO, _EMOJI_HI, _HAN_EXT_LO, _HAN_EXT_HI),
+    (_BLOB_MIN_CHARS, _BLOB_MIN_DIGITS, _BLOB_ALNUM_SHARE, _BLOB_MIN_DIGIT_SHARE, _BLOB_MIN_CASE_SHARE),
 )
-"""What ``_runscan.configure`` is given: the kind table of the BMP, the kind count, the kind codes and
-the astral ranges."""
+"""What ``_runscan.configure`` is given: the kind table of the BMP, the kind count, the kind codes,
+the astral ranges and the blob test (every rule of :mod:`extproc.core.run_rules`: the C file holds
+none of its own)."""
 
 try:
     from extproc.core import _runscan
@@ -194,7 +172,7 @@ try:
     _runscan.configure(*_CONFIGURE_ARGS)
     RUNSCAN = "c"
     RUNSCAN_PASS = _runscan.fast_path()
-except ImportError:  # built without a C compiler: the numpy reference counts
+except ImportError:  # built without a C compiler: the numpy path counts
     _runscan = None  # type: ignore[assignment]
     RUNSCAN = "numpy"
     RUNSCAN_PASS = "numpy"
@@ -419,12 +397,12 @@ def count_runs(text: str, codes: np.ndarray | None = None) -> RunCounts:
     raw = np.frombuffer(_runscan.count_runs(text), dtype=np.int64)
     runs = raw[:N_KINDS].astype(np.float64)
     chars = raw[N_KINDS : 2 * N_KINDS].astype(np.float64)
-    _languages(text, runs, chars, lambda: _runscan.window_letters(text, WINDOW_CHARS))
+    _languages(text, runs, chars, lambda: window_letters_of(_classes(code_points(text[:WINDOW_CHARS]))))
     return RunCounts(runs, chars, float(raw[-1]))
 
 
 def count_runs_numpy(text: str, codes: np.ndarray | None = None) -> RunCounts:
-    """:func:`count_runs` by numpy passes (the reference, and the path without the C extension).
+    """:func:`count_runs` by numpy passes (the path without the C extension).
 
     Every pass is a C-level one over the whole text (no per-character Python): one encode and
     table look-up, one comparison of neighbours, then counts per kind present.

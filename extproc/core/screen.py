@@ -54,7 +54,7 @@ def bound_budget(est: Estimator, f: RequestFeatures) -> TokenBudget | None:
     return est.budget_for(
         f,
         key=(model_key, BOUND_CATEGORY),
-        ratio_bpt=1.0,
+        routing_ratio=1.0,
         fixed_prompt_tokens=fixed,
         prompt_tokens=prompt,
         warm=False,

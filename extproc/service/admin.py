@@ -3,7 +3,8 @@
 * ``GET /metrics``: Prometheus text exposition of the router's registry.
 * ``GET /healthz``: liveness (the process and its event loop answer).
 * ``GET /readyz``: readiness (gRPC listener up, config loaded, not shutting down); 503 otherwise.
-* ``GET /ratios``: learned bytes-per-token ratios as JSON (model, category, ĉ, σ̂, c*, samples),
+* ``GET /ratios``: learned model-to-true ratios as JSON (model, category, ĉ, σ̂, c*, samples: the
+  ratio is modelled units per true prompt token, extproc.core.calibration),
   plus the store's state (``memory`` or ``redis``, Redis reachability, queue length).
 * ``GET /output-lengths``: learned answer lengths per output class (issue 30): answers, censored,
   truncated, the reserve the class routes with, its quantile and its prior's, its tail share, plus
@@ -43,9 +44,9 @@ def ratios_view(router: Runtime) -> list[dict[str, object]]:
             {
                 "model": model,
                 "category": category,
-                "mean_bytes_per_token": round(state.mean_bpt, 4),
-                "dev_bytes_per_token": round(state.dev_bpt, 4),
-                "routing_bytes_per_token": round(ratio, 4),
+                "mean_model_to_true_ratio": round(state.mean_ratio, 4),
+                "dev_model_to_true_ratio": round(state.dev_ratio, 4),
+                "routing_model_to_true_ratio": round(ratio, 4),
                 "warm": warm,
                 "samples": state.samples,
             }

@@ -253,7 +253,7 @@ class RouterApp:
         if RUNSCAN != "c":
             log.warning(
                 "estimator run counter: numpy (extproc.core._runscan was not built: no C compiler at "
-                "install time); prompts cost 3-10x more CPU to budget (docs/estimator.md §Cost)"
+                "install time); long prompts cost 10-25x more CPU to count (docs/performance.md §Run counter)"
             )
         snap = cfg.calibration.snapshot_path
         if snap and self.memory is not None:

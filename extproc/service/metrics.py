@@ -112,14 +112,28 @@ class RouterMetrics:
             registry=r,
         )
         self.ratio = Gauge(
-            "tbr_ratio_bytes_per_token",
-            "Learned EMA bytes-per-token ratio (ĉ) per model and category.",
+            "tbr_model_to_true_ratio",
+            "Learned EMA model-to-true ratio (ĉ: modelled units per true prompt token) per model and category.",
             ["model_name", "category"],
             registry=r,
         )
         self.ratio_dev = Gauge(
+            "tbr_model_to_true_ratio_deviation",
+            "Learned EMA absolute deviation (σ̂) of the model-to-true ratio per model and category.",
+            ["model_name", "category"],
+            registry=r,
+        )
+        # The names before the learned ratio was named for what it is, kept one release as aliases
+        # (same values) so that dashboards and alerts can move over (docs/metrics.md).
+        self.ratio_alias = Gauge(
+            "tbr_ratio_bytes_per_token",
+            "Deprecated alias of tbr_model_to_true_ratio (same value; it is not bytes per token); removed in the next release.",
+            ["model_name", "category"],
+            registry=r,
+        )
+        self.ratio_dev_alias = Gauge(
             "tbr_ratio_deviation_bytes_per_token",
-            "Learned EMA absolute deviation (σ̂) of the ratio per model and category.",
+            "Deprecated alias of tbr_model_to_true_ratio_deviation (same value); removed in the next release.",
             ["model_name", "category"],
             registry=r,
         )
@@ -312,11 +326,16 @@ class PrometheusObserver:
         """``tbr_prompt_estimate_relative_error{category}``."""
         self._child("rel_error", self.metrics.rel_error, category).observe(rel_error)
 
-    def ratio_updated(self, model: str, category: str, mean_bpt: float, dev_bpt: float, samples: int) -> None:
-        """The three ``tbr_ratio_*`` gauges of ``(model, category)``."""
+    def ratio_updated(
+        self, model: str, category: str, mean_ratio: float, dev_ratio: float, samples: int
+    ) -> None:
+        """``tbr_model_to_true_ratio``, its deviation (and their deprecated aliases) and
+        ``tbr_ratio_samples`` of ``(model, category)``."""
         m = self.metrics
-        self._child("ratio", m.ratio, model, category).set(mean_bpt)
-        self._child("ratio_dev", m.ratio_dev, model, category).set(dev_bpt)
+        self._child("ratio", m.ratio, model, category).set(mean_ratio)
+        self._child("ratio_dev", m.ratio_dev, model, category).set(dev_ratio)
+        self._child("ratio_alias", m.ratio_alias, model, category).set(mean_ratio)
+        self._child("ratio_dev_alias", m.ratio_dev_alias, model, category).set(dev_ratio)
         self._child("ratio_samples", m.ratio_samples, model, category).set(samples)
 
     def request_finished(self, record: DecisionRecord, traceparent: str) -> None:

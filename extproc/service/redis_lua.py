@@ -16,7 +16,7 @@ EMA_BATCH_LUA = """
 -- (set to KEYS[1], a value never used before, so a replica's last seen version never repeats);
 -- KEYS[4]: epoch of the data set (set once, to KEYS[1], when absent: a new data set).
 -- ARGV[1..5]: beta, quantile, quantile_step, initial_margin, initial_rel_dev; ARGV[6]: marker TTL;
--- then per observation i = 1..n: ARGV[3i+4] field, ARGV[3i+5] bytes/token, ARGV[3i+6] weight.
+-- then per observation i = 1..n: ARGV[3i+4] field, ARGV[3i+5] model-to-true ratio, ARGV[3i+6] weight.
 -- Applied in order, atomically, at most once per batch id.
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', tonumber(ARGV[6])) then
   return 0

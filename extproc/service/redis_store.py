@@ -37,9 +37,12 @@ continues on the local cache; the failure is logged once and counted
 queue is flushed and pulls resume.
 
 Redis layout (``prefix`` defaults to ``tbr:``): hash ``{prefix}ratios`` with one field per key,
-``{category}:{model}`` → ``"{mean_bpt} {dev_bpt} {samples} {low_bpt}"`` (bytes/token as ``%.17g``);
-``{prefix}ratios-version`` (the id of the last applied batch or seed), ``{prefix}ratios-epoch`` (set
-once per data set), ``{prefix}batch:{id}`` markers.
+``{category}:{model}`` → ``"{mean_ratio} {dev_ratio} {samples} {low_ratio}"`` (model-to-true ratios
+as ``%.17g``); ``{prefix}ratios-version`` (the id of the last applied batch or seed),
+``{prefix}ratios-epoch`` (set once per data set), ``{prefix}batch:{id}`` markers. The value is
+positional and unchanged since the learned ratio was renamed from "bytes per token" (only names
+changed, not values or their meaning): replicas of the release before and of this one share the hash
+during a rollout.
 """
 
 from __future__ import annotations
@@ -321,7 +324,7 @@ class RedisRatioStore:
         for (model, category), st in states:
             args += [
                 f"{category}:{model}",
-                f"{st.mean_bpt:.17g} {st.dev_bpt:.17g} {st.samples} {st.low_bpt:.17g}",
+                f"{st.mean_ratio:.17g} {st.dev_ratio:.17g} {st.samples} {st.low_ratio:.17g}",
             ]
         reply = [
             _text(x) or ""
@@ -429,7 +432,7 @@ def _text(value: bytes | str | None) -> str | None:
 
 
 def _parse_state(value: str) -> RatioState | None:
-    """A RatioState from ``"{mean_bpt} {dev_bpt} {samples} {low_bpt}"``, or None if malformed."""
+    """A RatioState from ``"{mean_ratio} {dev_ratio} {samples} {low_ratio}"``, or None if malformed."""
     parts = value.split(" ")
     if len(parts) != 4:
         return None

@@ -294,8 +294,8 @@ def format_summary(s: dict[str, Any]) -> str:
     for r in s["learned_ratios"]:
         add(
             f"  {str(r.get('model'))[:24]:<24} {r.get('category')!s:<12} "
-            f"{_num(r.get('mean_bytes_per_token')):>7} {_num(r.get('dev_bytes_per_token')):>7} "
-            f"{_num(r.get('routing_bytes_per_token')):>8} {r.get('samples', ''):>8} {r.get('warm', '')}"
+            f"{_num(r.get('mean_model_to_true_ratio')):>7} {_num(r.get('dev_model_to_true_ratio')):>7} "
+            f"{_num(r.get('routing_model_to_true_ratio')):>8} {r.get('samples', ''):>8} {r.get('warm', '')}"
         )
     add("")
     e = s["envoy_ext_proc"]

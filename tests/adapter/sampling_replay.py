@@ -59,8 +59,8 @@ class ReplayResult:
     sampled: int = 0
     messages: int = 0
     learned_samples: int = 0
-    learned_bpt: dict[str, float] = field(default_factory=dict)
-    true_bpt: dict[str, float] = field(default_factory=dict)
+    learned_ratio: dict[str, float] = field(default_factory=dict)
+    true_ratio: dict[str, float] = field(default_factory=dict)
 
 
 async def replay(prompts: list[str], sample_rate: float, *, seed: int) -> ReplayResult:
@@ -121,6 +121,6 @@ async def replay(prompts: list[str], sample_rate: float, *, seed: int) -> Replay
             await call.done_writing()
             await call.code()
         res.learned_samples = sum(state.samples for _, state in app.store.items())
-        res.learned_bpt = {key[1]: state.mean_bpt for key, state in app.store.items()}
-    res.true_bpt = {cat: sum(v) / len(v) for cat, v in observed.items()}
+        res.learned_ratio = {key[1]: state.mean_ratio for key, state in app.store.items()}
+    res.true_ratio = {cat: sum(v) / len(v) for cat, v in observed.items()}
     return res

@@ -131,7 +131,7 @@ async def test_retried_response_moves_the_count_and_ratchets_the_ratio(app: Rout
     text = "Plain English words for a prompt that is much longer than the router thinks " * 100
     key = ("m", classify_text(text.encode()))
     assert app.memory is not None
-    app.memory.put(key, RatioState(mean_bpt=40.0, dev_bpt=0.0, samples=50))  # stale: under-estimates
+    app.memory.put(key, RatioState(mean_ratio=40.0, dev_ratio=0.0, samples=50))  # stale: under-estimates
     app.current_router().estimator.admit("m", learned=True)  # as a restored state is (issue 34)
     true_prompt = 4500  # ≈ 7,800 bytes / 1.75 B/token: does not fit short (4,096)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
@@ -161,8 +161,8 @@ async def test_retried_response_moves_the_count_and_ratchets_the_ratio(app: Rout
     # one bounded step (recovery.max_step = 0.1) from the state after the ordinary EMA update,
     # never the whole way from a stale 40 B/token to c_obs ≈ 1.7 at once (issue 34)
     after_ema = 40.0 + 0.01 * min(1.0, (true_prompt - fixed) / 1024) * (c_obs - 40.0)
-    assert state.mean_bpt == pytest.approx(after_ema / 1.1)
-    assert c_obs < state.mean_bpt < 40.0
+    assert state.mean_ratio == pytest.approx(after_ema / 1.1)
+    assert c_obs < state.mean_ratio < 40.0
 
 
 def vllm_error(message: str, param: str | None) -> bytes:

@@ -126,11 +126,13 @@ async def test_calibration_converges_when_sampling_responses() -> None:
     # learning converges with sampling: the learned ratio of the dominant category ends as close
     # to the truth as with every response read. The EMA (effective memory ~2/(1-β) samples) of
     # per-request ratios with a ~30 % spread keeps ~7 % (1σ) of noise, hence the 15 % bounds.
-    true = sampled.true_bpt["latin"]
-    assert abs(sampled.learned_bpt["latin"] - true) / true < 0.15
-    assert abs(full.learned_bpt["latin"] - true) / true < 0.15
+    true = sampled.true_ratio["latin"]
+    assert abs(sampled.learned_ratio["latin"] - true) / true < 0.15
+    assert abs(full.learned_ratio["latin"] - true) / true < 0.15
     # Two independent EMAs with ~7 % (1σ) noise each differ by ~10 % (1σ): 20 % is the 2σ bound.
-    assert abs(sampled.learned_bpt["latin"] - full.learned_bpt["latin"]) / full.learned_bpt["latin"] < 0.20
+    assert (
+        abs(sampled.learned_ratio["latin"] - full.learned_ratio["latin"]) / full.learned_ratio["latin"] < 0.20
+    )
 
 
 def _decision_categories(app: RouterApp) -> set[str]:

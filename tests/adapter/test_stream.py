@@ -124,7 +124,7 @@ async def test_streaming_usage_calibrates_exactly_once(app: RouterApp) -> None:
     (row,) = ratios
     assert row["category"] == "latin" and row["samples"] == 3 and row["warm"] is True
     # 40 '.' are budgeted outside the ratio at 1 token each (unknown model), framing 5 + 5
-    assert row["mean_bytes_per_token"] == pytest.approx((1800 - 40) / (410 - 10 - 40), rel=1e-3)
+    assert row["mean_model_to_true_ratio"] == pytest.approx((1800 - 40) / (410 - 10 - 40), rel=1e-3)
 
 
 async def test_json_usage_and_non_2xx(app: RouterApp) -> None:

@@ -28,8 +28,8 @@ def test_ema_update_matches_hand_computation() -> None:
     s = ema_update(None, 4.0, 0.9)
     assert s == RatioState(4.0, 0.4, 1)
     s = ema_update(s, 5.0, 0.9)
-    assert s.mean_bpt == pytest.approx(0.9 * 4.0 + 0.1 * 5.0)
-    assert s.dev_bpt == pytest.approx(0.9 * 0.4 + 0.1 * abs(5.0 - 4.0))
+    assert s.mean_ratio == pytest.approx(0.9 * 4.0 + 0.1 * 5.0)
+    assert s.dev_ratio == pytest.approx(0.9 * 0.4 + 0.1 * abs(5.0 - 4.0))
     with pytest.raises(ValueError):
         ema_update(s, 0.0, 0.9)
 
@@ -68,7 +68,7 @@ def test_budget_uses_prior_then_learned_conservative_ratio() -> None:
     assert b2.warm
     state = est.store.get(b2.key)
     assert state is not None
-    assert b2.ratio_bpt == pytest.approx(state.mean_bpt - 2.0 * state.dev_bpt)
+    assert b2.routing_ratio == pytest.approx(state.mean_ratio - 2.0 * state.dev_ratio)
 
 
 def test_observe_skips_non_text_dominated_prompts() -> None:

@@ -25,14 +25,20 @@ Stack = InProcessStack
 
 
 def stale_ratio_snapshot(
-    work_dir: Path, text: str, *, mean_bpt: float = 40.0, model: str = "Qwen/Qwen3-8B"
+    work_dir: Path, text: str, *, mean_ratio: float = 40.0, model: str = "Qwen/Qwen3-8B"
 ) -> Path:
-    """Write ``work_dir/ratios.json``: a ratio snapshot claiming ``mean_bpt`` bytes/token (warm, 50
-    samples, no deviation) for ``text``'s category under ``model``, so a restored router budgets that
-    text far too low. The tests use it to force an underestimate; returns the file's path."""
-    entry = {"model": model, "category": classify_text(text.encode()), "mean_bpt": mean_bpt, "dev_bpt": 0.0}
+    """Write ``work_dir/ratios.json``: a ratio snapshot claiming a model-to-true ratio of
+    ``mean_ratio`` (bytes per token under the ``bytes`` cost model these tests pin; warm, 50 samples,
+    no deviation) for ``text``'s category under ``model``, so a restored router budgets that text far
+    too low. The tests use it to force an underestimate; returns the file's path."""
+    entry = {
+        "model": model,
+        "category": classify_text(text.encode()),
+        "mean_ratio": mean_ratio,
+        "dev_ratio": 0.0,
+    }
     path = work_dir / "ratios.json"
-    path.write_bytes(orjson.dumps({"version": 1, "ratios": [{**entry, "samples": 50}]}))
+    path.write_bytes(orjson.dumps({"version": 2, "ratios": [{**entry, "samples": 50}]}))
     return path
 
 

@@ -110,4 +110,4 @@ def test_completions_prompt_list_is_routed_by_its_longest_member_and_learned_sum
     assert ratio_samples(stack) == before + 1
     rows = httpx.get(f"{stack.router_admin_url}/ratios", timeout=5).json()["ratios"]
     (row,) = [r for r in rows if r["model"] == MODEL and r["category"] == rec["category"]]
-    assert 0.7 < row["mean_bytes_per_token"] < 1.4, row
+    assert 0.7 < row["mean_model_to_true_ratio"] < 1.4, row

@@ -19,7 +19,7 @@ from extproc.service.snapshot import load_snapshot, save_snapshot
 def _estimator(**cal: object) -> Estimator:
     c = CalibrationConfig(**cal)  # type: ignore[arg-type]
     # these tests pin the bytes/token model (the paper's ratio); the runs model is tested in
-    # tests/core/test_estimator_v2.py
+    # tests/core/test_estimator_runs_model.py
     return Estimator(
         estimator=EstimatorConfig(cost_model="bytes"), calibration=c, store=InMemoryRatioStore.from_config(c)
     )
@@ -147,10 +147,10 @@ def test_quantile_learner_tracks_the_weighted_lower_quantile() -> None:
     for i in range(20000):
         state = learn(state, values[(i * 7) % 10], params)
     assert state is not None
-    below = sum(v < state.low_bpt for v in values) / len(values)
+    below = sum(v < state.low_ratio for v in values) / len(values)
     assert below == pytest.approx(0.1, abs=0.1)
-    assert 2.9 < state.low_bpt < 4.1
-    assert state.low_bpt < state.mean_bpt
+    assert 2.9 < state.low_ratio < 4.1
+    assert state.low_ratio < state.mean_ratio
 
 
 def test_store_from_config_and_snapshot_keep_the_quantile(tmp_path: object) -> None:

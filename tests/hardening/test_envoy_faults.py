@@ -12,13 +12,14 @@ import io
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 from PIL import Image
 
 from devstack.stack import Stack, StackOptions
+from tests.waiting import until
 
 pytestmark = pytest.mark.envoy
 
@@ -65,11 +66,8 @@ def served_by(r: httpx.Response) -> str | None:
     return pool
 
 
-def _wait(pred: object, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
+def _wait(pred: Callable[[], object], timeout_s: float = 10.0) -> None:
+    until(pred, timeout_s, poll_s=0.05)
 
 
 def test_baseline_routing(stack: Stack) -> None:

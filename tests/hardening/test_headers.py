@@ -26,6 +26,7 @@ from tests.pb import (
     routed_pool,
     run_stream,
 )
+from tests.waiting import until_async
 
 
 @pytest.mark.parametrize("raw", [True, False], ids=["only_raw_value", "only_value"])
@@ -164,8 +165,11 @@ async def test_duplicate_request_ids_across_concurrent_streams(tmp_path) -> None
         results = await asyncio.gather(*(one(i) for i in range(64)))
         for i, pool in results:
             assert pool == ("long" if i % 2 else "short")
-        text = await metrics_text(app.admin_port)
-        assert sample(text, "tbr_inflight_streams") == 0.0
+
+        async def all_ended() -> bool:  # the server ends each stream just after its last answer
+            return sample(await metrics_text(app.admin_port), "tbr_inflight_streams") == 0.0
+
+        await until_async(all_ended, 10, "every stream ended")
     recs = [orjson.loads(x) for x in log_path.read_bytes().splitlines()]
     assert len(recs) == 64
     assert len({r["prompt_tokens"] for r in recs}) == 64

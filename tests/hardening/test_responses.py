@@ -280,7 +280,7 @@ async def test_usage_in_every_chunk_cumulative_last_wins(app: RouterApp) -> None
     # The learned ratio is the one implied by the LAST cumulative usage (77 prompt tokens).
     features = parse_request_body(chat_body(text, max_tokens=20, stream=True), "chat")
     budget = app.current_router().estimator.estimate(features)
-    assert state.mean_bpt == pytest.approx(budget.ratio_bytes / (77 - budget.fixed_prompt_tokens))
+    assert state.mean_ratio == pytest.approx(budget.ratio_bytes / (77 - budget.fixed_prompt_tokens))
 
 
 async def test_response_headers_with_end_of_stream(shared_app: RouterApp) -> None:

@@ -21,6 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from extproc.adapter.server import EXT_PROC_SERVICE
 from tests.pb import json_response_msgs, request_msgs
 from tests.service.streams import POOLS
+from tests.waiting import until
 
 SECRET = "zebra-quartz-prompt-marker " * 20  # must never appear in logs
 
@@ -63,6 +64,15 @@ def served(tmp_path: Path, request: pytest.FixtureRequest):
         proc.wait(timeout=10)
 
 
+def _answers(grpc_port: int) -> bool:
+    """Whether the gRPC listener still answers a health check."""
+    try:
+        health(grpc_port, "")
+    except grpc.RpcError:
+        return False
+    return True
+
+
 def test_sigterm_drains_inflight_stream_and_writes_snapshot(served) -> None:
     proc, grpc_port, admin_port, tmp_path, stderr_path = served
     admin = f"http://127.0.0.1:{admin_port}"
@@ -76,10 +86,11 @@ def test_sigterm_drains_inflight_stream_and_writes_snapshot(served) -> None:
     cfg["pools"][0]["max_model_len"] = 4096
     cfg_path.write_text(yaml.safe_dump(cfg))
     proc.send_signal(signal.SIGHUP)
-    deadline = time.monotonic() + 5
-    while 'tbr_config_reloads_total{outcome="applied"} 1.0' not in httpx.get(f"{admin}/metrics").text:
-        assert time.monotonic() < deadline, "SIGHUP did not reload"
-        time.sleep(0.05)
+    until(
+        lambda: 'tbr_config_reloads_total{outcome="applied"} 1.0' in httpx.get(f"{admin}/metrics").text,
+        5,
+        "the SIGHUP reload",
+    )
     assert "tbr_config_generation 2.0" in httpx.get(f"{admin}/metrics").text
 
     text = SECRET + ("The quick brown fox jumps over the lazy dog. " * 40)
@@ -98,7 +109,7 @@ def test_sigterm_drains_inflight_stream_and_writes_snapshot(served) -> None:
 
         t_term = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        until(lambda: health(grpc_port, EXT_PROC_SERVICE) == "NOT_SERVING", 5, "draining")
         # Draining: not ready (gRPC health of the ext_proc service, /readyz) but alive.
         assert health(grpc_port, EXT_PROC_SERVICE) == "NOT_SERVING"
         assert health(grpc_port, "") == "SERVING"
@@ -106,8 +117,8 @@ def test_sigterm_drains_inflight_stream_and_writes_snapshot(served) -> None:
         assert httpx.get(f"{admin}/healthz").status_code == 200
         assert "tbr_ready 0.0" in httpx.get(f"{admin}/metrics").text
 
-        time.sleep(1.2)  # past shutdown_delay_s: the listener is closed, the stream still open
-        with pytest.raises(grpc.RpcError):
+        until(lambda: not _answers(grpc_port), 10, "the listener closing after shutdown_delay_s")
+        with pytest.raises(grpc.RpcError):  # the listener is closed, the stream still open
             health(grpc_port, "")
         assert proc.poll() is None
         q.put(msgs[2])

@@ -55,12 +55,12 @@ async def test_calibration_learned_on_one_replica_routes_the_other(redis_server:
         (row_a,) = await ratios(a.admin_port)
         (row_b,) = await ratios(b.admin_port)
         assert row_b == row_a
-        assert row_b["warm"] is True and float(row_b["mean_bytes_per_token"]) < 1.05  # type: ignore[arg-type]
+        assert row_b["warm"] is True and float(row_b["mean_model_to_true_ratio"]) < 1.05  # type: ignore[arg-type]
         # B never saw a response, yet routes by A's calibration.
         assert await route_of(b.grpc_port, TEXT_8000) == "long"
         metrics_b = await _metrics(b.admin_port)
         assert "tbr_ratio_store_up 1.0" in metrics_b
-        assert 'tbr_ratio_bytes_per_token{category="latin",model_name="m"}' in metrics_b
+        assert 'tbr_model_to_true_ratio{category="latin",model_name="m"}' in metrics_b
 
 
 async def _metrics(port: int) -> str:
@@ -87,9 +87,9 @@ async def test_server_side_ema_matches_local_formula(redis_server: RedisServer) 
         await client.aclose()
         ref = reference.get(("m", "code"))
         assert ref is not None
-        assert float(mean) == pytest.approx(ref.mean_bpt, rel=1e-12)
-        assert float(dev) == pytest.approx(ref.dev_bpt, rel=1e-12)
-        assert float(low) == pytest.approx(ref.low_bpt, rel=1e-12) and 0 < ref.low_bpt < ref.mean_bpt
+        assert float(mean) == pytest.approx(ref.mean_ratio, rel=1e-12)
+        assert float(dev) == pytest.approx(ref.dev_ratio, rel=1e-12)
+        assert float(low) == pytest.approx(ref.low_ratio, rel=1e-12) and 0 < ref.low_ratio < ref.mean_ratio
         assert int(samples) == 6  # one batch
         assert isinstance(version, str) and version.startswith("tbr:batch:")  # its unique id
         assert store.get(("m", "code")) == pytest.approx(ref)  # local cache pulled back

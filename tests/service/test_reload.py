@@ -58,7 +58,7 @@ async def test_file_change_reroutes_without_restart_and_keeps_ratios(tmp_path: P
             await call.done_writing()
 
         after = await ratios(app.admin_port)
-        assert after[0]["mean_bytes_per_token"] == before[0]["mean_bytes_per_token"]
+        assert after[0]["mean_model_to_true_ratio"] == before[0]["mean_model_to_true_ratio"]
         assert after[0]["samples"] == 4  # the in-flight stream's usage was still learned
         metrics = (await admin_get(app.admin_port, "/metrics")).text
         assert 'tbr_config_reloads_total{outcome="applied"} 1.0' in metrics

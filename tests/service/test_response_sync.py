@@ -63,7 +63,10 @@ async def test_close_returns_when_a_sync_swallows_the_cancellation(redis_server:
     pools = ResponsePools()
     sync = ResponsePoolSync(pools, url=redis_server.url, key_prefix="t:", interval_s=0.001, timeout_s=1)
 
+    started = asyncio.Event()
+
     async def swallowing_sync() -> bool:
+        started.set()
         try:
             await asyncio.sleep(0.2)
         except asyncio.CancelledError:
@@ -72,7 +75,7 @@ async def test_close_returns_when_a_sync_swallows_the_cancellation(redis_server:
 
     sync.sync_once = swallowing_sync  # type: ignore[method-assign]
     await sync.start()
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(started.wait(), 5.0)  # a sync is under way (an event, not an interval)
     closing = asyncio.create_task(sync.close())
     done, _ = await asyncio.wait({closing}, timeout=5.0)
     assert closing in done, "close() did not return: the sync loop outlived its cancellation"

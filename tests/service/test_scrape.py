@@ -46,7 +46,8 @@ def test_parse_prefers_current_kv_name_and_handles_absence() -> None:
 async def test_scrape_real_pool_while_held_then_failures_go_stale() -> None:
     settings = PoolSettings(name="short", max_model_len=4096, max_num_seqs=1, hold=True)
     reg = CollectorRegistry()
-    tracker = LoadTracker()
+    now = [0.0]  # a fake clock for the signals' age: staleness is tested by moving it, not by waiting
+    tracker = LoadTracker(clock=lambda: now[0])
     reg.register(LoadCollector(tracker))
     metrics = LoadMetrics(reg)
     sp = SpilloverConfig(enabled=True, max_waiting=1, scrape_interval_s=0.05, max_staleness_s=0.3)
@@ -96,12 +97,14 @@ async def test_scrape_real_pool_while_held_then_failures_go_stale() -> None:
         assert tracker.signals("short").waiting == 0.0  # type: ignore[union-attr]
         assert tracker.saturated("short", Thresholds.of(pools[0], sp), sp.max_staleness_s) is None
 
-        # the periodic task runs, and when the pool stops answering its values go stale
+        # the periodic task runs: wait for its scrapes (an event), not for an interval
         scraper.start()
-        await asyncio.sleep(0.15)
+        for _ in range(1000):
+            if scrapes("short", "ok") >= 4:
+                break
+            await asyncio.sleep(sp.scrape_interval_s)
         await scraper.stop()
-        ok_runs = reg.get_sample_value("tbr_pool_scrapes_total", {"pool": "short", "outcome": "ok"})
-        assert ok_runs is not None and ok_runs >= 3
-    await asyncio.sleep(0.35)  # pool gone: no fresh values
+        assert scrapes("short", "ok") >= 4  # two by hand above, at least two by the task
+    now[0] += sp.max_staleness_s + 0.01  # pool gone: its last values age past max_staleness_s
     assert tracker.saturated("short", Thresholds.of(pools[0], sp), sp.max_staleness_s) is None
     assert reg.get_sample_value("tbr_pool_stale_signal_checks_total", {"pool": "short"}) == 1

@@ -61,7 +61,14 @@ async def test_sigkill_loses_at_most_one_snapshot_interval(tmp_path: Path) -> No
         await calibrate(grpc_port, TEXT_8000, prompt_tokens=1800, times=5)
         learned = await ratios(admin_port)
         assert learned and learned[0]["samples"] == 5
-        await asyncio.sleep(3 * INTERVAL_S)  # at least one periodic write after the last sample
+        # wait for the event, a periodic write holding the last sample (not for a number of intervals)
+        for _ in range(2000):
+            rows = json.loads(snap.read_text())["ratios"] if snap.exists() else []
+            if rows and rows[0]["samples"] == 5:
+                break
+            await asyncio.sleep(INTERVAL_S / 4)
+        else:
+            raise AssertionError("no periodic snapshot write after the last sample")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     assert snap.exists()

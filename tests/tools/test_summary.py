@@ -20,7 +20,7 @@ def _inputs(outcomes: list[Outcome], decisions: dict[str, dict[str, object]]) ->
         outcomes=outcomes,
         decisions=decisions,
         ratios=[
-            {"model": "m", "category": "latin", "mean_bytes_per_token": 4.4, "samples": 12, "warm": True}
+            {"model": "m", "category": "latin", "mean_model_to_true_ratio": 4.4, "samples": 12, "warm": True}
         ],
         envoy_stats={
             "http.llm_ingress.ext_proc.tbr.streams_started": 5,

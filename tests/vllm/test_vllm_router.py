@@ -264,12 +264,12 @@ async def test_spillover_driven_by_vllm_num_requests_waiting(stack: Stack) -> No
     assert stack.router_metric("tbr_spillover_total", labels) >= spilled + 1
 
 
-def stale_snapshot(work_dir: Path, category: str, mean_bpt: float = 40.0) -> Path:
-    """A ratio snapshot claiming ``mean_bpt`` bytes/token (warm, 50 samples) for ``category``:
+def stale_snapshot(work_dir: Path, category: str, mean_ratio: float = 40.0) -> Path:
+    """A ratio snapshot claiming a model-to-true ratio of ``mean_ratio`` (warm, 50 samples) for ``category``:
     a router restored from it budgets such text ~10x too low."""
-    entry = {"model": MODEL, "category": category, "mean_bpt": mean_bpt, "dev_bpt": 0.0, "samples": 50}
+    entry = {"model": MODEL, "category": category, "mean_ratio": mean_ratio, "dev_ratio": 0.0, "samples": 50}
     path = work_dir / "ratios.json"
-    path.write_text(json.dumps({"version": 1, "ratios": [entry]}), encoding="utf-8")
+    path.write_text(json.dumps({"version": 2, "ratios": [entry]}), encoding="utf-8")
     return path
 
 
