@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from extproc.config import RouterConfig, load_config
 from planner.fleet import SpillSetting, parse_spill_sweep
-from planner.profiles import PROFILES, PoolProfile
+from planner.profiles import ADMISSION_MODES, PROFILES, PoolProfile, with_admission
 from planner.trace import NormalizationReport, Trace, merge_traces, normalize
 from planner.trace_loaders import load_trace
 
@@ -25,6 +25,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "profile_arg",
+    "profile_from_args",
     "replay_for",
 ]
 
@@ -71,10 +72,26 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
         help="model + GPU profile of one instance (planner/profiles.py)",
     )
     p.add_argument(
+        "--admission",
+        choices=ADMISSION_MODES,
+        default="vllm",
+        help="how an instance admits work: vllm = its scheduler (max_num_seqs cap, KV blocks on demand, "
+        "recompute preemption, max_num_batched_tokens with chunked prefill); paper = floor(KV / "
+        "max_model_len) slots, as if every sequence held a whole context of KV",
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        type=_positive_int,
+        default=None,
+        help="vLLM max_num_seqs per instance; None = vLLM 0.32's default for the profile's GPU "
+        "(A100: 256, H100: 1024, MI300X: 1024) under --admission vllm, the profile's cap under paper",
+    )
+    p.add_argument(
         "--max-num-batched-tokens",
         type=_positive_int,
         default=None,
-        help="enforce vLLM's per-iteration token budget (decodes + prefill chunks) in the DES",
+        help="vLLM's per-iteration token budget (decodes + prefill chunks); None = vLLM 0.32's default "
+        "for the GPU under --admission vllm (A100: 2048, H100: 8192, MI300X: 16384), off under paper",
     )
 
 
@@ -125,6 +142,17 @@ def profile_arg(name: str, max_num_batched_tokens: int | None = None) -> PoolPro
     if max_num_batched_tokens is not None:
         prof = replace(prof, max_num_batched_tokens=max_num_batched_tokens)
     return prof
+
+
+def profile_from_args(args: argparse.Namespace) -> PoolProfile:
+    """The ``--profile`` under ``--admission`` with ``--max-num-seqs``/``--max-num-batched-tokens``
+    (:func:`planner.profiles.with_admission`)."""
+    return with_admission(
+        PROFILES[args.profile],
+        getattr(args, "admission", "paper"),
+        max_num_seqs=getattr(args, "max_num_seqs", None),
+        max_num_batched_tokens=getattr(args, "max_num_batched_tokens", None),
+    )
 
 
 def load_normalized(args: argparse.Namespace) -> tuple[Trace, NormalizationReport]:

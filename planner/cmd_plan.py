@@ -22,7 +22,7 @@ from planner.cli_common import (
     non_negative_float,
     positive_float,
     positive_int,
-    profile_arg,
+    profile_from_args,
     replay_for,
 )
 from planner.des import LB_POLICIES
@@ -228,7 +228,7 @@ def run(args: argparse.Namespace) -> int:
     inp = PlanInputs(
         source=source,
         trace=trace,
-        profile=profile_arg(args.profile, args.max_num_batched_tokens),
+        profile=profile_from_args(args),
         short_max_tokens=short,
         long_max_model_len=long_,
         slo=Slo(args.slo_ttft_p99_s, args.slo_tpot_p99_s),

@@ -19,7 +19,7 @@ from planner.cli_common import (
     load_normalized,
     load_router_config,
     positive_float,
-    profile_arg,
+    profile_from_args,
     replay_for,
 )
 from planner.des import LB_POLICIES, PoolSpec, simulate
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     except (TraceError, ValueError) as exc:
         eprint(f"error: {exc}")
         return 2
-    prof = profile_arg(args.profile, args.max_num_batched_tokens)
+    prof = profile_from_args(args)
     est_budget = None if est is None else est + trace.output_budget_tokens
     if sweep:
         inp = FleetInputs(
