@@ -149,6 +149,11 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="given long/homogeneous throughput per instance, req/s (e.g. the paper's 2.8)",
     )
+    p.add_argument(
+        "--no-compare-admission",
+        action="store_true",
+        help="skip re-sizing the homogeneous fleet and B under the other --admission (the plan prints both)",
+    )
     p.add_argument("--verbose", action="store_true", help="one progress line per simulated size")
     p.add_argument(
         "--estimator-replay",
@@ -242,6 +247,7 @@ def run(args: argparse.Namespace) -> int:
         des=not args.no_des,
         lb=args.lb,
         lb_compare=args.compare_lb,
+        admission_compare=not args.no_compare_admission,
         jobs=max(1, args.jobs),
         verbose=args.verbose,
         mu_short_req_per_s=args.mu_short_req_per_s,

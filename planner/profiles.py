@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 __all__ = [
     "A100_80GB",
+    "ADMISSION_MODES",
     "GPUS",
     "H100_80GB",
     "LLAMA3_70B",
@@ -36,7 +37,6 @@ __all__ = [
     "QWEN3_235B_A22B",
     "GpuSpec",
     "ModelConfig",
-    "ADMISSION_MODES",
     "PoolProfile",
     "VllmSchedulerDefaults",
     "derive_profile",
@@ -117,7 +117,9 @@ class PoolProfile:
 
     def __post_init__(self) -> None:
         if self.admission not in ADMISSION_MODES:
-            raise ValueError(f"profile {self.name}: unknown admission {self.admission!r}; choose from {ADMISSION_MODES}")
+            raise ValueError(
+                f"profile {self.name}: unknown admission {self.admission!r}; choose from {ADMISSION_MODES}"
+            )
 
     def max_num_seqs(self, max_model_len: int) -> int:
         """The scheduler's ``max_num_seqs`` at ``max_model_len``: the paper's :func:`max_num_seqs`, or
@@ -125,7 +127,9 @@ class PoolProfile:
         one sequence of ``max_model_len`` does not fit the KV (vLLM refuses to start)."""
         if self.admission == "vllm":
             if max_model_len > self.kv_capacity_tokens:
-                raise ValueError(f"max_model_len {max_model_len} exceeds the KV capacity {self.kv_capacity_tokens}")
+                raise ValueError(
+                    f"max_model_len {max_model_len} exceeds the KV capacity {self.kv_capacity_tokens}"
+                )
             return self.max_num_seqs_cap
         return max_num_seqs(self.kv_capacity_tokens, max_model_len, self.max_num_seqs_cap)
 

@@ -35,7 +35,15 @@ from enum import IntEnum
 
 from planner.profiles import PoolProfile
 
-__all__ = ["LB_POLICIES", "MIN_PREFILL_CHUNK_FRACTION", "Instance", "Milestone", "PoolSpec", "RequestTable", "SimInvariantError"]
+__all__ = [
+    "LB_POLICIES",
+    "MIN_PREFILL_CHUNK_FRACTION",
+    "Instance",
+    "Milestone",
+    "PoolSpec",
+    "RequestTable",
+    "SimInvariantError",
+]
 
 EPS_ITER = 1e-7
 """Iteration-space tolerance: a milestone within this many iterations of ``v`` has been reached."""
