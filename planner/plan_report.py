@@ -103,6 +103,13 @@ def _verdict_lines(res: dict[str, Any]) -> list[str]:
             f"{f['savings_vs_homogeneous']:.1%} = {_usd(h['usd_per_year'] - f['usd_per_year'])}/yr"
         )
     lines.append(txt)
+    cf = next((x for x in res.get("sweep", []) if x["threshold_tokens"] == rec), None)
+    if cf is not None:
+        lines.append(
+            f"decided by the steady-state DES (every pool simulated to its verdict); the M/G/c sizing "
+            f"({cf['analytical_short_instances']} + {cf['analytical_long_instances']} instances at B = {rec}) only "
+            "started its search, and the closed form α(1−1/ρ) sized nothing"
+        )
     return lines
 
 
@@ -155,7 +162,7 @@ def _admission_compare_lines(res: dict[str, Any]) -> list[str]:
     b = cmp_["threshold_tokens"]
     lines = [
         f"homogeneous baseline and saving at B = {b:,} under both admissions (same trace, SLO, load balancing):",
-        f"  {'admission':<18}{'max_num_seqs':>13}{'batched tok':>12}{'homogeneous':>13}{'two-pool':>10}"
+        f"  {'admission':<18}{'max_num_seqs long/short':>24}{'batched tok':>12}{'homogeneous':>13}{'two-pool':>10}"
         f"{'DES saving':>11}{'M/G/c saving':>14}{'a(1-1/rho)':>12}",
     ]
     for mode in ("vllm", "paper"):
@@ -170,8 +177,9 @@ def _admission_compare_lines(res: dict[str, Any]) -> list[str]:
         homog = h["instances"] if h["slo_met"] else "missed"
         two = d["instances"] if d["slo_met"] else "missed"
         saving = f"{1 - d['instances'] / h['instances']:.1%}" if ok else "-"
+        seqs = f"{cf['long_slots']} / {cf['short_slots']}"
         lines.append(
-            f"  {mode + mark:<18}{r['max_num_seqs_cap']:>13}{budget:>12}{homog:>13}{two:>10}{saving:>11}"
+            f"  {mode + mark:<18}{seqs:>24}{budget:>12}{homog:>13}{two:>10}{saving:>11}"
             f"{cf['analytical_savings']:>14.1%}{cf['savings_closed_form']:>12.1%}"
         )
     return lines

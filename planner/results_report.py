@@ -309,13 +309,13 @@ ADMISSION_SECTION = [
     "one. Then both pools have the same throughput per instance (ρ ≈ 1) and α(1−1/ρ) ≈ 0: splitting at",
     "8,192 tokens saves nothing, and the homogeneous fleet itself is much smaller than under the",
     "convention. What survives is the effect of separating long prompts from short ones: at a lower B the",
-    "short pool's prefills stop waiting behind long ones, a few per cent. docs/planner.md (\"Admission\")",
+    'short pool\'s prefills stop waiting behind long ones, a few per cent. docs/planner.md ("Admission")',
     "has the measured fleets on the Azure conversation trace under both admissions, with the command.",
     "",
     "The convention also explains why, under it, the short pool at B = 8,192 can need more instances than",
     "at 16,384 or 32,768 while the M/G/c minimum is at 8,192: B sets the short pool's slots (164, 82, 41 on",
     "the 8xA100 profile), and with the P99 TTFT the binding constraint, fewer slots mean shorter iterations",
-    "and faster prefills on a busy instance. docs/planner.md (\"The B = 8,192 anomaly\") has the numbers.",
+    'and faster prefills on a busy instance. docs/planner.md ("The B = 8,192 anomaly") has the numbers.',
     "",
 ]
 """Section 9 of docs/results.md: what changes under vLLM's admission (measured in docs/planner.md)."""

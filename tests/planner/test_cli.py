@@ -227,3 +227,12 @@ def test_plan_emit_writes_what_the_router_and_vllm_accept(
     ops = yaml.safe_load(kust["patches"][0]["patch"])
     assert kust["patches"][0]["target"]["name"] == "pool-short"
     assert ops[0] == {"op": "replace", "path": "/spec/replicas", "value": max(1, fleet["short_instances"])}
+    # the text plan names its admission, both baselines, the deciding model and the vLLM flags
+    from planner.plan_report import format_plan
+
+    res["des"]["candidates"] = {int(k): v for k, v in res["des"]["candidates"].items()}
+    text = format_plan(res, [])
+    assert "admission vllm (vLLM's scheduler): max_num_seqs 256" in text
+    assert "under both admissions" in text and "paper" in text.split("under both admissions")[1]
+    assert "decided by the steady-state DES" in text
+    assert f"{max(1, fleet['short_instances']):>5} x  --max-model-len" in text
