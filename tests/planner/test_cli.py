@@ -104,6 +104,8 @@ def test_simulate_text_on_real_trace(capsys: pytest.CaptureFixture[str]) -> None
     assert "truncated to the first 5000 of 19366 requests" in out
     assert "short: max_inflight=256, max_waiting=8, max_kv_cache_usage=0.95" in out
     assert "short" in out and "medium" in out and "fleet: 5 instances" in out
+    # vLLM's admission by default: a100-simcompat is an A100, so vLLM 0.32's 256 / 2048 in every pool
+    assert "admission vllm: max_num_seqs short 256, medium 256, long 256; max_num_batched_tokens 2048" in out
 
 
 def test_missing_trace_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
