@@ -19,6 +19,7 @@ from planner.trace_loaders import load_trace
 __all__ = [
     "add_router_config_args",
     "add_trace_args",
+    "base_profile_from_args",
     "load_normalized",
     "load_router_config",
     "non_negative_float",
@@ -70,6 +71,30 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
         choices=sorted(PROFILES),
         default="llama3-70b-a100",
         help="model + GPU profile of one instance (planner/profiles.py)",
+    )
+    p.add_argument(
+        "--profile-file",
+        default=None,
+        metavar="JSON",
+        help="read the instance profile from a file (planner/profile_file.py; replaces --profile)",
+    )
+    p.add_argument(
+        "--price-usd-per-gpu-h",
+        type=non_negative_float,
+        default=None,
+        help="override the profile's $/GPU-hour",
+    )
+    p.add_argument(
+        "--gpus-per-instance",
+        type=_positive_int,
+        default=None,
+        help="override the profile's GPUs per instance (tp)",
+    )
+    p.add_argument(
+        "--kv-capacity-tokens",
+        type=_positive_int,
+        default=None,
+        help="override the profile's KV tokens per instance",
     )
     p.add_argument(
         "--admission",
@@ -144,12 +169,32 @@ def profile_arg(name: str, max_num_batched_tokens: int | None = None) -> PoolPro
     return prof
 
 
-def profile_from_args(args: argparse.Namespace) -> PoolProfile:
-    """The ``--profile`` under ``--admission`` with ``--max-num-seqs``/``--max-num-batched-tokens``
-    (:func:`planner.profiles.with_admission`)."""
+def base_profile_from_args(args: argparse.Namespace) -> PoolProfile:
+    """``--profile-file`` (else ``--profile``) with ``--price-usd-per-gpu-h``, ``--gpus-per-instance``
+    and ``--kv-capacity-tokens`` applied, before any admission. Raises ``ValueError`` on a bad file."""
+    path = getattr(args, "profile_file", None)
+    if path:
+        from planner.profile_file import load_profile_file
+
+        prof = load_profile_file(path)
+    else:
+        prof = PROFILES[args.profile]
+    changes = {
+        "price_usd_per_gpu_h": getattr(args, "price_usd_per_gpu_h", None),
+        "tp": getattr(args, "gpus_per_instance", None),
+        "kv_capacity_tokens": getattr(args, "kv_capacity_tokens", None),
+    }
+    given = {k: v for k, v in changes.items() if v is not None}
+    return replace(prof, **given) if given else prof
+
+
+def profile_from_args(args: argparse.Namespace, admission: str | None = None) -> PoolProfile:
+    """:func:`base_profile_from_args` under ``--admission`` (or ``admission``) with ``--max-num-seqs`` /
+    ``--max-num-batched-tokens`` (:func:`planner.profiles.with_admission`). Raises ``ValueError`` on a
+    bad profile file."""
     return with_admission(
-        PROFILES[args.profile],
-        getattr(args, "admission", "paper"),
+        base_profile_from_args(args),
+        admission or str(getattr(args, "admission", "paper")),
         max_num_seqs=getattr(args, "max_num_seqs", None),
         max_num_batched_tokens=getattr(args, "max_num_batched_tokens", None),
     )
@@ -240,7 +285,7 @@ def replay_for(
         return None
     from planner.estimator_replay import load_prompt_corpus, replay_estimates
 
-    prof = profile_arg(args.profile)
+    prof = base_profile_from_args(args)
     tok = args.replay_tokenizer
     if tok == "auto":
         tok = "qwen3" if "qwen" in prof.model.lower() else "llama3"

@@ -208,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
         trace, report = load_normalized(args)
         eprint(f"trace ready: {len(trace)} requests at {trace.rate_req_per_s:.1f} req/s")
         est = replay_for(args, trace, report, cfg)
+        profile = profile_from_args(args)
+        other = profile_from_args(args, "paper" if profile.admission == "vllm" else "vllm")
     except (TraceError, ValueError) as exc:
         eprint(f"error: {exc}")
         return 2
@@ -247,7 +249,8 @@ def run(args: argparse.Namespace) -> int:
     inp = PlanInputs(
         source=source,
         trace=trace,
-        profile=profile_from_args(args),
+        profile=profile,
+        other_admission_profile=other,
         short_max_tokens=short,
         long_max_model_len=long_,
         slo=Slo(args.slo_ttft_p99_s, args.slo_tpot_p99_s),

@@ -144,10 +144,10 @@ def run(args: argparse.Namespace) -> int:
         cfg, sizes = _fleet_config(args, cfg_in)
         trace, report = load_normalized(args)
         est = replay_for(args, trace, report, cfg_in)
+        prof = profile_from_args(args)
     except (TraceError, ValueError) as exc:
         eprint(f"error: {exc}")
         return 2
-    prof = profile_from_args(args)
     est_budget = None if est is None else est + trace.output_budget_tokens
     if sweep:
         inp = FleetInputs(

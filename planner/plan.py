@@ -51,7 +51,8 @@ class PlanInputs:
     before sampling (decides whether a long pool with no sampled request is needed); ``source`` the
     length CDF the trace was sampled from (pools then draw fresh requests for their whole runs);
     ``admission_compare`` re-sizes the homogeneous fleet and B under the other admission
-    (:data:`planner.profiles.ADMISSION_MODES`) so the plan shows the baseline and saving under both.
+    (:data:`planner.profiles.ADMISSION_MODES`) so the plan shows the baseline and saving under both,
+    with ``other_admission_profile`` (default :func:`other_admission_profile` of ``profile``).
     """
 
     trace: Trace
@@ -78,6 +79,7 @@ class PlanInputs:
     loaded_max_budget_tokens: int | None = None
     source: CdfSource | None = None
     admission_compare: bool = False
+    other_admission_profile: PoolProfile | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -301,7 +303,7 @@ def _admission_compare(
     load balancing): ``{admission: {"homogeneous", "two_pool", "closed_form", "max_num_seqs_cap",
     "max_num_batched_tokens"}}`` for both, ``threshold_tokens`` = B."""
     b = inp.short_max_tokens
-    other = other_admission_profile(inp.profile)
+    other = inp.other_admission_profile or other_admission_profile(inp.profile)
     o_inp = replace(inp, profile=other, admission_compare=False)
     o_cf = closed_form(o_inp, b)
     o_req = replace(

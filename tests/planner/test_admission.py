@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -125,3 +127,48 @@ def test_vllm_serve_args_carry_the_planned_admission() -> None:
     paper = vllm_serve_args(PROFILES["llama3-70b-a100"], 65536)
     assert paper[3] == str(PROFILES["llama3-70b-a100"].max_num_seqs(65536))
     assert "--max-num-batched-tokens" not in paper
+
+
+def test_profile_file_round_trips_and_bad_files_name_the_field(tmp_path: Path) -> None:
+    from planner.profile_file import load_profile_file, write_profile_file
+
+    prof = PROFILES["llama3-70b-h100"]
+    assert load_profile_file(write_profile_file(prof, tmp_path / "p.json")) == prof
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "x", "tp": 0, "price_usd_per_gpu_h": 1, "kv_capacity_tokens": 10, "w_s": 0.01, '
+                   '"h_s_per_kv_token": 0, "p_s_per_prefill_token": 0, "colour": "red"}')  # fmt: skip
+    with pytest.raises(ValueError, match=r"tp: .*greater than or equal to 1.*colour: Extra inputs"):
+        load_profile_file(bad)
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"junk\.json"):
+        load_profile_file(tmp_path / "junk.json")
+
+
+def test_cli_profile_file_and_overrides_reach_the_plan(tmp_path: Path) -> None:
+    """--profile-file with --price-usd-per-gpu-h / --gpus-per-instance / --kv-capacity-tokens: the
+    admission is applied after them, and the other admission keeps them."""
+    import argparse
+
+    from planner import cmd_plan
+    from planner.cli_common import profile_from_args
+    from planner.profile_file import write_profile_file
+
+    path = write_profile_file(PROFILES["llama3-70b-a100"], tmp_path / "mine.json")
+    p = argparse.ArgumentParser()
+    cmd_plan.add_parser(p.add_subparsers())
+    args = p.parse_args(["plan", "--trace", "x.csv", "--profile-file", str(path), "--price-usd-per-gpu-h", "1.5",
+                         "--gpus-per-instance", "4", "--kv-capacity-tokens", "500000"])  # fmt: skip
+    v = profile_from_args(args)
+    paper = profile_from_args(args, "paper")
+    assert (v.admission, v.price_usd_per_gpu_h, v.tp, v.kv_capacity_tokens, v.max_num_seqs_cap) == (
+        "vllm",
+        1.5,
+        4,
+        500000,
+        256,
+    )
+    assert (paper.admission, paper.price_usd_per_gpu_h, paper.max_num_seqs(65536)) == (
+        "paper",
+        1.5,
+        500000 // 65536,
+    )
