@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "planner.cmd_plan_models",
     "planner.cmd_simulate",
     "planner.cmd_results",
+    "planner.cmd_profile",
 ]
 
 
@@ -40,6 +41,7 @@ OPTIONAL_SUBCOMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "planner.cmd_plan": ("plan", "planner", ("matplotlib", "tqdm")),
     "planner.cmd_simulate": ("simulate", "planner", ("matplotlib", "tqdm")),
     "planner.cmd_results": ("results", "planner", ("matplotlib", "tqdm")),
+    "planner.cmd_profile": ("profile", "planner", ("matplotlib", "tqdm")),
 }
 
 

@@ -172,3 +172,22 @@ def test_cli_profile_file_and_overrides_reach_the_plan(tmp_path: Path) -> None:
         1.5,
         500000 // 65536,
     )
+
+
+def test_fit_recovers_known_iteration_constants() -> None:
+    """Timings made from W = 20 ms, H = 2 µs/token, P = 50 µs/token (chunk 2048) are fitted back."""
+    from planner.profile_fit import Measurement, fit_iteration_model
+
+    w, h, p, out = 0.02, 2e-6, 5e-5, 32
+    ms = []
+    for c in (1, 2, 4, 8):
+        for n in (64, 512, 3000):
+            ctx = n + out / 2
+            k = -(-n // 2048)
+            ttft = k * w + k * h * ctx + p * n if c == 1 else 9.9  # only single-request TTFTs are used
+            ms.append(Measurement(c, n, out, ttft, w + h * c * ctx))
+    fit = fit_iteration_model(ms, 2048)
+    assert (fit.w_s, fit.h_s_per_kv_token, fit.p_s_per_prefill_token) == pytest.approx((w, h, p), rel=1e-6)
+    assert fit.tpot_max_rel_error < 1e-6 and fit.ttft_max_rel_error < 1e-6
+    with pytest.raises(ValueError, match="too few measurements"):
+        fit_iteration_model([m for m in ms if m.concurrency == 1], 2048)
