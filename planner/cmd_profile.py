@@ -59,6 +59,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--kv-capacity-tokens", type=positive_int, default=None,
                    help="KV tokens per instance; default: vllm:cache_config_info on /metrics")  # fmt: skip
     p.add_argument("--max-num-seqs", type=positive_int, default=256, help="the server's max_num_seqs")
+    # the file is a vLLM-admission profile: max_num_seqs and max_num_batched_tokens are the server's
     p.set_defaults(func=run)
 
 
@@ -154,6 +155,8 @@ def build_profile(args: argparse.Namespace, fit: ProfileFit, kv_tokens: int) -> 
         h_s_per_kv_token=fit.h_s_per_kv_token,
         p_s_per_prefill_token=fit.p_s_per_prefill_token,
         chunk_tokens=args.chunk_tokens,
+        max_num_batched_tokens=args.chunk_tokens,
+        admission="vllm",
         source=(
             f"tbr profile: {fit.rows} timings (prompts {args.prompt_tokens} tokens, concurrency {args.concurrency}, "
             f"{args.output_tokens} output tokens); TPOT error median {fit.tpot_median_rel_error:.1%} max "

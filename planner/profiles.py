@@ -357,7 +357,8 @@ def with_admission(
 ) -> PoolProfile:
     """``profile`` under ``admission`` (one of :data:`ADMISSION_MODES`).
 
-    ``vllm``: ``max_num_seqs_cap`` and ``max_num_batched_tokens`` are the given values, else
+    ``vllm``: ``max_num_seqs_cap`` and ``max_num_batched_tokens`` are the given values, else the
+    profile's own when it is already a ``vllm`` profile (a measured ``tbr profile`` file), else
     :func:`vllm_scheduler_defaults` for the profile's GPU (:data:`GPUS`; an unknown GPU gets the
     "other hardware" defaults 256 / 2,048); the per-sequence prefill chunk is the whole token budget
     (vLLM 0.32 sets no per-request chunk limit: ``long_prefill_token_threshold`` 0), and the DES
@@ -379,6 +380,10 @@ def with_admission(
         )
     gpu = GPUS.get(profile.gpu)
     d = vllm_scheduler_defaults(gpu.memory_bytes if gpu else 0.0, profile.gpu)
+    if profile.admission == "vllm":  # already a vLLM profile (a `tbr profile` file): keep its values
+        d = VllmSchedulerDefaults(
+            profile.max_num_seqs_cap, profile.max_num_batched_tokens or d.max_num_batched_tokens
+        )
     budget = max_num_batched_tokens or d.max_num_batched_tokens
     return replace(
         profile,
