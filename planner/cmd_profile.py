@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from planner.cli_common import eprint, non_negative_float, positive_float, positive_int
 from planner.profile_file import write_profile_file
@@ -63,15 +63,21 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+_INFO_LINE = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULTILINE)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
 def kv_capacity_from_metrics(base_url: str, timeout_s: float = 10.0) -> int | None:
-    """``num_gpu_blocks × block_size`` of ``vllm:cache_config_info`` at ``base_url/metrics`` (None when absent)."""
+    """``num_gpu_blocks × block_size`` of ``vllm:cache_config_info`` at ``base_url/metrics`` (None when absent).
+
+    The info gauge's labels are read from the exposition text (the planner does not depend on the
+    Prometheus client; pyproject's import contract)."""
     text = httpx.get(f"{base_url}/metrics", timeout=timeout_s).text
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name.startswith("vllm:cache_config_info") and "num_gpu_blocks" in s.labels:
-                blocks, size = s.labels.get("num_gpu_blocks", ""), s.labels.get("block_size", "")
-                if blocks.isdigit() and size.isdigit():
-                    return int(blocks) * int(size)
+    for m in _INFO_LINE.finditer(text):
+        labels = dict(_LABEL.findall(m.group("labels")))
+        blocks, size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+        if blocks.isdigit() and size.isdigit():
+            return int(blocks) * int(size)
     return None
 
 
