@@ -67,8 +67,10 @@ _INFO_LINE = re.compile(r"^vllm:cache_config_info\{(?P<labels>[^}]*)\}", re.MULT
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-def kv_capacity_from_metrics(base_url: str, timeout_s: float = 10.0) -> int | None:
-    """``num_gpu_blocks × block_size`` of ``vllm:cache_config_info`` at ``base_url/metrics`` (None when absent).
+def kv_capacity_from_metrics(base_url: str, timeout_s: float = 10.0) -> tuple[int, int] | None:
+    """``(num_gpu_blocks × block_size, block_size)`` in tokens from ``vllm:cache_config_info`` at
+    ``base_url/metrics`` (None when absent). The block size is the server's: 16 on GPUs, 128 by default
+    on vLLM's CPU backend (vLLM 0.32 ``platforms/cpu.py``).
 
     The info gauge's labels are read from the exposition text (the planner does not depend on the
     Prometheus client; pyproject's import contract)."""
@@ -77,7 +79,7 @@ def kv_capacity_from_metrics(base_url: str, timeout_s: float = 10.0) -> int | No
         labels = dict(_LABEL.findall(m.group("labels")))
         blocks, size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
         if blocks.isdigit() and size.isdigit():
-            return int(blocks) * int(size)
+            return int(blocks) * int(size), int(size)
     return None
 
 
@@ -146,7 +148,9 @@ def measure(
     return out
 
 
-def build_profile(args: argparse.Namespace, fit: ProfileFit, kv_tokens: int) -> PoolProfile:
+def build_profile(
+    args: argparse.Namespace, fit: ProfileFit, kv_tokens: int, block_size_tokens: int = 16
+) -> PoolProfile:
     """The fitted profile with the operator's price, GPUs per instance and KV capacity."""
     return PoolProfile(
         name=args.name or args.model,
@@ -155,7 +159,7 @@ def build_profile(args: argparse.Namespace, fit: ProfileFit, kv_tokens: int) -> 
         tp=args.gpus_per_instance,
         price_usd_per_gpu_h=args.price_usd_per_gpu_h,
         kv_capacity_tokens=kv_tokens,
-        block_size_tokens=16,
+        block_size_tokens=block_size_tokens,
         max_num_seqs_cap=args.max_num_seqs,
         w_s=fit.w_s,
         h_s_per_kv_token=fit.h_s_per_kv_token,
@@ -179,10 +183,12 @@ def run(args: argparse.Namespace) -> int:
         eprint(f"error: the sweep needs {n_req} requests, above --max-requests {args.max_requests}")
         return 2
     try:
-        kv = args.kv_capacity_tokens or kv_capacity_from_metrics(url)
-        if kv is None:
+        read = kv_capacity_from_metrics(url)
+        if args.kv_capacity_tokens is None and read is None:
             eprint("error: /metrics has no vllm:cache_config_info; give --kv-capacity-tokens")
             return 1
+        kv = args.kv_capacity_tokens or (read[0] if read else 0)
+        block = read[1] if read else 16
         eprint(f"profiling {url} ({args.model}): {n_req} requests, KV {kv:,} tokens")
         ms = measure(url, args.model, args.prompt_tokens, args.concurrency, args.output_tokens, args.repeats,
                      args.timeout_s)  # fmt: skip
@@ -190,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     except (httpx.HTTPError, RuntimeError, ValueError) as exc:
         eprint(f"error: {exc}")
         return 1
-    prof = build_profile(args, fit, kv)
+    prof = build_profile(args, fit, kv, block)
     write_profile_file(prof, args.out)
     print(
         f"wrote {args.out}: W {fit.w_s * 1e3:.3f} ms, H {fit.h_s_per_kv_token * 1e6:.4f} µs/token, "

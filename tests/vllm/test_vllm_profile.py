@@ -3,7 +3,7 @@
 One tiny random-weight Qwen3 server (max_model_len 4,096, max_num_seqs 8, a small fixed KV via
 ``--num-gpu-blocks-override``). The sweep is bounded (2 prompt lengths x concurrency 1 and 4, one
 round: 10 requests of 16 output tokens). What is checked: the KV capacity read from
-``vllm:cache_config_info`` is the override's blocks x 16; the fitted W, H, P are non-negative with
+``vllm:cache_config_info`` is the override's blocks x the CPU backend's 128-token blocks; the fitted W, H, P are non-negative with
 W > 0 and reproduce the measured decode times (median error within 35 % on a shared, noisy 2-core
 box); and `tbr plan --profile-file` sizes the Azure trace with the fitted profile.
 """
@@ -25,7 +25,8 @@ from tests.vllm.conftest import DATA_DIR, track_any
 
 pytestmark = pytest.mark.vllm
 
-BLOCKS = 512  # x 16 = 8,192 KV tokens: the sweep's batch of 4 x 1,040 tokens fits, no preemption
+BLOCKS = 512  # x 128 tokens (vLLM's CPU block size) = 65,536 KV tokens: the sweep's batches fit
+CPU_BLOCK_TOKENS = 128  # vLLM 0.32 platforms/cpu.py: block_size 128 unless the user sets one
 AZURE_CONV = DATA_DIR / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 
 
@@ -67,7 +68,7 @@ def test_profile_fits_real_vllm_and_plan_uses_it(
     )  # fmt: skip
     assert args.func(args) == 0, capsys.readouterr().err
     prof = load_profile_file(out)
-    assert prof.kv_capacity_tokens == BLOCKS * 16
+    assert (prof.kv_capacity_tokens, prof.block_size_tokens) == (BLOCKS * CPU_BLOCK_TOKENS, CPU_BLOCK_TOKENS)
     assert prof.w_s > 0 and prof.h_s_per_kv_token >= 0 and prof.p_s_per_prefill_token >= 0
     assert (prof.price_usd_per_gpu_h, prof.tp, prof.max_num_seqs_cap) == (0.5, 1, 8)
     median_tpot_error = float(prof.source.split("TPOT error median ")[1].split("%")[0]) / 100
@@ -82,6 +83,6 @@ def test_profile_fits_real_vllm_and_plan_uses_it(
     )  # fmt: skip
     assert plan.func(plan) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["profile"] == prof.name and res["kv_capacity_tokens"] == BLOCKS * 16
+    assert res["profile"] == prof.name and res["kv_capacity_tokens"] == BLOCKS * CPU_BLOCK_TOKENS
     assert (res["admission"], res["max_num_seqs_cap"]) == ("vllm", 8)  # the server's, not a GPU default
     assert res["closed_form"]["analytical_homogeneous_instances"] >= 1
