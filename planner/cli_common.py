@@ -12,19 +12,21 @@ import numpy.typing as npt
 
 from extproc.config import RouterConfig, load_config
 from planner.fleet import SpillSetting, parse_spill_sweep
-from planner.profiles import PROFILES, PoolProfile
+from planner.profiles import ADMISSION_MODES, PROFILES, PoolProfile, with_admission
 from planner.trace import NormalizationReport, Trace, merge_traces, normalize
 from planner.trace_loaders import load_trace
 
 __all__ = [
     "add_router_config_args",
     "add_trace_args",
+    "base_profile_from_args",
     "load_normalized",
     "load_router_config",
     "non_negative_float",
     "positive_float",
     "positive_int",
     "profile_arg",
+    "profile_from_args",
     "replay_for",
 ]
 
@@ -71,10 +73,50 @@ def add_trace_args(p: argparse.ArgumentParser) -> None:
         help="model + GPU profile of one instance (planner/profiles.py)",
     )
     p.add_argument(
+        "--profile-file",
+        default=None,
+        metavar="JSON",
+        help="read the instance profile from a file (planner/profile_file.py; replaces --profile)",
+    )
+    p.add_argument(
+        "--price-usd-per-gpu-h",
+        type=non_negative_float,
+        default=None,
+        help="override the profile's $/GPU-hour",
+    )
+    p.add_argument(
+        "--gpus-per-instance",
+        type=_positive_int,
+        default=None,
+        help="override the profile's GPUs per instance (tp)",
+    )
+    p.add_argument(
+        "--kv-capacity-tokens",
+        type=_positive_int,
+        default=None,
+        help="override the profile's KV tokens per instance",
+    )
+    p.add_argument(
+        "--admission",
+        choices=ADMISSION_MODES,
+        default="vllm",
+        help="how an instance admits work: vllm = its scheduler (max_num_seqs cap, KV blocks on demand, "
+        "recompute preemption, max_num_batched_tokens with chunked prefill); paper = floor(KV / "
+        "max_model_len) slots, as if every sequence held a whole context of KV",
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        type=_positive_int,
+        default=None,
+        help="vLLM max_num_seqs per instance; None = vLLM 0.32's default for the profile's GPU "
+        "(A100: 256, H100: 1024, MI300X: 1024) under --admission vllm, the profile's cap under paper",
+    )
+    p.add_argument(
         "--max-num-batched-tokens",
         type=_positive_int,
         default=None,
-        help="enforce vLLM's per-iteration token budget (decodes + prefill chunks) in the DES",
+        help="vLLM's per-iteration token budget (decodes + prefill chunks); None = vLLM 0.32's default "
+        "for the GPU under --admission vllm (A100: 2048, H100: 8192, MI300X: 16384), off under paper",
     )
 
 
@@ -125,6 +167,37 @@ def profile_arg(name: str, max_num_batched_tokens: int | None = None) -> PoolPro
     if max_num_batched_tokens is not None:
         prof = replace(prof, max_num_batched_tokens=max_num_batched_tokens)
     return prof
+
+
+def base_profile_from_args(args: argparse.Namespace) -> PoolProfile:
+    """``--profile-file`` (else ``--profile``) with ``--price-usd-per-gpu-h``, ``--gpus-per-instance``
+    and ``--kv-capacity-tokens`` applied, before any admission. Raises ``ValueError`` on a bad file."""
+    path = getattr(args, "profile_file", None)
+    if path:
+        from planner.profile_file import load_profile_file
+
+        prof = load_profile_file(path)
+    else:
+        prof = PROFILES[args.profile]
+    changes = {
+        "price_usd_per_gpu_h": getattr(args, "price_usd_per_gpu_h", None),
+        "tp": getattr(args, "gpus_per_instance", None),
+        "kv_capacity_tokens": getattr(args, "kv_capacity_tokens", None),
+    }
+    given = {k: v for k, v in changes.items() if v is not None}
+    return replace(prof, **given) if given else prof
+
+
+def profile_from_args(args: argparse.Namespace, admission: str | None = None) -> PoolProfile:
+    """:func:`base_profile_from_args` under ``--admission`` (or ``admission``) with ``--max-num-seqs`` /
+    ``--max-num-batched-tokens`` (:func:`planner.profiles.with_admission`). Raises ``ValueError`` on a
+    bad profile file."""
+    return with_admission(
+        base_profile_from_args(args),
+        admission or str(getattr(args, "admission", "paper")),
+        max_num_seqs=getattr(args, "max_num_seqs", None),
+        max_num_batched_tokens=getattr(args, "max_num_batched_tokens", None),
+    )
 
 
 def load_normalized(args: argparse.Namespace) -> tuple[Trace, NormalizationReport]:
@@ -212,7 +285,7 @@ def replay_for(
         return None
     from planner.estimator_replay import load_prompt_corpus, replay_estimates
 
-    prof = profile_arg(args.profile)
+    prof = base_profile_from_args(args)
     tok = args.replay_tokenizer
     if tok == "auto":
         tok = "qwen3" if "qwen" in prof.model.lower() else "llama3"

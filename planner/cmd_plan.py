@@ -22,12 +22,13 @@ from planner.cli_common import (
     non_negative_float,
     positive_float,
     positive_int,
-    profile_arg,
+    profile_from_args,
     replay_for,
 )
 from planner.des import LB_POLICIES
 from planner.plan import PlanInputs, closed_form, run_plan
 from planner.plan_report import format_plan
+from planner.profiles import PoolProfile
 from planner.sizing import Slo
 from planner.trace import NormalizationReport, Trace, TraceError
 
@@ -149,6 +150,11 @@ def add_parser(subparsers: Any) -> None:
         default=None,
         help="given long/homogeneous throughput per instance, req/s (e.g. the paper's 2.8)",
     )
+    p.add_argument(
+        "--no-compare-admission",
+        action="store_true",
+        help="skip re-sizing the homogeneous fleet and B under the other --admission (the plan prints both)",
+    )
     p.add_argument("--verbose", action="store_true", help="one progress line per simulated size")
     p.add_argument(
         "--estimator-replay",
@@ -178,6 +184,19 @@ def add_parser(subparsers: Any) -> None:
         help="only replay spillover at the token-budget sizes (skip sizing with spillover on)",
     )
     p.add_argument("--plot", default=None, metavar="DIR", help="write length-CDF and cost-vs-threshold PNGs")
+    p.add_argument(
+        "--emit",
+        default=None,
+        metavar="DIR",
+        help="write the recommended plan as deployable files: vLLM arguments per pool, the router's pools:, "
+        "Envoy route timeouts, a Kustomize component with replicas (planner/emit.py)",
+    )
+    p.add_argument(
+        "--emit-model",
+        default=None,
+        metavar="NAME",
+        help="model name for --emit (the router's models: and the pods' --model); default: a MODEL placeholder",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON instead of text")
     p.set_defaults(func=run)
 
@@ -189,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
         trace, report = load_normalized(args)
         eprint(f"trace ready: {len(trace)} requests at {trace.rate_req_per_s:.1f} req/s")
         est = replay_for(args, trace, report, cfg)
+        profile = profile_from_args(args)
+        other = profile_from_args(args, "paper" if profile.admission == "vllm" else "vllm")
     except (TraceError, ValueError) as exc:
         eprint(f"error: {exc}")
         return 2
@@ -228,7 +249,8 @@ def run(args: argparse.Namespace) -> int:
     inp = PlanInputs(
         source=source,
         trace=trace,
-        profile=profile_arg(args.profile, args.max_num_batched_tokens),
+        profile=profile,
+        other_admission_profile=other,
         short_max_tokens=short,
         long_max_model_len=long_,
         slo=Slo(args.slo_ttft_p99_s, args.slo_tpot_p99_s),
@@ -242,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
         des=not args.no_des,
         lb=args.lb,
         lb_compare=args.compare_lb,
+        admission_compare=not args.no_compare_admission,
         jobs=max(1, args.jobs),
         verbose=args.verbose,
         mu_short_req_per_s=args.mu_short_req_per_s,
@@ -270,17 +293,31 @@ def run(args: argparse.Namespace) -> int:
     res["wall_s"] = time.perf_counter() - t0
     eprint(f"plan done in {res['wall_s']:.0f} s")
     res["normalization"] = report.to_dict()
+    _write_files(args, trace, res, inp.profile)
+    if args.json:
+        print(json.dumps(res, sort_keys=True, indent=1))
+    else:
+        print(format_plan(res, report.lines()))
+    return _exit_code(res)
+
+
+def _write_files(args: argparse.Namespace, trace: Trace, res: dict[str, Any], profile: PoolProfile) -> None:
+    """``--plot DIR`` (PNGs) and ``--emit DIR`` (the recommended plan's files, :mod:`planner.emit`)."""
     if args.plot:
         from planner.plots import write_plots
 
         name = " + ".join(os.path.basename(t) for t in args.trace)
         for path in write_plots(args.plot, trace, res, name):
             eprint(f"wrote {path}")
-    if args.json:
-        print(json.dumps(res, sort_keys=True, indent=1))
-    else:
-        print(format_plan(res, report.lines()))
-    return _exit_code(res)
+    if not args.emit:
+        return
+    if res.get("recommended_threshold_tokens") is None:
+        eprint("--emit: no recommended plan, nothing written")
+        return
+    from planner.emit import emit_plan
+
+    for path in emit_plan(res, profile, args.emit, args.emit_model):
+        eprint(f"wrote {path}")
 
 
 def _exit_code(res: dict[str, Any]) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from extproc.config import RouterConfig, load_config
-from planner.cli_common import add_trace_args, eprint, load_normalized, positive_float, profile_arg
+from planner.cli_common import add_trace_args, eprint, load_normalized, positive_float, profile_from_args
 from planner.plan import PlanInputs, run_plan
 from planner.plan_report import format_plan
 from planner.sizing import Slo
@@ -101,14 +101,15 @@ def run(args: argparse.Namespace) -> int:
             sub = argparse.Namespace(**{**vars(args), "trace": [str(path)], "format": "decision-log"})
             try:
                 trace, report = load_normalized(sub)
-            except TraceError as exc:
+                profile = profile_from_args(args)
+            except (TraceError, ValueError) as exc:
                 eprint(f"model set {name}: {exc}")
                 continue
             eprint(f"model set {name}: {len(trace)} requests at {trace.rate_req_per_s:.2f} req/s")
             res = run_plan(
                 PlanInputs(
                     trace=trace,
-                    profile=profile_arg(args.profile, args.max_num_batched_tokens),
+                    profile=profile,
                     short_max_tokens=limits[0],
                     long_max_model_len=limits[-1],
                     slo=Slo(args.slo_ttft_p99_s, args.slo_tpot_p99_s),

@@ -19,7 +19,7 @@ from planner.cli_common import (
     load_normalized,
     load_router_config,
     positive_float,
-    profile_arg,
+    profile_from_args,
     replay_for,
 )
 from planner.des import LB_POLICIES, PoolSpec, simulate
@@ -144,10 +144,10 @@ def run(args: argparse.Namespace) -> int:
         cfg, sizes = _fleet_config(args, cfg_in)
         trace, report = load_normalized(args)
         est = replay_for(args, trace, report, cfg_in)
+        prof = profile_from_args(args)
     except (TraceError, ValueError) as exc:
         eprint(f"error: {exc}")
         return 2
-    prof = profile_arg(args.profile, args.max_num_batched_tokens)
     est_budget = None if est is None else est + trace.output_budget_tokens
     if sweep:
         inp = FleetInputs(
@@ -195,11 +195,22 @@ def run(args: argparse.Namespace) -> int:
         b["trace_requests"] = len(trace)
         b["verdict"] = steady_verdict(b, g, slo)
     res["slo"] = {"ttft_p99_s": slo.ttft_p99_s, "tpot_p99_s": slo.tpot_p99_s}
+    res["admission"] = {
+        "mode": prof.admission,
+        "max_num_seqs": {s.name: s.slots for s in specs},
+        "max_num_batched_tokens": prof.max_num_batched_tokens,
+    }
     res["all_pools_meet_slo"] = all(b["verdict"] == "meets" for b in res["pools"].values())
     if args.json:
         print(json.dumps(res, sort_keys=True, indent=1))
         return 0
     print("\n".join(report.lines()))
+    adm = res["admission"]
+    print(
+        f"admission {adm['mode']}: max_num_seqs "
+        + ", ".join(f"{k} {v}" for k, v in adm["max_num_seqs"].items())
+        + f"; max_num_batched_tokens {adm['max_num_batched_tokens'] or 'off'}"
+    )
     if name == "spillover":
         print(describe_spillover(cfg))
     print("\n".join(format_simulation(res, slo)))

@@ -22,6 +22,7 @@ __all__ = [
     "PoolSizing",
     "alpha_at_threshold",
     "annual_cost_usd",
+    "concurrency",
     "erlang_c",
     "fluid_savings",
     "instance_throughput_req_per_s",
@@ -107,6 +108,23 @@ def mix_stats(
     )
 
 
+def concurrency(profile: PoolProfile, max_model_len: int, mix: MixStats) -> int:
+    """Sequences one saturated instance runs at once, the ``n`` of the full-batch model.
+
+    Paper admission: ``max_num_seqs`` at ``max_model_len`` (``floor(KV / max_model_len)``, capped).
+    vLLM admission: the scheduler cap, bounded by what the KV holds on demand at the mix's
+    slot-time-weighted mean context, ``floor(KV / c̄)``, and by ``max_num_batched_tokens`` (each
+    decoding sequence takes one token of the budget); at least 1.
+    """
+    n = profile.max_num_seqs(max_model_len)
+    if profile.admission != "vllm":
+        return n
+    n = min(n, max(1, math.floor(profile.kv_capacity_tokens / max(mix.mean_context_tokens, 1.0))))
+    if profile.max_num_batched_tokens is not None:
+        n = min(n, profile.max_num_batched_tokens)
+    return n
+
+
 def full_batch_iteration_s(profile: PoolProfile, n_slots: int, mix: MixStats) -> float:
     """Iteration time with ``n_slots`` busy slots in steady state (seconds).
 
@@ -121,12 +139,13 @@ def full_batch_iteration_s(profile: PoolProfile, n_slots: int, mix: MixStats) ->
 
 
 def instance_throughput_req_per_s(profile: PoolProfile, max_model_len: int, mix: MixStats) -> float:
-    """Saturation throughput μ of one instance: ``n / (E[k] t_iter(n))``, ``n = max_num_seqs``, req/s.
+    """Saturation throughput μ of one instance: ``n / (E[k] t_iter(n))``, ``n`` = :func:`concurrency`
+    (``max_num_seqs`` under the paper's admission), req/s.
 
     Example (hand-worked in tests): W=10 ms, H=P=0, n=4 slots, every request k=100 iterations ->
     t_iter = 10 ms, μ = 4 / (100 * 0.01) = 4 req/s.
     """
-    n = profile.max_num_seqs(max_model_len)
+    n = concurrency(profile, max_model_len, mix)
     return n / (mix.mean_iters * full_batch_iteration_s(profile, n, mix))
 
 
@@ -189,7 +208,7 @@ def size_pool_mgc(
     utilization_max: float = 1.0,
     max_instances: int = 100_000,
 ) -> PoolSizing:
-    """Smallest instance count N meeting the SLO, each instance an M/G/c queue with c = ``max_num_seqs``.
+    """Smallest instance count N meeting the SLO, each instance an M/G/c queue with c = :func:`concurrency`.
 
     Round-robin splits λ evenly: per instance ``λ/N``, per-slot rate ``1/(E[k] t_iter(c))`` at full
     batch (conservative), ``C_s² = Var k / E[k]²``. P99 TTFT ≈ P99 wait + P99 prefill iterations x
@@ -197,7 +216,7 @@ def size_pool_mgc(
     returned ``p99_ttft_s`` exceeds the SLO (the DES then decides). TPOT ≈ t_iter(c). If the TPOT SLO cannot be met at full batch, the SLO is reported as
     unmet in ``p99_tpot_s`` (sizing more instances does not lower a full-batch iteration).
     """
-    n_slots = profile.max_num_seqs(max_model_len)
+    n_slots = concurrency(profile, max_model_len, mix)
     t_iter = full_batch_iteration_s(profile, n_slots, mix)
     mu_server = 1.0 / (mix.mean_iters * t_iter)
     mu_inst = n_slots * mu_server

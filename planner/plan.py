@@ -19,6 +19,7 @@ from planner.cdf_source import CdfSource
 from planner.costmodel import (
     alpha_at_threshold,
     annual_cost_usd,
+    concurrency,
     fluid_savings,
     instance_throughput_req_per_s,
     mix_stats,
@@ -28,11 +29,12 @@ from planner.costmodel import (
 from planner.des import LB_POLICIES
 from planner.fleet import FleetInputs, SpillSetting, plan_fleet, router_config_for
 from planner.plan_des import DesRequest, PoolPlan, run_des
-from planner.profiles import PoolProfile
+from planner.profiles import PROFILES, PoolProfile, with_admission
 from planner.sizing import Slo
 from planner.trace import Trace
+from planner.vllm_args import vllm_serve_args
 
-__all__ = ["PlanInputs", "closed_form", "run_plan", "throughput_sizing"]
+__all__ = ["PlanInputs", "closed_form", "other_admission_profile", "run_plan", "throughput_sizing"]
 
 Progress = Callable[[str], None]
 
@@ -47,7 +49,10 @@ class PlanInputs:
     :func:`throughput_sizing` at the operator's ``rate_req_per_s`` (default: the trace's rate);
     ``loaded_max_budget_tokens`` the largest budget of the loaded trace
     before sampling (decides whether a long pool with no sampled request is needed); ``source`` the
-    length CDF the trace was sampled from (pools then draw fresh requests for their whole runs).
+    length CDF the trace was sampled from (pools then draw fresh requests for their whole runs);
+    ``admission_compare`` re-sizes the homogeneous fleet and B under the other admission
+    (:data:`planner.profiles.ADMISSION_MODES`) so the plan shows the baseline and saving under both,
+    with ``other_admission_profile`` (default :func:`other_admission_profile` of ``profile``).
     """
 
     trace: Trace
@@ -73,6 +78,8 @@ class PlanInputs:
     rate_req_per_s: float | None = None
     loaded_max_budget_tokens: int | None = None
     source: CdfSource | None = None
+    admission_compare: bool = False
+    other_admission_profile: PoolProfile | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -135,6 +142,8 @@ def closed_form(inp: PlanInputs, threshold: int) -> dict[str, Any]:
         analytical_homogeneous_usd_per_year=annual_cost_usd(homog.instances, prof),
         short_slots=prof.max_num_seqs(threshold),
         long_slots=prof.max_num_seqs(inp.long_max_model_len),
+        short_concurrency=concurrency(prof, threshold, mix_s) if short.any() else None,
+        homogeneous_concurrency=concurrency(prof, inp.long_max_model_len, mix_all),
     )
     return out
 
@@ -205,6 +214,11 @@ def run_plan(inp: PlanInputs, progress: Progress | None = None) -> dict[str, Any
     out: dict[str, Any] = {
         "profile": inp.profile.name,
         "profile_source": inp.profile.source,
+        "admission": inp.profile.admission,
+        "max_num_seqs_cap": inp.profile.max_num_seqs_cap,
+        "max_num_batched_tokens": inp.profile.max_num_batched_tokens,
+        "kv_capacity_tokens": inp.profile.kv_capacity_tokens,
+        "chunk_tokens": inp.profile.chunk_tokens,
         "gpus_per_instance": inp.profile.tp,
         "price_usd_per_gpu_h": inp.profile.price_usd_per_gpu_h,
         "short_max_tokens": b,
@@ -246,11 +260,78 @@ def run_plan(inp: PlanInputs, progress: Progress | None = None) -> dict[str, Any
     out["des_two_pool"] = des["candidates"][b]
     out["des_sweep"] = [des["candidates"][x] for x in sorted(des["candidates"])]
     out["recommended_threshold_tokens"] = des["recommended_threshold_tokens"]
+    out["vllm_flags"] = recommended_vllm_flags(inp, des)
+    if inp.admission_compare:
+        out["admission_compare"] = _admission_compare(inp, req, des, progress)
     if inp.lb_compare:
         out["lb_compare"] = _lb_compare(inp, req, des, progress)
     if inp.router_config is not None or inp.spill_sweep:
         out["fleet"] = _router_fleet(inp, des, progress)
     return out
+
+
+def recommended_vllm_flags(inp: PlanInputs, des: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per pool of the recommended plan: ``{"pool", "max_model_len", "instances", "args"}`` with the
+    ``vllm serve`` arguments (:func:`planner.vllm_args.vllm_serve_args`); empty without a recommendation.
+    A pool sized to 0 instances is left out."""
+    b = des.get("recommended_threshold_tokens")
+    if b is None:
+        return []
+    fleet = des["candidates"][b]
+    out = []
+    for name, mml in (("short", int(b)), ("long", inp.long_max_model_len)):
+        n = int(fleet[f"{name}_instances"])
+        if n > 0:
+            out.append({"pool": name, "max_model_len": mml, "instances": n,
+                        "args": vllm_serve_args(inp.profile, mml)})  # fmt: skip
+    return out
+
+
+def other_admission_profile(profile: PoolProfile) -> PoolProfile:
+    """``profile`` under the other admission: a ``vllm`` profile's shipped original (by name) under
+    ``paper``, else the profile under ``vllm`` with vLLM's defaults for its GPU."""
+    if profile.admission == "vllm":
+        base = PROFILES.get(profile.name, profile)
+        return with_admission(base, "paper")
+    return with_admission(profile, "vllm")
+
+
+def _admission_compare(
+    inp: PlanInputs, req: DesRequest, des: dict[str, Any], progress: Progress | None
+) -> dict[str, Any]:
+    """The homogeneous fleet and B's two pools re-sized under the other admission (same trace, SLO,
+    load balancing): ``{admission: {"homogeneous", "two_pool", "closed_form", "max_num_seqs_cap",
+    "max_num_batched_tokens"}}`` for both, ``threshold_tokens`` = B."""
+    b = inp.short_max_tokens
+    other = inp.other_admission_profile or other_admission_profile(inp.profile)
+    o_inp = replace(inp, profile=other, admission_compare=False)
+    o_cf = closed_form(o_inp, b)
+    o_req = replace(
+        req,
+        profile=other,
+        homogeneous=replace(req.homogeneous, start_instances=o_cf["analytical_homogeneous_instances"]),
+        candidates={b: _pool_plans(o_inp, b, o_cf)},
+        must_verify=(b,),
+    )
+    if progress is not None:
+        progress(f"admission {other.admission}: re-sizing the homogeneous fleet and B = {b}")
+    o_des = run_des(o_req, progress)
+
+    def entry(prof: PoolProfile, d: dict[str, Any], cf: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "homogeneous": d["homogeneous"],
+            "two_pool": d["candidates"][b],
+            "closed_form": cf,
+            "max_num_seqs_cap": prof.max_num_seqs_cap,
+            "max_num_batched_tokens": prof.max_num_batched_tokens,
+        }
+
+    this_cf = closed_form(inp, b)
+    return {
+        "threshold_tokens": b,
+        inp.profile.admission: entry(inp.profile, des, this_cf),
+        other.admission: entry(other, o_des, o_cf),
+    }
 
 
 def _lb_compare(

@@ -103,6 +103,13 @@ def _verdict_lines(res: dict[str, Any]) -> list[str]:
             f"{f['savings_vs_homogeneous']:.1%} = {_usd(h['usd_per_year'] - f['usd_per_year'])}/yr"
         )
     lines.append(txt)
+    cf = next((x for x in res.get("sweep", []) if x["threshold_tokens"] == rec), None)
+    if cf is not None:
+        lines.append(
+            f"decided by the steady-state DES (every pool simulated to its verdict); the M/G/c sizing "
+            f"({cf['analytical_short_instances']} + {cf['analytical_long_instances']} instances at B = {rec}) only "
+            "started its search, and the closed form α(1−1/ρ) sized nothing"
+        )
     return lines
 
 
@@ -130,6 +137,64 @@ def _lb_lines(res: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _admission_line(res: dict[str, Any]) -> str:
+    """What the plan assumes about admission, and how to get the other convention."""
+    cf = res["closed_form"]
+    if res.get("admission") == "vllm":
+        return (
+            f"admission vllm (vLLM's scheduler): max_num_seqs {res['max_num_seqs_cap']}, max_num_batched_tokens "
+            f"{res['max_num_batched_tokens']:,}, {res['kv_capacity_tokens']:,} KV tokens per instance taken on demand, "
+            f"recompute preemption, chunked prefill; at full batch the KV holds short {cf.get('short_concurrency')} / "
+            f"homogeneous {cf.get('homogeneous_concurrency')} sequences of the mix. --admission paper assumes "
+            f"floor(KV / max_model_len) slots instead (the paper's convention)"
+        )
+    return (
+        f"admission paper (an assumption: every sequence holds a whole max_model_len of KV): "
+        f"floor(KV / max_model_len) slots = {cf['short_slots']} at B, {cf['long_slots']} at the long "
+        f"max_model_len; vLLM itself admits up to its max_num_seqs with KV on demand (--admission vllm)"
+    )
+
+
+def _admission_compare_lines(res: dict[str, Any]) -> list[str]:
+    cmp_ = res.get("admission_compare")
+    if not cmp_:
+        return []
+    b = cmp_["threshold_tokens"]
+    lines = [
+        f"homogeneous baseline and saving at B = {b:,} under both admissions (same trace, SLO, load balancing):",
+        f"  {'admission':<18}{'max_num_seqs long/short':>24}{'batched tok':>12}{'homogeneous':>13}{'two-pool':>10}"
+        f"{'DES saving':>11}{'M/G/c saving':>14}{'a(1-1/rho)':>12}",
+    ]
+    for mode in ("vllm", "paper"):
+        r = cmp_.get(mode)
+        if r is None:
+            continue
+        h, d, cf = r["homogeneous"], r["two_pool"], r["closed_form"]
+        ok = h["slo_met"] and d["slo_met"]
+        mark = " (this plan)" if mode == res.get("admission") else ""
+        mnbt = r["max_num_batched_tokens"]
+        budget = f"{mnbt:,}" if mnbt else "off"
+        homog = h["instances"] if h["slo_met"] else "missed"
+        two = d["instances"] if d["slo_met"] else "missed"
+        saving = f"{1 - d['instances'] / h['instances']:.1%}" if ok else "-"
+        seqs = f"{cf['long_slots']} / {cf['short_slots']}"
+        lines.append(
+            f"  {mode + mark:<18}{seqs:>24}{budget:>12}{homog:>13}{two:>10}{saving:>11}"
+            f"{cf['analytical_savings']:>14.1%}{cf['savings_closed_form']:>12.1%}"
+        )
+    return lines
+
+
+def _vllm_flag_lines(res: dict[str, Any]) -> list[str]:
+    flags = res.get("vllm_flags")
+    if not flags:
+        return []
+    lines = ["vLLM arguments of the recommended plan (vllm serve MODEL ...; replicas = instances):"]
+    for f in flags:
+        lines.append(f"  {f['pool']:<12}{f['instances']:>5} x  {' '.join(f['args'])}")
+    return lines
+
+
 def format_plan(res: dict[str, Any], report_lines: list[str]) -> str:
     """Human-readable plan (the normalisation report first)."""
     cf = res["closed_form"]
@@ -143,6 +208,7 @@ def format_plan(res: dict[str, Any], report_lines: list[str]) -> str:
         f"max_model_len {res['long_max_model_len']:,} tokens",
         f"load {res['lambda_req_per_s']:,.1f} req/s, {res['requests']:,} requests in the base trace; load balancing "
         f"inside each pool: {res['lb']}",
+        _admission_line(res),
         f"alpha = F(B) = {fmt_alpha(cf['alpha'])} (share of requests whose input + output budget <= B)",
     ]
     rv = res.get("output_reserve")
@@ -162,7 +228,8 @@ def format_plan(res: dict[str, Any], report_lines: list[str]) -> str:
         )
     lines.append(
         f"profile throughputs: mu_short {cf['mu_short']:.2f}, mu_homogeneous {cf['mu_homogeneous']:.2f} req/s per "
-        f"instance at full batch; rho = {cf['rho']:.2f} (slots {cf['short_slots']} vs {cf['long_slots']}); "
+        f"instance at full batch; rho = {cf['rho']:.2f} (sequences at full batch "
+        f"{cf.get('short_concurrency', cf['short_slots'])} vs {cf.get('homogeneous_concurrency', cf['long_slots'])}); "
         f"alpha(1-1/rho) = {cf['savings_closed_form']:.1%}; M/G/c sizing "
         f"{cf['analytical_homogeneous_instances']} -> {cf['analytical_short_instances']} + "
         f"{cf['analytical_long_instances']} instances ({cf['analytical_savings']:.1%})"
@@ -196,6 +263,9 @@ def format_plan(res: dict[str, Any], report_lines: list[str]) -> str:
         lines += _des_table(res)
         lines.append("")
         lines += _verdict_lines(res)
+        for extra in (_vllm_flag_lines(res), _admission_compare_lines(res)):
+            if extra:
+                lines += ["", *extra]
         lb = _lb_lines(res)
         if lb:
             lines += ["", *lb]

@@ -5,8 +5,14 @@ Formulas (docs/method.md §2, transcribed from arXiv 2604.08075 §1.1 via [S4]):
 - KV bytes per token ``= 2 * n_layers * n_kv_heads * head_dim * kv_dtype_bytes`` (K and V);
 - KV capacity ``= (tp * gpu_memory_bytes * gpu_memory_utilization - weight_bytes
   - tp * non_kv_reserve_bytes) / kv_bytes_per_token`` tokens, rounded down to whole blocks;
-- ``max_num_seqs = min(cap, floor(kv_capacity_tokens / max_model_len))`` (the paper's
-  ``N_seq = floor((M_gpu u - M_model) / M_seq)``: every admitted sequence can grow to ``max_model_len``).
+- concurrency, by the profile's ``admission``:
+
+  * ``"paper"``: ``max_num_seqs = min(cap, floor(kv_capacity_tokens / max_model_len))`` (the paper's
+    ``N_seq = floor((M_gpu u - M_model) / M_seq)``: every admitted sequence can grow to ``max_model_len``);
+  * ``"vllm"``: vLLM's own admission (PagedAttention): ``max_num_seqs`` is the scheduler's cap alone
+    (vLLM's default for the GPU unless given, :func:`vllm_scheduler_defaults`), KV blocks are taken on
+    demand, a full KV preempts by recomputation, and ``max_num_batched_tokens`` bounds every
+    iteration's tokens (chunked prefill). :func:`with_admission` builds such a profile.
 
 Iteration time (the paper's "W + H n" linear model [S1], with chunked prefill):
 ``t_iter = W + H * sum(context tokens of the batch) + P * (prefill tokens in the iteration)``, seconds.
@@ -21,6 +27,7 @@ from dataclasses import dataclass, replace
 
 __all__ = [
     "A100_80GB",
+    "ADMISSION_MODES",
     "GPUS",
     "H100_80GB",
     "LLAMA3_70B",
@@ -31,13 +38,21 @@ __all__ = [
     "GpuSpec",
     "ModelConfig",
     "PoolProfile",
+    "VllmSchedulerDefaults",
     "derive_profile",
     "kv_bytes_per_token",
     "kv_capacity_tokens",
     "max_num_seqs",
+    "vllm_scheduler_defaults",
+    "with_admission",
 ]
 
 GIB = 1024**3
+
+ADMISSION_MODES = ("vllm", "paper")
+"""How an instance admits work: ``vllm`` (its scheduler: ``max_num_seqs`` cap, KV blocks on demand,
+recompute preemption, ``max_num_batched_tokens`` with chunked prefill) or ``paper`` (a slot per
+``max_model_len`` of KV: ``floor(KV / max_model_len)`` sequences, the paper's convention)."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +92,9 @@ class PoolProfile:
     ``p_s_per_prefill_token`` compute time per prefilled token; ``chunk_tokens`` chunked-prefill size
     per sequence per iteration; ``kv_capacity_tokens`` = num_gpu_blocks * block_size;
     ``max_num_batched_tokens`` vLLM's chunked-prefill token budget per iteration (None = off);
-    ``max_num_seqs_cap`` the scheduler cap (vLLM ``max_num_seqs``) before the KV bound.
+    ``max_num_seqs_cap`` the scheduler cap (vLLM ``max_num_seqs``) before the KV bound;
+    ``admission`` one of :data:`ADMISSION_MODES` (``paper`` keeps the shipped profiles' convention;
+    :func:`with_admission` makes a ``vllm`` one, which ``tbr plan``/``tbr simulate`` use by default).
     """
 
     name: str
@@ -95,9 +112,25 @@ class PoolProfile:
     source: str = ""
     max_num_batched_tokens: int | None = None
     """vLLM's per-iteration token budget (decode tokens + prefill chunks); None = not enforced."""
+    admission: str = "paper"
+    """One of :data:`ADMISSION_MODES`."""
+
+    def __post_init__(self) -> None:
+        if self.admission not in ADMISSION_MODES:
+            raise ValueError(
+                f"profile {self.name}: unknown admission {self.admission!r}; choose from {ADMISSION_MODES}"
+            )
 
     def max_num_seqs(self, max_model_len: int) -> int:
-        """Concurrency at ``max_model_len`` (see :func:`max_num_seqs`)."""
+        """The scheduler's ``max_num_seqs`` at ``max_model_len``: the paper's :func:`max_num_seqs`, or
+        under ``vllm`` admission the cap alone (KV is then taken on demand). Raises ``ValueError`` when
+        one sequence of ``max_model_len`` does not fit the KV (vLLM refuses to start)."""
+        if self.admission == "vllm":
+            if max_model_len > self.kv_capacity_tokens:
+                raise ValueError(
+                    f"max_model_len {max_model_len} exceeds the KV capacity {self.kv_capacity_tokens}"
+                )
+            return self.max_num_seqs_cap
         return max_num_seqs(self.kv_capacity_tokens, max_model_len, self.max_num_seqs_cap)
 
     @property
@@ -288,3 +321,74 @@ def iteration_time_s(profile: PoolProfile, batch_context_tokens: float, prefill_
 def prefill_iterations(input_tokens: int, chunk_tokens: int) -> int:
     """``ceil(input_tokens / chunk_tokens)`` iterations of chunked prefill (at least 1)."""
     return max(1, math.ceil(input_tokens / chunk_tokens))
+
+
+@dataclass(frozen=True)
+class VllmSchedulerDefaults:
+    """vLLM's scheduler defaults for ``vllm serve`` on one kind of device: ``max_num_seqs`` sequences
+    and ``max_num_batched_tokens`` tokens per iteration."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+
+def vllm_scheduler_defaults(gpu_memory_bytes: float, gpu_name: str) -> VllmSchedulerDefaults:
+    """``vllm serve``'s defaults when neither flag is given, as vLLM 0.32 sets them.
+
+    Source: vLLM 0.32.0 ``vllm/engine/arg_utils.py`` ``EngineArgs.get_batch_defaults``, the
+    ``UsageContext.OPENAI_API_SERVER`` entries: a device of >= 160 GiB (B200, MI300X's 192 GB):
+    1,024 sequences, 16,384 tokens; >= 70 GiB and not an A100 (H100, H200): 1,024 and 8,192; any
+    other GPU (A100 included: larger budgets lowered its throughput, vLLM PR #17885): 256 and 2,048.
+    ``gpu_memory_bytes`` is one device's memory.
+    """
+    if gpu_memory_bytes >= 160 * GIB:
+        return VllmSchedulerDefaults(1024, 16384)
+    if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower():
+        return VllmSchedulerDefaults(1024, 8192)
+    return VllmSchedulerDefaults(256, 2048)
+
+
+def with_admission(
+    profile: PoolProfile,
+    admission: str,
+    *,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+) -> PoolProfile:
+    """``profile`` under ``admission`` (one of :data:`ADMISSION_MODES`).
+
+    ``vllm``: ``max_num_seqs_cap`` and ``max_num_batched_tokens`` are the given values, else the
+    profile's own when it is already a ``vllm`` profile (a measured ``tbr profile`` file), else
+    :func:`vllm_scheduler_defaults` for the profile's GPU (:data:`GPUS`; an unknown GPU gets the
+    "other hardware" defaults 256 / 2,048); the per-sequence prefill chunk is the whole token budget
+    (vLLM 0.32 sets no per-request chunk limit: ``long_prefill_token_threshold`` 0), and the DES
+    hands a newcomer what the iteration's budget has left (:mod:`planner.des.instance`).
+    ``paper``: the profile's own cap and chunk, ``max_num_batched_tokens`` only when given.
+    Raises ``ValueError`` for an unknown mode or a non-positive value.
+    """
+    if admission not in ADMISSION_MODES:
+        raise ValueError(f"unknown admission {admission!r}; choose from {ADMISSION_MODES}")
+    for label, v in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)):
+        if v is not None and v < 1:
+            raise ValueError(f"{label} must be >= 1, got {v}")
+    if admission == "paper":
+        return replace(
+            profile,
+            admission="paper",
+            max_num_seqs_cap=max_num_seqs or profile.max_num_seqs_cap,
+            max_num_batched_tokens=max_num_batched_tokens or profile.max_num_batched_tokens,
+        )
+    gpu = GPUS.get(profile.gpu)
+    d = vllm_scheduler_defaults(gpu.memory_bytes if gpu else 0.0, profile.gpu)
+    if profile.admission == "vllm":  # already a vLLM profile (a `tbr profile` file): keep its values
+        d = VllmSchedulerDefaults(
+            profile.max_num_seqs_cap, profile.max_num_batched_tokens or d.max_num_batched_tokens
+        )
+    budget = max_num_batched_tokens or d.max_num_batched_tokens
+    return replace(
+        profile,
+        admission="vllm",
+        max_num_seqs_cap=max_num_seqs or d.max_num_seqs,
+        max_num_batched_tokens=budget,
+        chunk_tokens=budget,
+    )

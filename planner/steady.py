@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.costmodel import full_batch_iteration_s, instance_throughput_req_per_s, mix_stats
+from planner.costmodel import concurrency, full_batch_iteration_s, instance_throughput_req_per_s, mix_stats
 from planner.des.result import BATCHES
 from planner.profiles import PoolProfile
 from planner.trace import Trace
@@ -110,7 +110,7 @@ def pool_load(trace: Trace, lam_req_per_s: float, profile: PoolProfile, max_mode
     """
     mix = mix_stats(trace.input_tokens, trace.output_tokens, profile.chunk_tokens)
     mu = instance_throughput_req_per_s(profile, max_model_len, mix)
-    t_iter = full_batch_iteration_s(profile, profile.max_num_seqs(max_model_len), mix)
+    t_iter = full_batch_iteration_s(profile, concurrency(profile, max_model_len, mix), mix)
     k = np.maximum(1, -(-trace.input_tokens // profile.chunk_tokens)) + np.maximum(0, trace.output_tokens - 1)
     s99 = float(np.percentile(k, 99)) * t_iter
     cs2 = float(np.var(k) / np.mean(k) ** 2)

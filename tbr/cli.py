@@ -26,6 +26,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "planner.cmd_simulate",
     "planner.cmd_autoscale",
     "planner.cmd_results",
+    "planner.cmd_profile",
 ]
 
 
@@ -42,6 +43,7 @@ OPTIONAL_SUBCOMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "planner.cmd_simulate": ("simulate", "planner", ("matplotlib", "tqdm")),
     "planner.cmd_autoscale": ("autoscale", "planner", ("matplotlib",)),
     "planner.cmd_results": ("results", "planner", ("matplotlib", "tqdm")),
+    "planner.cmd_profile": ("profile", "planner", ("matplotlib", "tqdm")),
 }
 
 

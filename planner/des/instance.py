@@ -14,6 +14,14 @@ Model (see :mod:`planner.des` for the whole simulator):
   tokens generated so far added to its prompt.
 - Admission (FCFS, head of line) while running < ``max_num_seqs``, the prompt fits in the free KV
   (minus the watermark) and, when set, ``max_num_batched_tokens`` holds with the newcomer's chunk.
+  Under the paper's admission (``profile.admission == "paper"``) a prefill's chunk is fixed
+  (``input/ceil(input/chunk)``) and must fit the iteration's budget whole. Under vLLM's
+  (``"vllm"``, the default of ``tbr plan``/``simulate``) the watermark is 0 (vLLM 0.32
+  ``SchedulerConfig.watermark``), ``max_num_seqs`` is the scheduler's cap (no ``KV/max_model_len``
+  bound) and, as vLLM's scheduler gives decodes their token first and a prefill what is left, a
+  newcomer's chunk is ``min(chunk, budget left)``, fixed for its prefill; it is admitted when that
+  is at least its whole prompt or :data:`MIN_PREFILL_CHUNK_FRACTION` of the chunk (a sliver would
+  stretch its prefill over hundreds of iterations, where vLLM re-divides the budget every step).
 """
 
 from __future__ import annotations
@@ -27,10 +35,22 @@ from enum import IntEnum
 
 from planner.profiles import PoolProfile
 
-__all__ = ["LB_POLICIES", "Instance", "Milestone", "PoolSpec", "RequestTable", "SimInvariantError"]
+__all__ = [
+    "LB_POLICIES",
+    "MIN_PREFILL_CHUNK_FRACTION",
+    "Instance",
+    "Milestone",
+    "PoolSpec",
+    "RequestTable",
+    "SimInvariantError",
+]
 
 EPS_ITER = 1e-7
 """Iteration-space tolerance: a milestone within this many iterations of ``v`` has been reached."""
+
+MIN_PREFILL_CHUNK_FRACTION = 0.25
+"""vLLM admission: a newcomer needs at least this share of ``chunk_tokens`` (or its whole prompt)
+left in the iteration's token budget (module docstring)."""
 
 LB_POLICIES = ("round_robin", "least_loaded", "p2c")
 """Load balancing inside a pool: rotate; fewest (running + waiting) requests of all instances
@@ -64,7 +84,9 @@ class PoolSpec:
     max_num_seqs: int | None = None
     max_queue_per_instance: int = 1024
     lb: str = "round_robin"
-    kv_watermark_fraction: float = 0.01
+    kv_watermark_fraction: float | None = None
+    """Free KV kept back at admission, share of capacity; None = by admission: 0.0 for ``vllm``
+    (vLLM 0.32's default), 0.01 for ``paper`` (vLLM V0's, the simulator's earlier value)."""
 
     def __post_init__(self) -> None:
         if self.lb not in LB_POLICIES:
@@ -76,6 +98,13 @@ class PoolSpec:
     def slots(self) -> int:
         """``max_num_seqs`` (explicit, else derived from the profile's KV at ``max_model_len``)."""
         return self.max_num_seqs or self.profile.max_num_seqs(self.max_model_len)
+
+    @property
+    def watermark_fraction(self) -> float:
+        """``kv_watermark_fraction``, or the admission's default (0.0 vLLM, 0.01 paper)."""
+        if self.kv_watermark_fraction is not None:
+            return self.kv_watermark_fraction
+        return 0.0 if self.profile.admission == "vllm" else 0.01
 
 
 class RequestTable:
@@ -137,6 +166,7 @@ class Instance:
         "max_queue",
         "max_seqs",
         "milestones",
+        "min_chunk",
         "mnbt",
         "ms_seq",
         "n_active",
@@ -144,6 +174,7 @@ class Instance:
         "next_v",
         "on_done",
         "p",
+        "partial_chunks",
         "pool",
         "queue",
         "reqs",
@@ -178,7 +209,9 @@ class Instance:
         self.w, self.h, self.p = prof.w_s, prof.h_s_per_kv_token, prof.p_s_per_prefill_token
         self.chunk = prof.chunk_tokens
         self.cap = float(prof.kv_capacity_tokens)
-        self.watermark = spec.kv_watermark_fraction * self.cap
+        self.watermark = spec.watermark_fraction * self.cap
+        self.partial_chunks = prof.admission == "vllm"
+        self.min_chunk = max(1.0, MIN_PREFILL_CHUNK_FRACTION * self.chunk)
         self.max_seqs = spec.slots
         mnbt = prof.max_num_batched_tokens
         self.mnbt = math.inf if mnbt is None else float(mnbt)
@@ -300,12 +333,22 @@ class Instance:
         while q and self.n_active < self.max_seqs:
             r = q[0]
             need = l_in[r]
-            if self.n_active and self.kv + need > self.cap - self.watermark:
+            # vLLM allocates this step's decode tokens of the running requests before admitting
+            # (they are scheduled first): a newcomer fits only beside one more iteration's growth
+            growth = self.n_dec if self.partial_chunks else 0
+            if self.n_active and self.kv + need + growth > self.cap - self.watermark:
                 break
-            k_pf = -(-need // self.chunk)
-            rate = need / k_pf
-            if self.n_active and self.n_dec + self.sum_pf + rate > self.mnbt + 1e-9:
-                break  # max_num_batched_tokens: no room for its prefill chunk this iteration
+            if self.partial_chunks:  # vLLM: the prefill takes what the budget has left
+                chunk = min(float(self.chunk), self.mnbt - self.n_dec - self.sum_pf)
+                if self.n_active and (chunk <= 0.0 or chunk < min(float(need), self.min_chunk) - 1e-9):
+                    break
+                k_pf = max(1, math.ceil(need / chunk - 1e-9))
+                rate = need / k_pf
+            else:
+                k_pf = -(-need // self.chunk)
+                rate = need / k_pf
+                if self.n_active and self.n_dec + self.sum_pf + rate > self.mnbt + 1e-9:
+                    break  # max_num_batched_tokens: no room for its prefill chunk this iteration
             q.popleft()
             pf_rate[r] = rate
             pv = self.v + k_pf

@@ -104,6 +104,8 @@ def test_simulate_text_on_real_trace(capsys: pytest.CaptureFixture[str]) -> None
     assert "truncated to the first 5000 of 19366 requests" in out
     assert "short: max_inflight=256, max_waiting=8, max_kv_cache_usage=0.95" in out
     assert "short" in out and "medium" in out and "fleet: 5 instances" in out
+    # vLLM's admission by default: a100-simcompat is an A100, so vLLM 0.32's 256 / 2048 in every pool
+    assert "admission vllm: max_num_seqs short 256, medium 256, long 256; max_num_batched_tokens 2048" in out
 
 
 def test_missing_trace_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
@@ -178,3 +180,61 @@ def test_bad_spill_sweep_and_router_config_exit_code(
         assert args.func(args) == 2
     err = capsys.readouterr().err
     assert "not a number" in err and "pools" in err
+
+
+def test_plan_emit_writes_what_the_router_and_vllm_accept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tbr plan --emit DIR` (issue 32 item 4): the router config passes `tbr config check`, the pool
+    sizes and vLLM arguments are the recommended plan's, and both admissions are sized."""
+    import yaml
+
+    from tbr.cmd_config import run_check
+
+    out = tmp_path / "emit"
+    args = _parser().parse_args(
+        ["plan", "--trace", str(_cdf(tmp_path)), "--rate", "20", "--min-requests", "2000", "--short-max-tokens",
+         "8192", "--profile", "a100-simcompat", "--sweep", "--jobs", "1", "--json", "--emit", str(out),
+         "--emit-model", "meta-llama/Llama-3.1-70B-Instruct"]
+    )  # fmt: skip
+    assert args.func(args) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["admission"] == "vllm" and res["max_num_seqs_cap"] == 256
+    cmp_ = res["admission_compare"]
+    assert cmp_["vllm"]["homogeneous"]["instances"] == res["des_homogeneous"]["instances"]
+    assert cmp_["paper"]["max_num_seqs_cap"] == 128 and cmp_["paper"]["homogeneous"]["instances"] >= 1
+    fleet = res["des"]["candidates"][str(res["recommended_threshold_tokens"])]  # JSON keys are strings
+    assert run_check(argparse.Namespace(path=str(out / "router.yaml"))) == 0
+    cfg = yaml.safe_load((out / "router.yaml").read_text())
+    assert [p["max_model_len"] for p in cfg["pools"]] == [res["recommended_threshold_tokens"], 65536]
+    assert cfg["pools"][0]["max_inflight"] == max(1, fleet["short_instances"]) * 256
+    assert cfg["models"][0]["models"] == ["meta-llama/Llama-3.1-70B-Instruct"]
+    flags = json.loads((out / "vllm-args.json").read_text())["pools"]
+    assert flags[0]["args"][:4] == [
+        "--max-model-len",
+        str(res["recommended_threshold_tokens"]),
+        "--max-num-seqs",
+        "256",
+    ]
+    assert [f["instances"] for f in flags] == [
+        max(1, fleet["short_instances"]),
+        max(1, fleet["long_instances"]),
+    ]
+    timeouts = yaml.safe_load((out / "envoy-timeouts.yaml").read_text())
+    assert (
+        timeouts["routes"]["long"]["idle_timeout"] == "1380s"
+    )  # envoy/README.md: 65536 / 50 + 60, whole minutes
+    assert timeouts["routes"]["short"]["idle_timeout"] == "1380s"  # a misroute is retried on long
+    kust = yaml.safe_load((out / "kustomization.yaml").read_text())
+    ops = yaml.safe_load(kust["patches"][0]["patch"])
+    assert kust["patches"][0]["target"]["name"] == "pool-short"
+    assert ops[0] == {"op": "replace", "path": "/spec/replicas", "value": max(1, fleet["short_instances"])}
+    # the text plan names its admission, both baselines, the deciding model and the vLLM flags
+    from planner.plan_report import format_plan
+
+    res["des"]["candidates"] = {int(k): v for k, v in res["des"]["candidates"].items()}
+    text = format_plan(res, [])
+    assert "admission vllm (vLLM's scheduler): max_num_seqs 256" in text
+    assert "under both admissions" in text and "paper" in text.split("under both admissions")[1]
+    assert "decided by the steady-state DES" in text
+    assert f"{max(1, fleet['short_instances']):>5} x  --max-model-len" in text
