@@ -275,7 +275,8 @@ def judge_without_usage(proc: StreamProcessor, finish_reasons: tuple[str, ...]) 
         return
     proc.truncated = True
     proc.misroute = proc.misroute or "truncated"
-    r.observer.misroute(served, served, "truncated")
+    proc.misroute_cause = proc.misroute_cause or TRUNCATED
+    r.observer.misroute(served, served, "truncated", TRUNCATED)
 
 
 def learned_budget(proc: StreamProcessor) -> TokenBudget | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from extproc.config import RouterConfig
 
@@ -32,8 +33,8 @@ def same_routing_behaviour(a: RouterConfig, b: RouterConfig) -> bool:
     routing decision)."""
     deploy_only = {"redis_url", "redis_key_prefix", "redis_sync_interval_s", "redis_timeout_s",
                    "redis_queue_max", "snapshot_path", "snapshot_interval_s"}  # fmt: skip
-    addresses = {"pools": {"__all__": {"health_url", "metrics_url"}}}
-    exclude = {"server": True, "admin": True, "calibration": True, "advice": True, **addresses}
+    exclude: dict[str, Any] = {"server": True, "admin": True, "calibration": True, "advice": True}
+    exclude["pools"] = {"__all__": {"health_url", "metrics_url"}}
     return a.model_dump(exclude=exclude) == b.model_dump(exclude=exclude) and a.calibration.model_dump(
         exclude=deploy_only
     ) == b.calibration.model_dump(exclude=deploy_only)
