@@ -53,20 +53,30 @@ def test_overflow_follows_vllms_two_checks() -> None:
     assert not overflowed(b, 100, 4096)
 
 
-def test_strong_correction_ratchets_the_ratio_to_what_the_request_had() -> None:
+def test_strong_correction_moves_the_ratio_one_bounded_step_towards_the_request() -> None:
     store = InMemoryRatioStore(beta=0.9)
     store.put(KEY, RatioState(8.0, 0.1, 3, 7.5))
     b = _budget(routing_ratio=8.0, text_bytes=40_000, fixed=20)
-    new = strong_correction(store, b, 10_020, warmup_samples=20, dev_before_ratio=0.1)
+    new = strong_correction(store, b, 10_020, warmup_samples=20, dev_before_ratio=0.1, max_step=0.1)
     assert new is not None
     c_obs = 40_000 / 10_000
-    assert new.mean_ratio == pytest.approx(c_obs)
-    assert new.low_ratio == pytest.approx(c_obs)
+    # one request moves the mean and the low quantile down by at most x1.1, never to c_obs at once
+    assert new.mean_ratio == pytest.approx(8.0 / 1.1)
+    assert new.low_ratio == pytest.approx(7.5 / 1.1)
+    assert c_obs < new.low_ratio < new.mean_ratio
     assert new.samples == 20  # leaves warm-up: the prior was proven too high
-    assert new.dev_ratio == pytest.approx(
-        0.1
-    )  # min(dev, max(dev_before, 0.1 · c_obs)): the jump is no spread
+    assert new.dev_ratio == pytest.approx(0.1)  # min(dev, max(dev_before, 0.1 · mean)): no spread
     assert store.get(KEY) == new
+
+
+def test_strong_correction_with_a_large_step_ratchets_to_what_the_request_had() -> None:
+    store = InMemoryRatioStore(beta=0.9)
+    store.put(KEY, RatioState(8.0, 0.1, 3, 7.5))
+    b = _budget(routing_ratio=8.0, text_bytes=40_000, fixed=20)
+    new = strong_correction(store, b, 10_020, warmup_samples=20, dev_before_ratio=0.1, max_step=10.0)
+    assert new is not None
+    assert new.mean_ratio == pytest.approx(40_000 / 10_000)
+    assert new.low_ratio == pytest.approx(40_000 / 10_000)
 
 
 def test_strong_correction_leaves_a_ratio_already_below_the_observation() -> None:
@@ -114,7 +124,9 @@ def test_usage_confirms_a_misroute_only_when_the_prompt_overflowed_the_first_poo
     )  # fitted: the 400 had another cause
     assert rec.on_usage(b, "short", "long", 10_020, 0.1) == ("confirmed", "ratcheted")
     state = store.get(KEY)
-    assert state is not None and state.mean_ratio == pytest.approx(4.0)
+    assert state is not None and state.mean_ratio == pytest.approx(
+        8.0 / 1.1
+    )  # one bounded step (recovery.max_step)
     rec_off, _, store_off = _recovery(calibrate=False)
     store_off.put(KEY, RatioState(8.0, 0.1, 3, 7.5))
     assert rec_off.on_usage(b, "short", "long", 10_020, 0.1) == ("confirmed",)
