@@ -266,7 +266,8 @@ async def test_spillover_driven_by_vllm_num_requests_waiting(stack: Stack) -> No
 
 def stale_snapshot(work_dir: Path, category: str, mean_ratio: float = 40.0) -> Path:
     """A ratio snapshot claiming a model-to-true ratio of ``mean_ratio`` (warm, 50 samples) for ``category``:
-    a router restored from it budgets such text ~10x too low."""
+    a router restored from it routes such text at the plausibility band's top, 1 / min_model_ratio = 2
+    (issue 34), so it budgets the text at about half its true size."""
     entry = {"model": MODEL, "category": category, "mean_ratio": mean_ratio, "dev_ratio": 0.0, "samples": 50}
     path = work_dir / "ratios.json"
     path.write_text(json.dumps({"version": 2, "ratios": [entry]}), encoding="utf-8")
@@ -293,9 +294,10 @@ def restart_router(stack: Stack, edit: dict[str, Any]) -> None:
 async def test_prompt_over_the_short_limit_is_recovered_on_the_long_pool(
     stack: Stack, tmp_path: Path
 ) -> None:
-    """A router restored from a stale ratio snapshot underestimates a ~7,500-token document and
-    sends it to short; vLLM's 400 there is retried once by Envoy on long; the client sees 200."""
-    text = long_document()
+    """A router restored from a stale ratio snapshot underestimates a ~5,500-token document (about
+    half: the ratio is capped at 2) and sends it to short; vLLM's 400 there is retried once by Envoy
+    on long; the client sees 200."""
+    text = long_document(max_bytes=22_000)
     async with oai(stack) as client:  # the router's own category for this body (long pool, fits)
         await client.chat.completions.create(
             model=MODEL,
