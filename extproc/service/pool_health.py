@@ -20,8 +20,6 @@ Metrics: ``tbr_pool_health_checks_total{pool,outcome}`` here; ``tbr_pool_up{pool
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from urllib.parse import urlsplit, urlunsplit
 
@@ -30,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from extproc.config import PoolConfig, PoolHealthConfig
 from extproc.core.load import LoadTracker, PoolHealth
+from extproc.service.pool_poller import PoolPoller
 
 __all__ = ["PoolHealthChecker", "PoolHealthMetrics", "classify_status", "health_url_of"]
 
@@ -70,7 +69,7 @@ def classify_status(status_code: int) -> str:
     return "http_other"
 
 
-class PoolHealthChecker:
+class PoolHealthChecker(PoolPoller):
     """Periodic ``GET /health`` of every pool that has a health URL (:func:`health_url_of`).
 
     Args:
@@ -81,6 +80,8 @@ class PoolHealthChecker:
         metrics: where check outcomes are counted.
     """
 
+    task_name = "tbr-pool-health"
+
     def __init__(
         self,
         pools: list[PoolConfig] | tuple[PoolConfig, ...],
@@ -89,12 +90,12 @@ class PoolHealthChecker:
         client: httpx.AsyncClient,
         metrics: PoolHealthMetrics,
     ) -> None:
-        self.targets = [(p.name, url) for p in pools if (url := health_url_of(p)) is not None]
+        targets = [(p.name, url) for p in pools if (url := health_url_of(p)) is not None]
+        super().__init__(targets, cfg.check_interval_s)
         self.cfg = cfg
         self.tracker = tracker
         self.client = client
         self.metrics = metrics
-        self._task: asyncio.Task[None] | None = None
 
     async def check_once(self, pool: str, url: str) -> PoolHealth:
         """Check one pool, record and count the verdict, log a change of state. Never raises."""
@@ -121,25 +122,10 @@ class PoolHealthChecker:
                 )
         return verdict
 
-    async def check_all(self) -> None:
-        """Check every target concurrently."""
-        await asyncio.gather(*(self.check_once(name, url) for name, url in self.targets))
+    async def poll_once(self, pool: str, url: str) -> PoolHealth:
+        """:meth:`check_once` (the shared loop's step)."""
+        return await self.check_once(pool, url)
 
-    async def run(self) -> None:
-        """Check every ``check_interval_s`` until cancelled."""
-        while True:
-            await self.check_all()
-            await asyncio.sleep(self.cfg.check_interval_s)
-
-    def start(self) -> None:
-        """Start :meth:`run` as a task (no-op without targets or when disabled)."""
-        if self.cfg.enabled and self.targets and self._task is None:
-            self._task = asyncio.create_task(self.run(), name="tbr-pool-health")
-
-    async def stop(self) -> None:
-        """Cancel the task and wait for it."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    def enabled(self) -> bool:
+        """Checks run when ``pool_health.enabled`` and some pool has a health URL."""
+        return self.cfg.enabled and bool(self.targets)

@@ -13,8 +13,6 @@ A failed scrape keeps the previous values, which then go stale and stop counting
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 
@@ -24,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from extproc.config import PoolConfig, SpilloverConfig
 from extproc.core.load import LoadTracker, PoolSignals
 from extproc.service.load_metrics import LoadMetrics
+from extproc.service.pool_poller import PoolPoller
 
 __all__ = ["KV_USAGE_METRICS", "WAITING_METRIC", "PoolScraper", "parse_vllm_metrics"]
 
@@ -70,7 +69,7 @@ def parse_vllm_metrics(text: str) -> tuple[float | None, float | None]:
     return w, k
 
 
-class PoolScraper:
+class PoolScraper(PoolPoller):
     """Periodic scrape of every pool that has a ``metrics_url``.
 
     Args:
@@ -81,6 +80,8 @@ class PoolScraper:
         metrics: where scrape outcomes are counted (``tbr_pool_scrapes_total``).
     """
 
+    task_name = "tbr-pool-scraper"
+
     def __init__(
         self,
         pools: list[PoolConfig] | tuple[PoolConfig, ...],
@@ -89,12 +90,12 @@ class PoolScraper:
         client: httpx.AsyncClient,
         metrics: LoadMetrics,
     ) -> None:
-        self.targets = [(p.name, p.metrics_url) for p in pools if p.metrics_url]
+        targets = [(p.name, p.metrics_url) for p in pools if p.metrics_url]
+        super().__init__(targets, spillover.scrape_interval_s)
         self.cfg = spillover
         self.tracker = tracker
         self.client = client
         self.metrics = metrics
-        self._task: asyncio.Task[None] | None = None
 
     async def scrape_once(self, pool: str, url: str) -> str:
         """Scrape one pool; returns the outcome label (also counted). Never raises."""
@@ -121,25 +122,6 @@ class PoolScraper:
         self.metrics.scrapes.labels(pool, outcome).inc()
         return outcome
 
-    async def scrape_all(self) -> None:
-        """Scrape every target concurrently."""
-        await asyncio.gather(*(self.scrape_once(name, url) for name, url in self.targets))
-
-    async def run(self) -> None:
-        """Scrape every ``scrape_interval_s`` until cancelled."""
-        while True:
-            await self.scrape_all()
-            await asyncio.sleep(self.cfg.scrape_interval_s)
-
-    def start(self) -> None:
-        """Start :meth:`run` as a task (no-op without targets)."""
-        if self.targets and self._task is None:
-            self._task = asyncio.create_task(self.run(), name="tbr-pool-scraper")
-
-    async def stop(self) -> None:
-        """Cancel the task and wait for it."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async def poll_once(self, pool: str, url: str) -> str:
+        """:meth:`scrape_once` (the shared loop's step)."""
+        return await self.scrape_once(pool, url)

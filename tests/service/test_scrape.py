@@ -75,7 +75,7 @@ async def test_scrape_real_pool_while_held_then_failures_go_stale() -> None:
             if stats["waiting"] == 2:
                 break
             await asyncio.sleep(0.02)
-        await scraper.scrape_all()
+        await scraper.poll_all()
         sig = tracker.signals("short")
         assert sig is not None and sig.waiting == 2.0  # 1 running (held), 2 queued
         assert sig.kv_cache_usage is not None and sig.kv_cache_usage > 0
@@ -93,7 +93,7 @@ async def test_scrape_real_pool_while_held_then_failures_go_stale() -> None:
         done = await asyncio.gather(*sent)
         assert [r.status_code for r in done] == [200, 200, 200]
         assert json.loads(done[0].content)["usage"]["prompt_tokens"] > 0
-        await scraper.scrape_all()
+        await scraper.poll_all()
         assert tracker.signals("short").waiting == 0.0  # type: ignore[union-attr]
         assert tracker.saturated("short", Thresholds.of(pools[0], sp), sp.max_staleness_s) is None
 
