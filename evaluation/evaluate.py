@@ -1,9 +1,13 @@
 """Run the estimator and its baselines over a replay and summarise fidelity (JSON-able dicts).
 
-Strategies (all but ``fixed4_body`` run through the router's own :class:`~extproc.core.estimator.Estimator`):
+Strategies (all but ``fixed4_body`` run through the router's own :class:`~extproc.core.estimator.Estimator`;
+all but ``ours`` and ``fixed4_body`` cost the prompt text with the ``bytes`` baseline,
+:mod:`evaluation.baselines.bytes_model`):
 
-* ``ours``: the shipped defaults (per-model framing, digits, per-family priors, per-category
-  weighted quantile learner).
+* ``ours``: the shipped defaults (run counts, per-model framing, per-(model, content kind) weighted
+  quantile learner).
+* ``bytes``: the router's cost model before the run counts: bytes/token per (model, category) with
+  per-family priors, digits and punctuation costed outside the ratio, the same framing and learner.
 * ``paper``: per-category EMA with ``c* = ĉ − γσ̂`` (arXiv 2604.09613; docs/method.md §3.3), the authors' code
   constants (β = 0.995, warm-up 10, prior 4.0), framing folded into the ratio, no digit or
   punctuation model.
@@ -14,12 +18,14 @@ Strategies (all but ``fixed4_body`` run through the router's own :class:`~extpro
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
+from evaluation.baselines.bytes_model import PAPER, BytesModelConfig
 from evaluation.corpus import ReplayRequest
 from evaluation.metrics import (
     abs_error_percentiles,
@@ -49,15 +55,12 @@ WEIGHT_REF_TOKENS = CalibrationConfig().weight_ref_tokens
 """Observation weight reference of the hindsight conservative ratio (the shipped default)."""
 
 _PAPER_ESTIMATOR = EstimatorConfig(
-    family_priors=False,
-    prior_bytes_per_token=4.0,
     model_profiles=(),
     message_framing_tokens=0,
     request_framing_tokens=0,
     tool_framing_tokens=0,
-    count_digits=False,
-    count_punctuation=False,
 )
+"""The router's side of the paper baselines: no framing (it is folded into the ratio)."""
 
 
 def ours(calibration: CalibrationConfig | None = None, estimator: EstimatorConfig | None = None) -> Strategy:
@@ -70,20 +73,26 @@ def ours(calibration: CalibrationConfig | None = None, estimator: EstimatorConfi
 
 
 def paper(gamma: float = 1.0, *, per_category: bool = True, name: str = "paper") -> Strategy:
-    """The paper's calibration (see module docstring) with ``γ``."""
-    est = _PAPER_ESTIMATOR.model_copy(update={"per_category": per_category})
+    """The paper's estimator and calibration (see module docstring) with ``γ``."""
     cal = CalibrationConfig(learner="ema_dev", ema_beta=0.995, gamma=gamma, warmup_samples=10)
-    return Strategy(name, est, cal)
+    return Strategy(
+        name, _PAPER_ESTIMATOR, cal, bytes_model=dataclasses.replace(PAPER, per_category=per_category)
+    )
 
 
 def baseline_strategies(paper_gamma: float = 1.0) -> list[Strategy]:
-    """``paper``, ``global_ema``, ``fixed4`` and ``fixed4_body``."""
+    """``bytes``, ``paper``, ``global_ema``, ``fixed4`` and ``fixed4_body``."""
     fixed_cal = CalibrationConfig(warmup_samples=1 << 30)
     return [
+        Strategy("bytes", bytes_model=BytesModelConfig()),
         paper(paper_gamma),
         paper(paper_gamma, per_category=False, name="global_ema"),
         Strategy(
-            "fixed4", _PAPER_ESTIMATOR.model_copy(update={"per_category": False}), fixed_cal, learns=False
+            "fixed4",
+            _PAPER_ESTIMATOR,
+            fixed_cal,
+            learns=False,
+            bytes_model=dataclasses.replace(PAPER, per_category=False),
         ),
         Strategy("fixed4_body", body_ratio=4.0, learns=False),
     ]
@@ -198,7 +207,9 @@ def hindsight(res: ReplayResult, quantile: float | None = None) -> dict[str, Any
 
 def priors_from_replay(res: ReplayResult, percentile: float = 1.0) -> dict[str, float]:
     """Cold-start prior per category: the ``percentile`` (default 1st) of the per-request
-    ``c_obs`` of the replay, rounded down to 0.1 B/token (how :mod:`extproc.core.priors` was made)."""
+    ``c_obs`` of the replay, rounded down to 0.1 (of the run model: modelled/true tokens, compare
+    the cold corrections of ``extproc/core/run_costs.json``; of the ``bytes`` baseline: bytes/token,
+    how :mod:`evaluation.baselines.priors` was made)."""
     cats = np.asarray(res.category)
     c_obs, _, usable = _c_obs(res)
     out: dict[str, float] = {}
@@ -251,9 +262,9 @@ def sweep(
         "initial_margin": [0.05, 0.15, 0.3],
     }
     default_estimator_grid: dict[str, list[Any]] = {
-        "count_punctuation": [False, True],
-        "code_structure_scale": [0.25, 0.5, 1.0],
-        "family_priors": [False, True],
+        "per_category": [False, True],
+        "prior_ramp_samples": [10, 50, 200],
+        "first_observation_weight": [0.1, 0.25, 0.5],
     }
     rows: list[dict[str, Any]] = []
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from evaluation.baselines.bytes_model import BytesModel, BytesModelConfig, classifier_sample
 from evaluation.corpus import ReplayRequest, request_body
 from extproc.config import CalibrationConfig, EstimatorConfig
 from extproc.core.calibration import InMemoryRatioStore
@@ -96,7 +97,6 @@ def build_items(
     model: str,
     seed: int,
     reserves: ReserveDistribution | None = None,
-    sample_bytes: int = 16384,
     limit: int = 0,
 ) -> list[ReplayItem]:
     """Serialise, shuffle (seeded) and parse the requests.
@@ -106,7 +106,6 @@ def build_items(
         model: the ``model`` field of every body.
         seed: seeds the order, the reserves and the serialisations.
         reserves: the reserve distribution (defaults when None).
-        sample_bytes: the parser's classifier sample (``estimator.sample_bytes``).
         limit: keep only the first ``limit`` requests of the seeded order (0 = all).
     """
     dist = reserves if reserves is not None else ReserveDistribution()
@@ -120,7 +119,7 @@ def build_items(
     for i, (max_tokens, ascii_escaped) in zip(order, draws, strict=True):
         req = requests[i]
         body = request_body(req, model=model, max_tokens=max_tokens, ascii_escaped=ascii_escaped)
-        features = parse_request_body(body, "chat", sample_bytes=sample_bytes)
+        features = parse_request_body(body, "chat")
         items.append(ReplayItem(req.source, req.req_id, body, features, prompt_tokens[i], max_tokens))
     return items
 
@@ -129,8 +128,11 @@ def build_items(
 class Strategy:
     """A named estimator configuration to replay (ours or a baseline).
 
-    ``estimator``/``calibration`` configure the router's own :class:`Estimator`; ``body_ratio``,
-    when set, replaces it with ``ceil(len(body) / body_ratio)`` (the naive static baseline).
+    ``estimator``/``calibration`` configure the router's own :class:`Estimator`; ``bytes_model``,
+    when set, costs the prompt text with the ``bytes`` baseline instead
+    (:mod:`evaluation.baselines.bytes_model`; framing, media and output reserve still come from the
+    router's estimator); ``body_ratio``, when set, replaces both with ``ceil(len(body) /
+    body_ratio)`` (the naive static baseline).
     """
 
     name: str
@@ -138,6 +140,7 @@ class Strategy:
     calibration: CalibrationConfig = field(default_factory=CalibrationConfig)
     body_ratio: float | None = None
     learns: bool = True
+    bytes_model: BytesModelConfig | None = None
 
 
 @dataclass(slots=True)
@@ -172,6 +175,7 @@ def run_strategy(
     """Replay ``items`` in order through ``strategy`` (estimate, then observe the truth)."""
     cal = strategy.calibration
     est = Estimator(estimator=strategy.estimator, calibration=cal, store=InMemoryRatioStore.from_config(cal))
+    baseline = BytesModel(strategy.bytes_model, est) if strategy.bytes_model is not None else None
     n = len(items)
     true_prompt = np.zeros(n, dtype=np.int64)
     est_prompt = np.zeros(n, dtype=np.int64)
@@ -184,7 +188,10 @@ def run_strategy(
     groups: list[str] = []
     traj: dict[str, list[float]] = {}
     for i, item in enumerate(items):
-        budget = est.estimate(item.features)
+        if baseline is not None:
+            budget = baseline.estimate(item.features, classifier_sample(item.body, baseline.cfg.sample_bytes))
+        else:
+            budget = est.estimate(item.features)
         true_prompt[i] = item.prompt_tokens
         reserve[i] = budget.output_reserve_tokens * budget.n_sequences
         categories.append(budget.key[1])
@@ -198,7 +205,8 @@ def run_strategy(
         central[i] = budget.central_prompt_tokens
         warm[i] = budget.warm
         if strategy.learns:
-            obs = est.observe(budget, item.prompt_tokens)
+            learner = baseline if baseline is not None else est
+            obs = learner.observe(budget, item.prompt_tokens)
             if obs is not None:
                 traj.setdefault(obs.key[1], []).append(obs.state.mean_ratio)
         if progress is not None and i % 1000 == 0:

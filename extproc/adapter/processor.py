@@ -368,7 +368,7 @@ class StreamProcessor:
             return R.CONTINUE_REQUEST_BODY
         r = self.router
         try:
-            features = parse_body(msg.body, self.endpoint, sample_bytes=r.config.estimator.parse_sample_bytes)
+            features = parse_body(msg.body, self.endpoint)
         except UnreadableRequest as exc:
             # A first chunk that is not the whole body (STREAMED / BUFFERED_PARTIAL) rarely
             # parses: it is routed to the largest pool like any body we cannot read.

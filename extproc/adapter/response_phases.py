@@ -178,7 +178,6 @@ def finish_response(proc: StreamProcessor) -> None:
     learned = learned_budget(proc)
     if learned is None:
         return
-    before = r.store.get(learned.key) if proc.retried_to is not None else None
     obs = r.estimator.observe(learned, proc.prompt_tokens)
     # the observation's own key: a model admitted by this very answer learns under its name
     r.read_policy.observed(
@@ -194,10 +193,7 @@ def finish_response(proc: StreamProcessor) -> None:
     # recovery runs even when the observation taught the text key nothing (media, unexplained)
     routed = proc.routed_pool
     if proc.retried_to is not None and routed is not None and proc.batch_budgets is None:
-        dev_before = before.dev_ratio if before is not None else 0.0
-        for outcome in r.recovery.on_usage(
-            proc.budget, routed, proc.retried_to, proc.prompt_tokens, dev_before
-        ):
+        for outcome in r.recovery.on_usage(proc.budget, routed, proc.retried_to, proc.prompt_tokens):
             r.observer.misroute_calibration(routed, outcome)
     if obs is not None:
         r.publish_ratio(*obs.key)

@@ -126,14 +126,7 @@ class Runtime:
         )
         self.models = ModelRouting(config, self.load)
         self.response_pools = response_pools if response_pools is not None else ResponsePools()
-        self.recovery = MisrouteRecovery(
-            config.recovery,
-            self.models,
-            self.load,
-            self.store,
-            config.calibration.warmup_samples,
-            estimator=self.estimator,
-        )
+        self.recovery = MisrouteRecovery(config.recovery, self.models, self.load, self.estimator)
         self.routing_header = config.routing_header
         self.decision_log = decision_log
         self.held_records = held_records if held_records is not None else HeldRecords(self.write_record)

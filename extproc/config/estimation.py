@@ -3,13 +3,70 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from extproc.config.base import Strict
+
+log = logging.getLogger(__name__)
+
+REMOVED_ESTIMATOR_SETTINGS: tuple[str, ...] = (
+    "cost_model",
+    "prior_bytes_per_token",
+    "family_priors",
+    "count_digits",
+    "count_punctuation",
+    "code_structure_scale",
+    "digit_tokens_per_digit",
+    "punct_tokens_per_char",
+    "newline_tokens_per_char",
+    "min_bytes_per_token",
+    "sample_bytes",
+)
+"""``estimator`` settings of the retired ``bytes`` cost model (one bytes/token ratio per content
+category). They had no effect under ``cost_model: runs`` (the default since the run counts), so a
+file that still sets them routes as before: they are ignored with a warning for one release, then
+rejected as unknown keys. The model lives on as an evaluation baseline
+(``evaluation/baselines/bytes_model.py``)."""
+
+REMOVED_PROFILE_SETTINGS: tuple[str, ...] = (
+    "digit_tokens_per_digit",
+    "punct_tokens_per_char",
+    "newline_tokens_per_char",
+)
+"""``estimator.model_profiles[]`` settings of the retired ``bytes`` cost model (ignored with a warning)."""
+
+
+def drop_removed_settings(data: Any, removed: tuple[str, ...], where: str) -> Any:
+    """``data`` (a mapping about to be validated) without the ``removed`` settings, each logged
+    as a warning naming it; anything else is returned unchanged.
+
+    Raises:
+        ValueError: ``cost_model`` is set to anything but ``runs``: the ``bytes`` cost model was
+            removed, and ignoring the setting would change how the router budgets.
+    """
+    if not isinstance(data, dict) or not any(k in data for k in removed):
+        return data
+    model = data.get("cost_model", "runs")
+    if "cost_model" in removed and model != "runs":
+        raise ValueError(
+            f"{where}.cost_model: {model!r} was removed: the router has one cost model, the run counts "
+            "(docs/estimator.md); the bytes/token model is an evaluation baseline now "
+            "(evaluation/baselines/bytes_model.py). Delete the setting."
+        )
+    for name in removed:
+        if name in data:
+            log.warning(
+                "%s.%s was removed (a setting of the retired bytes cost model, without effect on the "
+                "run counts); it is ignored now and will be an error in the next release: delete it",
+                where,
+                name,
+            )
+    return {k: v for k, v in data.items() if k not in removed}
 
 
 def _compiled_pattern(v: str) -> str:
@@ -29,13 +86,19 @@ class ModelProfile(Strict):
     """Chat-template framing and tokenizer family of the models whose name matches ``pattern``.
 
     Framing is counted in tokens and added to the text estimate (it is not folded into the
-    bytes/token ratio). ``family`` selects the cold-start priors (``extproc.core.estimator.FAMILY_PRIORS_BPT``);
-    an unknown family uses the conservative global priors. Values measured per template in
-    docs/estimator.md §Framing.
+    model-to-true ratio). ``family`` selects the run costs and cold corrections
+    (``extproc/core/run_costs.json``); an unknown family uses the conservative ``unknown`` costs.
+    Values measured per template in docs/estimator.md §Framing.
     """
 
     pattern: ModelPattern
     """Python regular expression searched (``re.search``, case-insensitive) in the ``model`` field."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        return drop_removed_settings(data, REMOVED_PROFILE_SETTINGS, "estimator.model_profiles[]")
+
     family: Annotated[str, Field(min_length=1, max_length=32)]
     message_framing_tokens: Annotated[int, Field(ge=0, le=64)]
     request_framing_tokens: Annotated[int, Field(ge=0, le=4096)]
@@ -43,13 +106,6 @@ class ModelProfile(Strict):
     """Template boilerplate added once when ``tools`` are present."""
     per_tool_tokens: Annotated[int, Field(ge=0, le=256)] = 0
     """Template tokens added per tool definition (separators), beyond the schema text."""
-    digit_tokens_per_digit: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
-    """Tokens per ASCII digit: 1.0 for tokenizers that split digits singly (Qwen), ≈0.6 for
-    ``\\p{N}{1,3}`` pre-tokenisers (Llama-3, cl100k: measured mean over the corpus 0.587)."""
-    punct_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 0.75
-    """Tokens per ASCII punctuation character (budgeted outside the ratio, docs/estimator.md)."""
-    newline_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
-    """Tokens per newline (budgeted outside the ratio)."""
     renders_reasoning: bool = True
     tools_json_spaced: bool = True
     """The template prints tool schemas as JSON with ``", "``/``": "`` separators (Qwen3 ``tojson``);
@@ -66,7 +122,6 @@ DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
         family="llama3",
         message_framing_tokens=5,
         request_framing_tokens=5,
-        digit_tokens_per_digit=0.6,
         renders_reasoning=False,
         tools_json_spaced=False,
     ),
@@ -86,7 +141,6 @@ DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
         family="cl100k",
         message_framing_tokens=4,
         request_framing_tokens=3,
-        digit_tokens_per_digit=0.6,
         tools_json_spaced=False,
     ),
     # The same count with o200k_base (tiktoken ``MODEL_PREFIX_TO_ENCODING``: gpt-4o, gpt-4.1, gpt-4.5,
@@ -96,7 +150,6 @@ DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
         family="o200k",
         message_framing_tokens=4,
         request_framing_tokens=3,
-        digit_tokens_per_digit=0.6,
         tools_json_spaced=False,
     ),
     # Mistral models with the Tekken tokenizer (mistral-common ``tekken_240911.json``: NeMo, Pixtral,
@@ -273,27 +326,21 @@ DEFAULT_AUDIO_RULES: tuple[AudioRule, ...] = (
 class EstimatorConfig(Strict):
     """Token-budget estimator parameters (method: arXiv 2604.09613, docs/method.md §3; docs/estimator.md).
 
-    Ratios are bytes of UTF-8 text per token.
+    The learned value of a key is its model-to-true ratio: modelled tokens of the text's run counts ÷
+    the true prompt tokens. Settings of the retired ``bytes`` cost model (:data:`REMOVED_ESTIMATOR_SETTINGS`)
+    are ignored with a warning, and ``cost_model: bytes`` is an error (:func:`drop_removed_settings`).
     """
 
-    prior_bytes_per_token: Annotated[float, Field(gt=0.5, le=16.0)] = 4.0
-    """Cold-start ratio when ``family_priors`` is off or a category has no prior."""
-    family_priors: bool = True
-    """Use the per-(tokenizer family, category) conservative priors; False = ``prior_bytes_per_token``
-    for everything (the paper's cold start)."""
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        return drop_removed_settings(data, REMOVED_ESTIMATOR_SETTINGS, "estimator")
+
     per_category: bool = True
-    """Learn one ratio per (model, content category); False = one ratio per model for all traffic."""
-    count_digits: bool = True
-    """Budget ASCII digits at the model's ``digit_tokens_per_digit`` instead of the text ratio."""
-    count_punctuation: bool = True
-    """Budget ASCII punctuation and newlines at the model's ``punct_tokens_per_char`` /
-    ``newline_tokens_per_char`` instead of the text ratio."""
-    code_structure_scale: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
-    """Factor on the punctuation/newline tokens of ``code`` text (operators and indentation merge
-    into multi-character tokens; measured in docs/estimator.md §Structure)."""
+    """Learn one value per (model, content kind); False = one value per model for all traffic."""
     model_profiles: tuple[ModelProfile, ...] = DEFAULT_MODEL_PROFILES
     """Per-model framing and tokenizer family, first match wins; unmatched models use the
-    ``*_framing_tokens`` fields below and the global priors."""
+    ``*_framing_tokens`` fields below and the ``unknown`` run costs."""
     default_output_reserve_tokens: Annotated[int, Field(ge=0)] = 1024
     """Output reserve when the request has no maximum and ``output_reserve.learned`` is off (and the
     fallback of tools that cannot learn)."""
@@ -306,12 +353,6 @@ class EstimatorConfig(Strict):
     """Chat-template tokens added once per request (begin-of-text, generation prompt), unmatched models."""
     tool_framing_tokens: Annotated[int, Field(ge=0, le=4096)] = 128
     """Template boilerplate added once when ``tools`` are present, unmatched models."""
-    digit_tokens_per_digit: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
-    """Tokens per ASCII digit for unmatched models (1.0: the conservative single-digit split)."""
-    punct_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
-    """Tokens per ASCII punctuation character for unmatched models (1.0: conservative)."""
-    newline_tokens_per_char: Annotated[float, Field(ge=0.0, le=1.0)] = 1.0
-    """Tokens per newline for unmatched models (1.0: conservative)."""
     image_tokens: Annotated[int, Field(ge=0)] = 4096
     """Budget per image part for models that match no ``image_rules`` entry."""
     image_rules: tuple[ImageRule, ...] = DEFAULT_IMAGE_RULES
@@ -324,24 +365,16 @@ class EstimatorConfig(Strict):
     audio_tokens_per_second: Annotated[float, Field(gt=0.0, le=1000.0)] = 12.5
     """Audio tokens per second of models matching no ``audio_rules`` entry: a Whisper-style encoder
     (50 frames/s) pooled 4x, as Voxtral (arXiv 2507.13264)."""
-    min_bytes_per_token: Annotated[float, Field(gt=0.1)] = 1.0
-    """Floor for any routing ratio; no tokenizer in use produces fewer bytes per token on text."""
     max_models: Annotated[int, Field(ge=1, le=1024)] = 32
     """Model-key slots (bounded cardinality); a name without one shares the ``_other`` key. Names in
     ``models:`` (exact or by pattern) and names matching a model profile take a slot at once; any
     other name after its first 2xx answer with usage; a slot that never learned anything is
     reclaimed when the table is full (``extproc.core.estimator.Estimator.model_key``)."""
-    sample_bytes: Annotated[int, Field(ge=256, le=1_048_576)] = 16384
-    """Bytes of text examined by the content classifier (``bytes`` cost model)."""
     screen: bool = True
     """Route requests whose estimate nobody reads (not sampled for calibration, no decision log,
     no OpenTelemetry records) with bounded work when the exact estimate cannot change the pool: the
     byte bound for short prompts, windowed run counts for long ones (``extproc.core.screen``).
     Their metrics then carry category ``bounded`` or a windowed estimate."""
-    cost_model: Literal["runs", "bytes"] = "runs"
-    """``runs``: modelled tokens from the run counts of all template text (docs/estimator.md), the
-    learned value of a key is modelled/true tokens; ``bytes``: the paper's bytes/token ratio per
-    category (kept for the baselines of the evaluation)."""
     min_model_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
     """Plausibility floor of a ``runs`` key (modelled/true tokens): no learning step and no misroute
     recovery budgets text above 1/this times its modelled tokens."""
@@ -362,13 +395,6 @@ class EstimatorConfig(Strict):
     the key (then ordinary learning owns it again)."""
     max_media_tokens: Annotated[int, Field(ge=1)] = 65536
     """Largest per-item media budget learned from observations or misroute recovery."""
-
-    @property
-    def parse_sample_bytes(self) -> int:
-        """Text the request parser keeps as the classifier's sample: :attr:`sample_bytes` under the
-        ``bytes`` cost model, none under ``runs``, which reads the run counts of all the text and never
-        the sample (encoding a 16 KiB sample cost ~5-15 µs per request for nothing)."""
-        return self.sample_bytes if self.cost_model == "bytes" else 0
 
 
 class ResponseReadsConfig(Strict):

@@ -58,7 +58,7 @@ __all__ = ["parse_body"]
 _TEXT_BLOCKS = ("text", "input_text", "output_text", "summary_text", "reasoning_text")
 
 
-def parse_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> RequestFeatures:
+def parse_body(body: bytes, endpoint: str) -> RequestFeatures:
     """Parse the body of any budgeted endpoint (see :func:`extproc.core.request_body.endpoint_for_path`).
 
     Raises:
@@ -68,13 +68,13 @@ def parse_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> Requ
     parsed = load_object(body)
     try:
         if endpoint in ("chat", "completions"):
-            return features_of(parsed, endpoint, sample_bytes)
+            return features_of(parsed, endpoint)
         if endpoint == "responses":
-            return _responses(parsed, sample_bytes)
+            return _responses(parsed)
         if endpoint == "messages":
-            return _anthropic(parsed, sample_bytes)
+            return _anthropic(parsed)
         if endpoint == "chat_batch":
-            return _batch(parsed, sample_bytes)
+            return _batch(parsed)
         raise UnreadableRequest("unsupported_path")
     except UnreadableRequest as exc:
         exc.model = parsed.get("model") or None
@@ -101,7 +101,6 @@ def _features(
         endpoint=endpoint,
         model=parsed.get("model", ""),
         text_bytes=text_bytes,
-        sample=text.sample(),
         n_messages=n_messages,
         exact_prompt_tokens=0,
         tool_schema_bytes=utf8_bytes(tools[0]) if tools else 0,
@@ -128,8 +127,8 @@ def _features(
 # -- Responses API ----------------------------------------------------------------------------
 
 
-def _responses(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
-    text = _Text(sample_bytes)
+def _responses(parsed: dict[str, Any]) -> RequestFeatures:
+    text = _Text()
     counts = [0, 0, 0, 0]
     images: list[MediaItem] = []
     n_messages = 0
@@ -195,8 +194,8 @@ def _response_item(item: Any, text: _Text, counts: list[int], images: list[Media
 # -- Anthropic Messages API --------------------------------------------------------------------
 
 
-def _anthropic(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
-    text = _Text(sample_bytes)
+def _anthropic(parsed: dict[str, Any]) -> RequestFeatures:
+    text = _Text()
     counts = [0, 0, 0, 0]
     images: list[MediaItem] = []
     n_messages = 0
@@ -266,7 +265,7 @@ def _blocks(blocks: list[Any], text: _Text, counts: list[int], images: list[Medi
 # -- chat batch --------------------------------------------------------------------------------
 
 
-def _batch(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
+def _batch(parsed: dict[str, Any]) -> RequestFeatures:
     conversations = parsed.get("messages")
     if not isinstance(conversations, list):
         raise UnreadableRequest("bad_field_type", "messages")
@@ -276,7 +275,7 @@ def _batch(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
     max_output = max_completion if max_completion is not None else int_field(parsed, "max_tokens")
     each: list[RequestFeatures] = []
     for conversation in conversations:
-        text = _Text(sample_bytes)
+        text = _Text()
         counts = [0, 0, 0, 0]
         images: list[MediaItem] = []
         reasoning: list[str] = []

@@ -24,9 +24,6 @@ class Framing:
     request_tokens: int
     tool_tokens: int
     per_tool_tokens: int
-    digit_tokens: float
-    punct_tokens: float = 1.0
-    newline_tokens: float = 1.0
     renders_reasoning: bool = True
     tools_json_spaced: bool = True
 

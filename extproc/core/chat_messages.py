@@ -78,35 +78,17 @@ MediaItem = ImageSize | AudioClip | None
 
 
 class _Text:
-    """Accumulates the prompt's text parts and, with a positive ``limit``, a sample of their first
-    ``limit`` UTF-8 bytes (the ``ratio`` cost model's classifier; the ``runs`` model keeps none).
+    """Accumulates the prompt's text parts; bytes are counted once, on the joined text
+    (:meth:`joined`)."""
 
-    Bytes are counted once, on the joined text (:meth:`joined`).
-    """
+    __slots__ = ("all",)
 
-    __slots__ = ("all", "limit", "parts", "sampled")
-
-    def __init__(self, limit: int) -> None:
+    def __init__(self) -> None:
         self.all: list[str] = []
-        self.sampled = 0
-        self.limit = limit
-        self.parts: list[bytes] = []
 
     def add(self, s: str) -> None:
-        if not s:
-            return
-        self.all.append(s)
-        room = self.limit - self.sampled
-        if room <= 0:
-            return
-        head = s[:room]
-        try:
-            b = head.encode("utf-8")
-        except UnicodeEncodeError:  # lone surrogates from \ud800 escapes
-            b = head.encode("utf-8", "replace")
-        piece = b[:room]
-        self.parts.append(piece)
-        self.sampled += len(piece) + 1
+        if s:
+            self.all.append(s)
 
     def joined(self, extra: list[str]) -> tuple[str, int, np.ndarray | None]:
         """``(text, total, codes)``: the parts then ``extra`` joined by newlines; the UTF-8 bytes of
@@ -126,10 +108,6 @@ class _Text:
         others += sum(len(t.encode("utf-8", "surrogatepass")) for t in extra)
         total, codes = text_utf8_length(text)
         return text, total - others, codes
-
-    def sample(self) -> bytes:
-        # joined with a space, not a newline: the estimator counts newlines as structure tokens
-        return b" ".join(self.parts)
 
 
 def _int_field(body: dict[str, Any], name: str) -> int | None:

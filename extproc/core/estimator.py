@@ -2,29 +2,24 @@
 
 ``L_total = prompt_tokens_est + n_sequences · output_reserve`` where
 
-``prompt_tokens_est = ceil(ratio_bytes / c*_k) + framing + structure + images · image_tokens
-+ audio · audio_tokens + exact_token_ids``
+``prompt_tokens_est = ceil(m / c*_k) + framing + media + exact_token_ids``
 
-* ``ratio_bytes`` = UTF-8 bytes of the decoded prompt text plus the compact JSON of the tool
-  schemas, minus the ASCII digits, punctuation and newlines; a request with tools is in the
-  ``tools`` category (its ratio is learned per model: the Qwen3 template re-serialises schemas
-  with spaces, Llama-3 does not).
-* ``structure`` = digits, punctuation and newlines at the model's tokens per character: BPE
-  pre-tokenisers split them from words, so their tokens per byte are far higher than those of
-  letters, and numeric/markup-heavy text would otherwise get a ratio far below its category's
-  (docs/estimator.md §Structure).
-* ``c*_k`` is the conservative learned ratio of the request's (model, category) key, or the
-  category's conservative prior for the model's tokenizer family during warm-up
-  (:mod:`extproc.core.calibration`, docs/estimator.md).
+* ``m`` = the modelled tokens of the text the template renders: its run counts priced per run
+  and per character for the model's tokenizer family (:mod:`extproc.core.runs`,
+  :mod:`extproc.core.run_costs`; docs/estimator.md);
+* ``c*_k`` = the conservative model-to-true ratio (modelled ÷ true tokens) of the request's
+  (model, content kind) key: its cold correction until warm, then the learned low quantile
+  ramped in from the cold correction (:mod:`extproc.core.calibration`);
 * ``framing`` = chat-template tokens from the model's :class:`~extproc.config.ModelProfile`
-  (per message, per request, per tool, tool boilerplate), modelled so it does not pollute the ratio.
+  (per message, per request, per tool, tool boilerplate);
+* ``media`` = image and audio parts by rule, times a factor learned per (model, kind, size class);
 * ``n_sequences · output_reserve`` is the KV footprint of the generated tokens: vLLM keeps one
   KV sequence per choice (``n`` / ``best_of``).
 
-Calibration subtracts the modelled non-text parts from ``usage.prompt_tokens`` and learns
-``c_obs = ratio_bytes / ratio_tokens`` only when the ratio part dominates (so images and token-id
-prompts do not poison text ratios), weighting each observation by ``min(1, ratio_tokens /
-weight_ref_tokens)``.
+Calibration (:meth:`Estimator.observe`) learns ``c_obs = m / (prompt_tokens − fixed)``, bounded per
+step and rejected when far from the key's value; a request with media teaches the media's factor
+instead. The paper's bytes/token ratio survives as an evaluation baseline
+(``evaluation/baselines/bytes_model.py``).
 """
 
 from __future__ import annotations
@@ -39,26 +34,19 @@ from extproc.config import CalibrationConfig, EstimatorConfig
 from extproc.core.audio import AudioBudget
 from extproc.core.budget import Framing, Observation, TokenBudget
 from extproc.core.calibration import RatioKey, RatioStore
-from extproc.core.categories import TextProfile, profile_text
 from extproc.core.images import ImageBudget, rule_tokens
 from extproc.core.output_reserve import OutputClassKey, OutputLengthLearner, learned_total_tokens
-from extproc.core.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
 from extproc.core.request_body import RequestFeatures
 from extproc.core.run_costs import run_costs
 from extproc.core.runs import RunCounts
 
 __all__ = [
-    "CATEGORY_PRIORS_BPT",
-    "FAMILY_PRIORS_BPT",
     "OTHER",
     "Estimator",
     "Framing",
     "Observation",
     "TokenBudget",
 ]
-
-_MIN_TEXT_SHARE = 0.5
-"""Calibrate only when text is at least this share of the modelled prompt tokens."""
 
 TOOL_CALL_FRAMING_TOKENS = 12
 """Template tokens around one assistant tool call beyond its name and arguments (Qwen3:
@@ -224,9 +212,6 @@ class Estimator:
                 c.request_framing_tokens,
                 c.tool_framing_tokens,
                 0,
-                c.digit_tokens_per_digit,
-                c.punct_tokens_per_char,
-                c.newline_tokens_per_char,
             )
             if model_key != OTHER:
                 for rx, p in self._profiles:
@@ -237,9 +222,6 @@ class Estimator:
                             p.request_framing_tokens,
                             p.tool_framing_tokens,
                             p.per_tool_tokens,
-                            p.digit_tokens_per_digit,
-                            p.punct_tokens_per_char,
-                            p.newline_tokens_per_char,
                             p.renders_reasoning,
                             p.tools_json_spaced,
                         )
@@ -249,20 +231,9 @@ class Estimator:
         return fr
 
     def prior(self, key: RatioKey) -> float:
-        """Cold-start ratio of a key: the family prior, else the global conservative prior.
-
-        ``runs`` model: the cold correction of (family, content kind) (:mod:`extproc.core.run_costs`).
-        """
-        if self.cfg.cost_model == "runs":
-            return run_costs(self.framing(key[0]).family).cold_ratio.get(key[1], 0.8)
-        if not self.cfg.family_priors:
-            return self.cfg.prior_bytes_per_token
-        family = self.framing(key[0]).family
-        table = FAMILY_PRIORS_BPT.get(family, CATEGORY_PRIORS_BPT)
-        value = table.get(key[1])
-        if value is None:
-            value = CATEGORY_PRIORS_BPT.get(key[1], self.cfg.prior_bytes_per_token)
-        return value
+        """Cold-start value of a key: the cold correction of (tokenizer family, content kind)
+        (:mod:`extproc.core.run_costs`), 0.8 for a kind without one."""
+        return run_costs(self.framing(key[0]).family).cold_ratio.get(key[1], 0.8)
 
     def _routing(self, key: RatioKey) -> tuple[float, float, bool]:
         """``(conservative ratio, central ratio, warm)`` of a key (recovery override applied)."""
@@ -273,23 +244,21 @@ class Estimator:
         return ratio, central, warm
 
     def _learned(self, key: RatioKey) -> tuple[float, float, bool]:
-        runs = self.cfg.cost_model == "runs"
-        floor = self.cfg.min_model_ratio if runs else self.cfg.min_bytes_per_token
+        floor = self.cfg.min_model_ratio
         state = self.store.get(key)
         if state is None or state.samples < max(1, self.cal.warmup_samples):
             prior = max(self.prior(key), floor)
-            central = state.mean_ratio if state is not None else (1.0 if runs else prior)
+            central = state.mean_ratio if state is not None else 1.0
             return prior, max(central, floor), False
         if self.cal.learner == "quantile" and state.low_ratio > 0.0:
             ratio = state.low_ratio
         else:
             ratio = state.mean_ratio - self.cal.gamma * state.dev_ratio
-        if runs:
-            w = min(1.0, state.samples / self.cfg.prior_ramp_samples)
-            ratio = math.exp(w * math.log(max(ratio, floor)) + (1.0 - w) * math.log(self.prior(key)))
-            # the plausibility band is symmetric: no key budgets text below half its modelled
-            # tokens either (a stale or foreign state of 40 routes as 2.0, issue 34)
-            ratio = min(ratio, 1.0 / floor)
+        w = min(1.0, state.samples / self.cfg.prior_ramp_samples)
+        ratio = math.exp(w * math.log(max(ratio, floor)) + (1.0 - w) * math.log(self.prior(key)))
+        # the plausibility band is symmetric: no key budgets text below half its modelled
+        # tokens either (a stale or foreign state of 40 routes as 2.0, issue 34)
+        ratio = min(ratio, 1.0 / floor)
         return max(ratio, floor), max(state.mean_ratio, floor), True
 
     def routing_ratio(self, key: RatioKey) -> tuple[float, bool]:
@@ -348,33 +317,6 @@ class Estimator:
                 fixed += fr.tool_tokens + fr.per_tool_tokens * f.n_tools
             fixed += TOOL_CALL_FRAMING_TOKENS * f.n_tool_calls
         return fixed
-
-    def _category(self, f: RequestFeatures, prof: TextProfile | None) -> str:
-        """Content category of a request: ``tools`` when it defines tools, else the text class."""
-        if not self.cfg.per_category:
-            return ALL_CATEGORY
-        if f.n_tools:
-            return TOOLS_CATEGORY
-        return prof.category if prof is not None else "no_letters"
-
-    def _structure(self, f: RequestFeatures, prof: TextProfile | None) -> tuple[int, int]:
-        """``(bytes, tokens)`` of the text budgeted outside the ratio: ASCII digits (and, with
-        ``count_punctuation``, ASCII punctuation and newlines), counted in the classifier sample
-        and scaled to the whole text, at the model's tokens per character."""
-        if prof is None or not f.text_bytes:
-            return 0, 0
-        fr = self.framing_of(f.model)
-        digits = prof.digits if self.cfg.count_digits else 0
-        punct, newlines = (prof.punctuation, prof.newlines) if self.cfg.count_punctuation else (0, 0)
-        in_sample = digits + punct + newlines
-        if not in_sample:
-            return 0, 0
-        # scale the sample counts to the whole text (never more bytes than the text has)
-        scale = min(max(1.0, f.text_bytes / len(f.sample)), f.text_bytes / in_sample)
-        tokens = digits * fr.digit_tokens + (punct * fr.punct_tokens + newlines * fr.newline_tokens) * (
-            self.cfg.code_structure_scale if prof.category == "code" else 1.0
-        )
-        return round(in_sample * scale), math.ceil(tokens * scale)
 
     def _estimate_runs(self, f: RequestFeatures, prompt_counts: RunCounts | None = None) -> TokenBudget:
         """The ``runs`` cost model: ``ceil(modelled_text_tokens / c*_key) + framing + media + ids``;
@@ -517,23 +459,15 @@ class Estimator:
     def estimate(self, f: RequestFeatures, prompt_counts: RunCounts | None = None) -> TokenBudget:
         """Compute the :class:`TokenBudget` of a parsed request (``prompt_counts``: see
         :meth:`_estimate_runs`)."""
-        if self.cfg.cost_model == "runs":
-            return self._estimate_runs(f, prompt_counts)
-        prof = profile_text(f.sample) if f.sample else None
-        key = (self.model_key(f.model), self._category(f, prof))
-        structure_bytes, structure_tokens = self._structure(f, prof)
-        ratio_bytes = f.text_bytes + f.tool_schema_bytes - structure_bytes
-        return self._budget(
-            f, key, ratio_bytes, self.fixed_tokens(f) + structure_tokens, ratio_bytes=ratio_bytes
-        )
+        return self._estimate_runs(f, prompt_counts)
 
     def observe(self, budget: TokenBudget, prompt_tokens: int) -> Observation | None:
         """Learn from the served ``usage.prompt_tokens`` of a request estimated as ``budget``.
 
         Returns None (and learns nothing) when the observation carries no usable text signal:
-        no text, non-positive usage, a prompt dominated by non-text parts, or a prompt vLLM cut
-        to ``truncate_prompt_tokens``. ``runs`` model: see
-        :meth:`_observe_runs`.
+        no modelled text, non-positive usage, unexplained fields, or a prompt vLLM cut to
+        ``truncate_prompt_tokens`` (:meth:`_observe_runs`); with media, the media's cost is learned
+        instead of the text's.
         """
         if budget.key[0] == OTHER and budget.model and prompt_tokens > 0:
             # a 2xx with usage: the pools serve this name, which may now take a key slot; the
@@ -548,21 +482,9 @@ class Estimator:
             # and size class, up or down; the text key learns nothing
             self._learn_media(budget, prompt_tokens, recovery=False)
             return None
-        if budget.model_tokens > 0.0:
-            return self._observe_runs(budget, prompt_tokens)
-        nbytes = budget.ratio_bytes or budget.text_bytes
-        if prompt_tokens <= 0 or nbytes <= 0:
-            return None
-        ratio_tokens = prompt_tokens - budget.fixed_prompt_tokens
-        if ratio_tokens <= 0 or ratio_tokens < _MIN_TEXT_SHARE * prompt_tokens:
-            return None
-        c_obs = nbytes / ratio_tokens
-        ref = self.cal.weight_ref_tokens
-        weight = min(1.0, ratio_tokens / ref) if ref > 0 else 1.0
-        state = self.store.observe(budget.key, c_obs, weight)
-        self._keys_learned.add(budget.key[0])
-        rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
-        return Observation(key=budget.key, observed_ratio=c_obs, rel_error=rel, state=state)
+        if budget.model_tokens <= 0.0:
+            return None  # no modelled text (token ids only, or a budget that counted nothing)
+        return self._observe_runs(budget, prompt_tokens)
 
     def _observe_runs(self, budget: TokenBudget, prompt_tokens: int) -> Observation | None:
         """Robust learning of the ``runs`` model (docs/estimator.md §Learning).

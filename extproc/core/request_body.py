@@ -68,7 +68,7 @@ _ENDPOINTS = {
 
 @dataclass(frozen=True, slots=True)
 class RequestFeatures:
-    """What the estimator needs from one request (no prompt text beyond a bounded sample).
+    """What the estimator needs from one request.
 
     Attributes:
         endpoint: the endpoint the body was read as, one of ``"chat"``, ``"completions"``,
@@ -76,7 +76,6 @@ class RequestFeatures:
         model: the ``model`` field ('' when absent).
         text_bytes: UTF-8 bytes of all prompt text (message contents, tool results, tool-call
             arguments, completion prompts).
-        sample: the first ``sample_bytes`` of that text, for the content classifier.
         n_messages: chat messages (0 for completions).
         exact_prompt_tokens: tokens given as token-id arrays (counted exactly, not estimated).
         tool_schema_bytes: UTF-8 bytes of the compact JSON of ``tools`` / ``functions``.
@@ -95,7 +94,6 @@ class RequestFeatures:
     endpoint: str
     model: str
     text_bytes: int
-    sample: bytes
     n_messages: int
     exact_prompt_tokens: int
     tool_schema_bytes: int
@@ -285,25 +283,24 @@ def rendered_bytes(text_bytes: int, extra_texts: list[str], tools: tuple[str, st
     return text_bytes + sum(utf8_bytes(t) for t in extra_texts) + (utf8_bytes(tools[1]) if tools else 0)
 
 
-def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> RequestFeatures:
+def parse_request_body(body: bytes, endpoint: str) -> RequestFeatures:
     """Parse an OpenAI chat or completions request body into :class:`RequestFeatures`.
 
     Args:
         body: the raw HTTP request body (UTF-8 JSON).
         endpoint: ``"chat"`` or ``"completions"`` (see :func:`endpoint_for_path`; the other
             endpoints are parsed by :func:`extproc.core.api_bodies.parse_body`).
-        sample_bytes: how much text to keep for the classifier.
 
     Raises:
         UnreadableRequest: empty, not JSON, not an object, wrong field types, or no prompt.
     """
-    return features_of(load_object(body), endpoint, sample_bytes)
+    return features_of(load_object(body), endpoint)
 
 
-def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> RequestFeatures:
+def features_of(parsed: dict[str, Any], endpoint: str) -> RequestFeatures:
     """:func:`parse_request_body` of an already loaded object (see :func:`load_object`)."""
     model: str = parsed.get("model", "")
-    text = _Text(sample_bytes)
+    text = _Text()
     counts = [0, 0, 0, 0]
     reasoning: list[str] = []
     images: list[MediaItem] = []
@@ -316,7 +313,7 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
             raise UnreadableRequest("empty_prompt", "prompt")
         prompt = parsed.get("prompt")
         if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt):
-            return _prompt_list(parsed, prompt, sample_bytes)
+            return _prompt_list(parsed, prompt)
         exact = _prompt(prompt, text)
         suffix = parsed.get("suffix")
         if isinstance(suffix, str):
@@ -346,7 +343,6 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
         endpoint=endpoint,
         model=model,
         text_bytes=text_bytes,
-        sample=text.sample(),
         n_messages=n_messages,
         exact_prompt_tokens=exact,
         tool_schema_bytes=tool_schema_bytes,
@@ -370,12 +366,12 @@ def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> Req
     ).with_prompt_codes(prompt_codes)
 
 
-def _prompt_list(parsed: dict[str, Any], prompts: list[str], sample_bytes: int) -> RequestFeatures:
+def _prompt_list(parsed: dict[str, Any], prompts: list[str]) -> RequestFeatures:
     """A completions ``prompt`` list of texts: vLLM serves each text as its own request (its own
     ``max_model_len`` check, ``n`` sequences each) and sums their ``usage.prompt_tokens``. The
     features of the longest text, carrying every text's in ``conversations`` (routed by the
     longest budget, learned sum against sum: :mod:`extproc.core.batch`)."""
-    each = tuple(features_of({**parsed, "prompt": p}, "completions", sample_bytes) for p in prompts)
+    each = tuple(features_of({**parsed, "prompt": p}, "completions") for p in prompts)
     longest = max(each, key=lambda f: f.text_bytes)
     return dataclasses.replace(longest, conversations=each)
 

@@ -33,12 +33,11 @@ from extproc.adapter.runtime import Runtime
 from extproc.adapter.server import GrpcServer, freeze_startup_objects, start_grpc_server
 from extproc.config import RouterConfig
 from extproc.core.calibration import InMemoryRatioStore
-from extproc.core.categories import CATEGORIES
 from extproc.core.decision import DecisionRecord
 from extproc.core.load import LoadTracker
 from extproc.core.output_reserve import OutputLengthLearner
 from extproc.core.response_ids import ResponsePools
-from extproc.core.runs import RUNSCAN
+from extproc.core.runs import CONTENT_KINDS, RUNSCAN
 from extproc.service.admin import build_admin_app
 from extproc.service.decision_log import DecisionLogWriter
 from extproc.service.fleet_advice import AdviceCollector, FleetAdvisor, sync_rows_counter
@@ -138,7 +137,7 @@ class RouterApp:
                 sync_interval_s=cal.redis_sync_interval_s,
                 timeout_s=cal.redis_timeout_s,
                 queue_max=cal.redis_queue_max,
-                max_keys=config.estimator.max_models * (len(CATEGORIES) + 2),
+                max_keys=config.estimator.max_models * (len(CONTENT_KINDS) + 2),  # + all, bounded
             )
             self.store = self.redis
         else:

@@ -1,7 +1,7 @@
 """Prometheus metrics of the router (prometheus-client), on their own registry.
 
-Every label takes values from a bounded set: pools (config), categories
-(:data:`extproc.core.categories.CATEGORIES`), reasons (fixed strings in the code), models (capped by
+Every label takes values from a bounded set: pools (config), categories (the content kinds
+:data:`extproc.core.runs.CONTENT_KINDS`, ``all``, ``bounded``), reasons (fixed strings in the code), models (capped by
 ``estimator.max_models``) and phases. docs/metrics.md lists each metric with type, labels, unit.
 """
 

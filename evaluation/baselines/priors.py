@@ -1,10 +1,11 @@
-"""Cold-start bytes/token priors per (tokenizer family, content category).
+"""Cold-start bytes/token priors per (tokenizer family, content category) of the ``bytes`` baseline
+(:mod:`evaluation.baselines.bytes_model`; the router's cost model before the run counts).
 
 A key uses its prior until it has ``calibration.warmup_samples`` observations. Each family value
 is the 1st percentile of the per-request observed ratio ``c_obs`` of that category (after
 framing, digits, punctuation and newlines are taken out) in the replay of docs/data.md §2.2
 with that family's tokenizer, rounded down to 0.1, as printed by ``tbr eval-estimator``
-(``priors_from_replay``; docs/estimator.md §Priors): conservative, so a cold key errs
+(``priors_from_replay``): conservative, so a cold key errs
 towards the long pool. :data:`CATEGORY_PRIORS_BPT` (models of unknown family) takes the minimum
 over the three families. Categories without data (Arabic, Greek, Hebrew, other Indic, no
 letters) keep low hand-set values.

@@ -1,4 +1,9 @@
-"""Content category of a request, decided before routing from a bounded sample of its text.
+"""Content category of a request for the ``bytes`` baseline, from a bounded sample of its text.
+
+The router's retired ``bytes`` cost model (one bytes/token ratio per content category, arXiv
+2604.09613) classified each request with this module; the router now counts runs
+(``extproc/core/runs.py``) and the classifier lives on as part of the evaluation's baseline
+(:mod:`evaluation.baselines.bytes_model`).
 
 The bytes-per-token ratio of a tokenizer depends mostly on the script and on whether the text is
 code or structured JSON (docs/data.md §3.1: Llama-3 gives 4.7 B/token on English prose,
@@ -20,7 +25,7 @@ Rules (first match wins), mirroring docs/data.md §2.3 so the measured ratios ap
    mixing them would widen the English margin); ``no_letters`` when there are no letters.
 
 Digits, punctuation and newlines are not categories: the estimator budgets them separately
-(:func:`profile_text` returns their counts from the same pass, docs/estimator.md §Structure).
+(:func:`profile_text` returns their counts from the same pass; :mod:`evaluation.baselines.bytes_model`).
 
 Cost: one numpy ``bincount`` gives every single-byte count (letters, lead bytes, digits,
 punctuation, code marks); multi-byte needles are counted only when their lead byte occurs, and
