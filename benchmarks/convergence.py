@@ -85,8 +85,6 @@ async def replay(
     """
     cfg = parse_config(
         {
-            # bytes/token model: the benchmark compares the learned ratio with the true bytes/token
-            "estimator": {"cost_model": "bytes"},
             "pools": [
                 {"name": "short", "max_model_len": 8192, "header_value": "short"},
                 {"name": "long", "max_model_len": 65536, "header_value": "long"},

@@ -53,7 +53,8 @@ def first_turn_prompts(data_dir: Path, limit: int) -> list[str]:
 
 @dataclass
 class ReplayResult:
-    """Counts of one replay, and learned vs true mean bytes/token per category."""
+    """Counts of one replay, and learned vs true mean model-to-true ratio (modelled ÷ true text
+    tokens) per content kind."""
 
     routed: int = 0
     sampled: int = 0
@@ -72,8 +73,6 @@ async def replay(prompts: list[str], sample_rate: float, *, seed: int) -> Replay
     """
     cfg = parse_config(
         {
-            # bytes/token model: the replay compares the learned ratio with the true bytes/token
-            "estimator": {"cost_model": "bytes"},
             "pools": [
                 {"name": "short", "max_model_len": 8192, "header_value": "short"},
                 {"name": "long", "max_model_len": 65536, "header_value": "long"},
@@ -100,8 +99,8 @@ async def replay(prompts: list[str], sample_rate: float, *, seed: int) -> Replay
             true_tokens = len(enc.encode(text, disallowed_special=())) + 2 * FRAMING_TOKENS
             budget = app.current_router().estimator.estimate(parse_request_body(raw, "chat"))
             text_tokens = true_tokens - budget.fixed_prompt_tokens
-            if text_tokens > 0 and budget.text_bytes > 0:
-                observed.setdefault(budget.key[1], []).append(budget.text_bytes / text_tokens)
+            if text_tokens > 0 and budget.model_tokens > 0:
+                observed.setdefault(budget.key[1], []).append(budget.model_tokens / text_tokens)
             call = open_stream(ch)
             await call.write(req_headers(REQ))
             first = await read_response(call)

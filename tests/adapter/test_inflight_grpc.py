@@ -16,14 +16,12 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.config import parse_config
 from extproc.core.calibration import RatioState
-from extproc.core.categories import classify_text
+from extproc.core.request_body import parse_request_body
 from extproc.service.app import RouterApp
 from tests import pb as tpb
 from tests.pb import EOF, headers, open_stream, read_response
 
 CONFIG: dict[str, Any] = {
-    # pins the bytes/token model: the assertions below are its ratchet arithmetic
-    "estimator": {"cost_model": "bytes"},
     "pools": [
         {"name": "short", "max_model_len": 4096, "header_value": "short"},
         {"name": "medium", "max_model_len": 16384, "header_value": "medium"},
@@ -126,14 +124,19 @@ async def test_count_held_from_decision_until_each_kind_of_end(app: RouterApp) -
 
 
 async def test_retried_response_moves_the_count_and_ratchets_the_ratio(app: RouterApp) -> None:
-    """Envoy retried on medium (attempt count 2) and usage proves the prompt overflowed short."""
-    # no punctuation/digits: the estimator budgets those outside the ratio (text_bytes == ratio_bytes)
-    text = "Plain English words for a prompt that is much longer than the router thinks " * 100
-    key = ("m", classify_text(text.encode()))
+    """Envoy retried on medium (attempt count 2) and usage proves the prompt overflowed short: the
+    key's routing value goes one bounded step (recovery.max_step = 0.1) toward what the request had."""
+    text = "Plain English words for a prompt that is much longer than the router thinks " * 250
+    est = app.current_router().estimator
+    est.admit("m", learned=True)  # as a restored state is (issue 34)
+    exact = est.estimate(parse_request_body(tpb.chat_body(text, max_tokens=16), "chat"))
+    key = exact.key
     assert app.memory is not None
     app.memory.put(key, RatioState(mean_ratio=40.0, dev_ratio=0.0, samples=50))  # stale: under-estimates
-    app.current_router().estimator.admit("m", learned=True)  # as a restored state is (issue 34)
-    true_prompt = 4500  # ≈ 7,800 bytes / 1.75 B/token: does not fit short (4,096)
+    assert est.routing_ratio(key) == (2.0, True)  # 40 is outside the plausible band: its ceiling
+    # the request really had modelled/true 0.8: ~4,400 tokens, which do not fit short (4,096)
+    true_prompt = round(exact.model_tokens / 0.8) + exact.fixed_prompt_tokens
+    assert true_prompt > 4096
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
         call = open_stream(ch)
         await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
@@ -154,15 +157,10 @@ async def test_retried_response_moves_the_count_and_ratchets_the_ratio(app: Rout
     assert (
         reg.get_sample_value("tbr_misroute_calibration_total", {"pool": "short", "outcome": "ratcheted"}) == 1
     )
-    state = app.store.get(key)
-    assert state is not None
-    fixed = 5 + 5  # request + one message framing (estimator defaults)
-    c_obs = len(text.encode()) / (true_prompt - fixed)
-    # one bounded step (recovery.max_step = 0.1) from the state after the ordinary EMA update,
-    # never the whole way from a stale 40 B/token to c_obs ≈ 1.7 at once (issue 34)
-    after_ema = 40.0 + 0.01 * min(1.0, (true_prompt - fixed) / 1024) * (c_obs - 40.0)
-    assert state.mean_ratio == pytest.approx(after_ema / 1.1)
-    assert c_obs < state.mean_ratio < 40.0
+    # one bounded step from 2.0, never the whole way to 0.8 at once (issue 34); the store keeps the
+    # stale state (ordinary learning rejects 0.8 against 40) until ordinary learning owns the key again
+    assert est.routing_ratio(key)[0] == pytest.approx(2.0 / 1.1)
+    assert app.store.get(key) == RatioState(mean_ratio=40.0, dev_ratio=0.0, samples=50)
 
 
 def vllm_error(message: str, param: str | None) -> bytes:

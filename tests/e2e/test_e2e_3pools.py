@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 from openai import AsyncOpenAI
 
-from extproc.core.categories import classify_text
-from tests.e2e.harness import Stack, stale_ratio_snapshot, three_pool_stack, wait_for_metric
+from tests.e2e.harness import Stack, content_kind, stale_ratio_snapshot, three_pool_stack, wait_for_metric
 
 pytestmark = pytest.mark.envoy
 
@@ -114,8 +113,7 @@ async def test_forced_underestimate_is_recovered_on_the_next_larger_pool(tmp_pat
     (4,096). The short pool answers vLLM's context-length 400, Envoy retries once on medium, the
     client gets medium's 200; each such misroute lowers the key's routing value by one bounded step
     (÷ 1.1, issue 34), until the same request goes straight to medium."""
-    key_category = classify_text(PROSE.encode())
-    key = ("Qwen/Qwen3-8B", key_category)
+    key = ("Qwen/Qwen3-8B", content_kind(PROSE))
     snapshot = stale_ratio_snapshot(tmp_path, PROSE)
     router = {**ROUTER_BASE, "calibration": {"snapshot_path": str(snapshot)}}
     async with three_pool_stack(tmp_path, router_overrides=router) as stack:

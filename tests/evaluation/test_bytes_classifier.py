@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extproc.core.categories import (
+from evaluation.baselines.categories import (
     _CODE_MARKS,
     _NOT_PUNCT,
     _WINDOW_BYTES,

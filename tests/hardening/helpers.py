@@ -7,8 +7,6 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 CONFIG: dict[str, object] = {
-    # pins the bytes/token model: several assertions are its ratio arithmetic on captured usages
-    "estimator": {"cost_model": "bytes"},
     "pools": [
         {"name": "short", "max_model_len": 8192, "header_value": "short"},
         {"name": "long", "max_model_len": 65536, "header_value": "long"},

@@ -236,8 +236,7 @@ async def test_processing_error_is_answered_for_its_phase(shared_app: RouterApp,
     def boom(*args: object) -> object:
         raise RuntimeError("injected fault")
 
-    monkeypatch.setattr(extproc.core.estimator, "run_costs", boom)  # runs model
-    monkeypatch.setattr(extproc.core.estimator, "profile_text", boom)  # bytes model
+    monkeypatch.setattr(extproc.core.estimator, "run_costs", boom)
     c = Counts(shared_app)
     ch, call = await _open(shared_app)
     out = await _send(call, [req_headers(), req_body(chat_body("hi", max_tokens=3))])

@@ -160,7 +160,6 @@ async def test_snapshot_round_trip_across_restarts(tmp_path: Path) -> None:
     cfg = parse_config(
         {
             "pools": POOLS,
-            "estimator": {"cost_model": "bytes"},  # asserts bytes/token ratios
             "calibration": {"snapshot_path": str(tmp_path / "r.json"), "warmup_samples": 3},
         }
     )

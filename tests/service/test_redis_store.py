@@ -23,7 +23,6 @@ pytestmark = pytest.mark.redis
 def redis_config(url: str) -> dict[str, object]:
     return {
         "pools": POOLS,
-        "estimator": {"cost_model": "bytes"},  # the assertions are bytes/token ratios
         "calibration": {"warmup_samples": 3, "redis_url": url, "redis_sync_interval_s": 0.05},
     }
 

@@ -20,7 +20,7 @@ def write_config(path: Path, short_max_model_len: int) -> None:
     pools = [dict(POOLS[0], max_model_len=short_max_model_len), POOLS[1]]
     path.write_text(
         yaml.safe_dump(
-            {"pools": pools, "estimator": {"cost_model": "bytes"}, "calibration": {"warmup_samples": 3}}
+            {"pools": pools, "calibration": {"warmup_samples": 3}}
         )
     )
 

@@ -52,7 +52,6 @@ async def test_sigkill_loses_at_most_one_snapshot_interval(tmp_path: Path) -> No
     snap = tmp_path / "state" / "ratios.json"  # the directory is created by the first write
     cfg = {
         "pools": POOLS,
-        "estimator": {"cost_model": "bytes"},  # synthetic usages in bytes/token (runs model rejects them)
         "calibration": {"snapshot_path": str(snap), "snapshot_interval_s": INTERVAL_S, "warmup_samples": 3},
     }
     cfg_path = tmp_path / "router.yaml"
@@ -93,7 +92,7 @@ async def test_corrupt_or_foreign_snapshot_is_reported_and_ignored(tmp_path: Pat
     snap = tmp_path / "r.json"
     snap.write_text(content)
     cfg = parse_config(
-        {"pools": POOLS, "estimator": {"cost_model": "bytes"}, "calibration": {"snapshot_path": str(snap)}}
+        {"pools": POOLS, "calibration": {"snapshot_path": str(snap)}}
     )
     async with RouterApp(cfg, grpc_port=0, admin_port=0) as app:
         assert app.ready and await ratios(app.admin_port) == []
