@@ -164,7 +164,7 @@ async def test_snapshot_round_trip_across_restarts(tmp_path: Path) -> None:
         }
     )
     async with RouterApp(cfg, grpc_port=0, admin_port=0) as first:
-        await calibrate(first.grpc_port, TEXT_8000, prompt_tokens=8010, times=3)
+        await calibrate(first.grpc_port, TEXT_8000, prompt_tokens=1800, times=3)
         learned = await ratios(first.admin_port)
     async with RouterApp(cfg, grpc_port=0, admin_port=0) as second:
         assert await ratios(second.admin_port) == learned

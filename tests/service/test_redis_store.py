@@ -15,7 +15,7 @@ from extproc.core.calibration import InMemoryRatioStore, LearnerParams
 from extproc.service.app import RouterApp
 from extproc.service.metrics import RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
-from tests.service.streams import POOLS, TEXT_8000, calibrate, ratios, route_of
+from tests.service.streams import FAST_LEARNING, POOLS, TEXT_LONG, calibrate, ratios, route_of, usage_at
 
 pytestmark = pytest.mark.redis
 
@@ -23,6 +23,7 @@ pytestmark = pytest.mark.redis
 def redis_config(url: str) -> dict[str, object]:
     return {
         "pools": POOLS,
+        "estimator": FAST_LEARNING,
         "calibration": {"warmup_samples": 3, "redis_url": url, "redis_sync_interval_s": 0.05},
     }
 
@@ -41,11 +42,11 @@ async def test_calibration_learned_on_one_replica_routes_the_other(redis_server:
         RouterApp(cfg, grpc_port=0, admin_port=0) as a,
         RouterApp(cfg, grpc_port=0, admin_port=0) as b,
     ):
-        # Both start at the prior (~4 bytes/token): 8000 bytes fit the short pool.
-        assert await route_of(b.grpc_port, TEXT_8000) == "short"
-        # Replica A sees the pool report ~1 byte/token for this text, three times (warm-up 3).
-        await calibrate(a.grpc_port, TEXT_8000, prompt_tokens=8010, times=3)
-        assert await route_of(a.grpc_port, TEXT_8000) == "long"
+        # Both start at the cold prior: the text fits the short pool.
+        assert await route_of(b.grpc_port, TEXT_LONG) == "short"
+        # Replica A sees the pool count twice the modelled tokens, three times (warm-up 3).
+        await calibrate(a.grpc_port, TEXT_LONG, prompt_tokens=usage_at(TEXT_LONG, 0.5), times=3)
+        assert await route_of(a.grpc_port, TEXT_LONG) == "long"
 
         async def b_learned() -> bool:
             return any(r["samples"] == 3 for r in await ratios(b.admin_port))
@@ -54,9 +55,10 @@ async def test_calibration_learned_on_one_replica_routes_the_other(redis_server:
         (row_a,) = await ratios(a.admin_port)
         (row_b,) = await ratios(b.admin_port)
         assert row_b == row_a
-        assert row_b["warm"] is True and float(row_b["mean_model_to_true_ratio"]) < 1.05  # type: ignore[arg-type]
+        assert row_b["warm"] is True
+        assert float(row_b["mean_model_to_true_ratio"]) == pytest.approx(0.5, abs=0.01)  # type: ignore[arg-type]
         # B never saw a response, yet routes by A's calibration.
-        assert await route_of(b.grpc_port, TEXT_8000) == "long"
+        assert await route_of(b.grpc_port, TEXT_LONG) == "long"
         metrics_b = await _metrics(b.admin_port)
         assert "tbr_ratio_store_up 1.0" in metrics_b
         assert 'tbr_model_to_true_ratio{category="latin",model_name="m"}' in metrics_b
@@ -102,8 +104,8 @@ async def test_redis_down_keeps_routing_counts_and_recovers(redis_server: RedisS
         assert app.redis is not None and app.redis.up
         redis_server.stop()
         # Routing and local learning continue while Redis is down.
-        await calibrate(app.grpc_port, TEXT_8000, prompt_tokens=8010, times=3)
-        assert await route_of(app.grpc_port, TEXT_8000) == "long"
+        await calibrate(app.grpc_port, TEXT_LONG, prompt_tokens=usage_at(TEXT_LONG, 0.5), times=3)
+        assert await route_of(app.grpc_port, TEXT_LONG) == "long"
 
         async def down_counted() -> bool:
             text = await _metrics(app.admin_port)

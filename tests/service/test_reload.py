@@ -13,15 +13,22 @@ import yaml
 from extproc.config import load_config
 from extproc.service.app import RouterApp
 from tests.pb import json_response_msgs, open_stream, read_response, request_msgs
-from tests.service.streams import POOLS, TEXT_8000, admin_get, calibrate, ratios, route_of
+from tests.service.streams import (
+    FAST_LEARNING,
+    POOLS,
+    TEXT_LONG,
+    admin_get,
+    calibrate,
+    ratios,
+    route_of,
+    usage_at,
+)
 
 
 def write_config(path: Path, short_max_model_len: int) -> None:
     pools = [dict(POOLS[0], max_model_len=short_max_model_len), POOLS[1]]
     path.write_text(
-        yaml.safe_dump(
-            {"pools": pools, "calibration": {"warmup_samples": 3}}
-        )
+        yaml.safe_dump({"pools": pools, "estimator": FAST_LEARNING, "calibration": {"warmup_samples": 3}})
     )
 
 
@@ -30,29 +37,30 @@ async def test_file_change_reroutes_without_restart_and_keeps_ratios(tmp_path: P
     write_config(cfg_path, 8192)
     app = RouterApp(load_config(cfg_path), grpc_port=0, admin_port=0, config_path=cfg_path, watch_config=True)
     async with app:
-        # Learn ~1 byte/token: 8000 bytes now budget > 8192 tokens → long pool.
-        await calibrate(app.grpc_port, TEXT_8000, prompt_tokens=8010, times=3)
-        assert await route_of(app.grpc_port, TEXT_8000) == "long"
+        # Learn model-to-true 0.5: the text now budgets > 8192 tokens → long pool.
+        usage = usage_at(TEXT_LONG, 0.5)
+        await calibrate(app.grpc_port, TEXT_LONG, prompt_tokens=usage, times=3)
+        assert await route_of(app.grpc_port, TEXT_LONG) == "long"
         before = await ratios(app.admin_port)
         # A stream opened before the reload keeps its Router.
         import grpc
 
         async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
             call = open_stream(ch)
-            msgs = request_msgs(TEXT_8000, request_id="inflight")
+            msgs = request_msgs(TEXT_LONG, request_id="inflight")
             await call.write(msgs[0])
             await call.read()
 
             write_config(cfg_path, 16384)  # the short pool now takes 16k-token budgets
             deadline = time.monotonic() + 5.0
-            while await route_of(app.grpc_port, TEXT_8000) != "short":
+            while await route_of(app.grpc_port, TEXT_LONG) != "short":
                 assert time.monotonic() < deadline, "reload not applied within 5 s"
                 await asyncio.sleep(0.05)
 
             await call.write(msgs[1])  # the old stream still decides with the old config
             body = await read_response(call)
             assert body.request_body.response.header_mutation.set_headers[0].header.raw_value == b"long"
-            for m in json_response_msgs(8010):
+            for m in json_response_msgs(usage):
                 await call.write(m)
                 await call.read()
             await call.done_writing()

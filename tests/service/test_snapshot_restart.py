@@ -91,9 +91,7 @@ async def test_sigkill_loses_at_most_one_snapshot_interval(tmp_path: Path) -> No
 async def test_corrupt_or_foreign_snapshot_is_reported_and_ignored(tmp_path: Path, content: str) -> None:
     snap = tmp_path / "r.json"
     snap.write_text(content)
-    cfg = parse_config(
-        {"pools": POOLS, "calibration": {"snapshot_path": str(snap)}}
-    )
+    cfg = parse_config({"pools": POOLS, "calibration": {"snapshot_path": str(snap)}})
     async with RouterApp(cfg, grpc_port=0, admin_port=0) as app:
         assert app.ready and await ratios(app.admin_port) == []
         metrics = (await admin_get(app.admin_port, "/metrics")).text
