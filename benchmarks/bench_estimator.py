@@ -109,7 +109,6 @@ def bench_section(
     cal = CalibrationConfig()
     ecfg = EstimatorConfig()
     est = Estimator(estimator=ecfg, calibration=cal, store=InMemoryRatioStore.from_config(cal))
-    sample = ecfg.parse_sample_bytes  # what the ext_proc processor passes (none under the runs model)
     llama = load_counter("llama3", root)
     qwen = load_counter("qwen3", root)
     load1 = os.getloadavg()[0]
@@ -118,7 +117,7 @@ def bench_section(
         f"Best / median / p90 over {repeat} runs (tokenizers: {max(10, repeat // 20)} runs), µs, one Python "
         f"thread; 1-min load average at start {load1:.1f} on {os.cpu_count()} CPUs (a shared box inflates the "
         "median and p90 with preemption; best-of approximates the uncontended cost, and the tokenizer ratio "
-        "uses it). `total` = `Estimator.estimate(parse_request_body(body, sample_bytes=0))`, what the ext_proc "
+        "uses it). `total` = `Estimator.estimate(parse_request_body(body))`, what the ext_proc "
         "request_body phase runs for a body this long (the byte bound of `extproc/core/screen.py` decides "
         "only short prompts); `parse` = orjson, the fields and text byte counts; `classify` = the run counts "
         f"of all the text (`extproc/core/runs.py`, counted by the estimate on first use; run counter: `{RUNSCAN}`, pass `{RUNSCAN_PASS}`); "
@@ -144,14 +143,14 @@ def bench_section(
     runs += [(f"broad: {kind}", req, False) for kind, req in broad]
     for label, req, escaped in runs:
         body = request_body(req, model="Qwen/Qwen3-8B", max_tokens=512, ascii_escaped=escaped)
-        parse_request_body(body, "chat", sample_bytes=sample)
+        parse_request_body(body, "chat")
         loads_us = _time_us(lambda body=body: orjson.loads(body), repeat)
-        parse_us = _time_us(lambda body=body: parse_request_body(body, "chat", sample_bytes=sample), repeat)
+        parse_us = _time_us(lambda body=body: parse_request_body(body, "chat"), repeat)
         text = "\n".join(m["content"] for m in req.messages)
         classify_us = _time_us(lambda text=text: count_runs(text), repeat)
         numpy_us = _time_us(lambda text=text: count_runs_numpy(text), repeat)
         total_us = _time_us(
-            lambda body=body: est.estimate(parse_request_body(body, "chat", sample_bytes=sample)), repeat
+            lambda body=body: est.estimate(parse_request_body(body, "chat")), repeat
         )
         n_tok = max(10, repeat // 20)
         llama_us = _time_us(lambda req=req: llama.prompt_tokens(req), n_tok)

@@ -43,9 +43,9 @@ class ConvergenceResult:
         window_abs_err: mean |estimated − true| / true prompt tokens per tenth of the replay.
         window_under: share of under-estimates (estimate < true) per tenth of the replay.
         learned_samples: calibration observations held by the store at the end.
-        learned_ratio: category → learned mean model-to-true ratio ĉ at the end (bytes per true
-            token: the replay pins the ``bytes`` cost model).
-        true_ratio: category → mean of the true per-request ratio over all replayed requests of
+        learned_ratio: content kind → learned mean model-to-true ratio ĉ at the end (modelled ÷
+            true text tokens).
+        true_ratio: content kind → mean of the true per-request ratio over all replayed requests of
             that category (what ĉ estimates).
         counts: category → requests replayed.
     """
@@ -119,8 +119,8 @@ async def replay(
             est = budget.prompt_tokens
             cat = budget.key[1]
             text_tokens = true_tokens - budget.fixed_prompt_tokens
-            if text_tokens > 0 and budget.text_bytes > 0:
-                c_obs.setdefault(cat, []).append(budget.text_bytes / text_tokens)
+            if text_tokens > 0 and budget.model_tokens > 0:
+                c_obs.setdefault(cat, []).append(budget.model_tokens / text_tokens)
             errs.append((abs(est - true_tokens) / true_tokens, est < true_tokens))
             call = stub.Process()
             await call.write(pb.ProcessingRequest(request_headers=_REQ))

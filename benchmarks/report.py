@@ -491,15 +491,15 @@ def _convergence(res: dict[str, Any]) -> list[str]:
         " cl100k count + chat framing). Unsampled requests end after `request_body`, as Envoy ends them after the"
         " `mode_override`.",
         "",
-        "| sample_rate | requests | sampled | ext_proc msgs/req | learned ĉ latin (true mean) | learned ĉ code (true mean) | mean abs error of estimate, first → last tenth | under-estimates, last tenth |",
+        "| sample_rate | requests | sampled | ext_proc msgs/req | learned ĉ latin (true mean) | learned ĉ code_data (true mean) | mean abs error of estimate, first → last tenth | under-estimates, last tenth |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in c["runs"]:
         lat = r["learned_ratio"].get("latin", float("nan"))
-        code = r["learned_ratio"].get("code", float("nan"))
+        code = r["learned_ratio"].get("code_data", float("nan"))
         out.append(
             f"| {r['sample_rate']} | {r['requests']} | {r['sampled']} | {r['messages'] / max(r['requests'], 1):.2f} | "
-            f"{_f(lat)} ({_f(r['true_ratio'].get('latin', float('nan')))}) | {_f(code)} ({_f(r['true_ratio'].get('code', float('nan')))}) | "
+            f"{_f(lat)} ({_f(r['true_ratio'].get('latin', float('nan')))}) | {_f(code)} ({_f(r['true_ratio'].get('code_data', float('nan')))}) | "
             f"{r['window_abs_err'][0]:.1%} → {r['window_abs_err'][-1]:.1%} | {r['window_under'][-1]:.0%} |"
         )
     out += [

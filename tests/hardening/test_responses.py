@@ -19,9 +19,12 @@ import zstandard
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
+from extproc.config import parse_config
+from extproc.core.calibration import InMemoryRatioStore
+from extproc.core.estimator import Estimator
 from extproc.core.request_body import parse_request_body
 from extproc.service.app import RouterApp
-from tests.hardening.helpers import Counts
+from tests.hardening.helpers import CONFIG, Counts
 from tests.pb import (
     chat_body,
     passed_through,
@@ -269,7 +272,7 @@ async def test_duplicate_end_of_stream_messages_calibrate_once(shared_app: Route
 
 async def test_usage_in_every_chunk_cumulative_last_wins(app: RouterApp) -> None:
     data = (Path(__file__).parent / "captures" / "cumulative_usage_every_chunk.sse").read_bytes()
-    text = "hello there general kenobi " * 30  # no punctuation: the prompt is text-dominated
+    text = "hello there general kenobi " * 10  # ~91 modelled tokens: 77 served tokens are plausible
     await run_stream(
         app.grpc_port,
         _exchange("text/event-stream", [data[i : i + 17] for i in range(0, len(data), 17)], text=text),
@@ -277,10 +280,18 @@ async def test_usage_in_every_chunk_cumulative_last_wins(app: RouterApp) -> None
     (row,) = app.store.items()
     _key, state = row
     assert state.samples == 1
-    # The learned ratio is the one implied by the LAST cumulative usage (77 prompt tokens).
+    # The learned value is the one a fresh estimator learns from the LAST cumulative usage (77
+    # prompt tokens), observed once.
+    cfg = parse_config(CONFIG)
+    est = Estimator(
+        estimator=cfg.estimator,
+        calibration=cfg.calibration,
+        store=InMemoryRatioStore.from_config(cfg.calibration),
+    )
     features = parse_request_body(chat_body(text, max_tokens=20, stream=True), "chat")
-    budget = app.current_router().estimator.estimate(features)
-    assert state.mean_ratio == pytest.approx(budget.ratio_bytes / (77 - budget.fixed_prompt_tokens))
+    obs = est.observe(est.estimate(features), 77)
+    assert obs is not None and obs.key == _key
+    assert state == obs.state
 
 
 async def test_response_headers_with_end_of_stream(shared_app: RouterApp) -> None:
