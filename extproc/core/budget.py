@@ -37,16 +37,15 @@ class TokenBudget:
         routing_ratio: the model-to-true ratio the text's modelled units were divided by (the
             conservative one: ``c*`` or ``c_low``; :mod:`extproc.core.calibration`).
         text_bytes: UTF-8 bytes of prompt text.
-        fixed_prompt_tokens: prompt tokens not estimated with the ratio (framing, digits,
-            punctuation, newlines, media, token ids).
+        fixed_prompt_tokens: prompt tokens not estimated with the ratio (framing, media, token ids).
         prompt_tokens: estimated prompt tokens (text + fixed).
         output_reserve_tokens: per-sequence output reserve.
         n_sequences: sequences generated.
         total_tokens: ``min(prompt_tokens, prompt_cap_tokens) + n_sequences · output_reserve_tokens``
             (the routing budget).
         warm: the learned ratio (not the prior) was used.
-        ratio_bytes: bytes the ratio applies to (text + tool schemas − digits, punctuation
-            and newlines).
+        ratio_bytes: the units the ratio divides, as an integer: the modelled tokens, rounded (the
+            byte bound: the rendered bytes; the evaluation's ``bytes`` baseline: text bytes).
         central_prompt_tokens: the prompt estimate with the central ratio ĉ (not the
             conservative one): the learner's accuracy, reported by the evaluation.
     """
@@ -63,7 +62,7 @@ class TokenBudget:
     ratio_bytes: int = 0
     central_prompt_tokens: int = 0
     model_tokens: float = 0.0
-    """``runs`` model: modelled tokens of the text (what the key's value divides); 0 otherwise."""
+    """Modelled tokens of the text (what the key's value divides); 0 for a bound or a baseline's budget."""
     n_media: int = 0
     """Image, audio and file parts (budgeted per part by rule, learned per kind and size class)."""
     unexplained: bool = False
