@@ -149,9 +149,7 @@ def bench_section(
         text = "\n".join(m["content"] for m in req.messages)
         classify_us = _time_us(lambda text=text: count_runs(text), repeat)
         numpy_us = _time_us(lambda text=text: count_runs_numpy(text), repeat)
-        total_us = _time_us(
-            lambda body=body: est.estimate(parse_request_body(body, "chat")), repeat
-        )
+        total_us = _time_us(lambda body=body: est.estimate(parse_request_body(body, "chat")), repeat)
         n_tok = max(10, repeat // 20)
         llama_us = _time_us(lambda req=req: llama.prompt_tokens(req), n_tok)
         qwen_us = _time_us(lambda req=req: qwen.prompt_tokens(req), n_tok)

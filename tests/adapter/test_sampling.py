@@ -156,4 +156,6 @@ async def test_byte_bound_routes_unread_requests_and_sampled_ones_get_the_exact_
     assert _decision_categories(apps["never"]) == {"bounded"}
     out = await run_stream(apps["always"].grpc_port, msgs)
     assert routed_pool(out[1]) == "short"
-    assert _decision_categories(apps["always"]) == {"latin_other"}  # "hello hello …": no English function words
+    assert _decision_categories(apps["always"]) == {
+        "latin_other"
+    }  # "hello hello …": no English function words

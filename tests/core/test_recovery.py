@@ -59,8 +59,9 @@ def test_overflow_follows_vllms_two_checks() -> None:
 def _recovery(calibrate: bool = True) -> tuple[MisrouteRecovery, LoadTracker, Estimator]:
     load = LoadTracker()
     cal = CalibrationConfig()
-    est = Estimator(estimator=EstimatorConfig(), calibration=cal, store=InMemoryRatioStore.from_config(cal))
-    est.store.put(KEY, RatioState(1.0, 0.05, 100, 1.0))  # warm, routing at 1.0 modelled/true
+    store = InMemoryRatioStore.from_config(cal)
+    store.put(KEY, RatioState(1.0, 0.05, 100, 1.0))  # warm, routing at 1.0 modelled/true
+    est = Estimator(estimator=EstimatorConfig(), calibration=cal, store=store)
     rec = MisrouteRecovery(RecoveryConfig(calibrate=calibrate), Policy(POOLS, load=load), load, est)
     return rec, load, est
 
