@@ -276,6 +276,7 @@ class RouterApp:
                 key_prefix=cal.redis_key_prefix,
                 interval_s=cal.redis_sync_interval_s,
                 timeout_s=cal.redis_timeout_s,
+                password=self._redis_password,
             )
             await self.response_sync.start()
             learner = self._output_learner_for(cfg)

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from extproc.core.fleet_window import FleetWindow, WindowFormatError
@@ -63,18 +61,15 @@ class FleetWindowSync(PeriodicSync):
         client: Any = None,
     ) -> None:
         super().__init__(
-            client
-            if client is not None
-            else aioredis.from_url(
-                url, password=password, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-            ),
+            client,
+            url=url,
+            password=password,
             interval_s=interval_s,
             timeout_s=timeout_s,
             task_name="redis-fleet-window",
         )
         self.window = window
         self.hash_key = f"{key_prefix}fleet-window"
-        self.replica_id = uuid.uuid4().hex[:16]
         self.clock = clock
         self._on_row = on_row or (lambda _outcome: None)
         self._failing = False

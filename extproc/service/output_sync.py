@@ -35,11 +35,9 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import uuid
 from collections.abc import Callable
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from extproc.core.output_reserve import (
@@ -91,11 +89,9 @@ class OutputLengthSync(PeriodicSync):
         client: Any = None,
     ) -> None:
         super().__init__(
-            client
-            if client is not None
-            else aioredis.from_url(
-                url, password=password, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-            ),
+            client,
+            url=url,
+            password=password,
             interval_s=interval_s,
             timeout_s=timeout_s,
             task_name="redis-output-lengths",
@@ -104,7 +100,6 @@ class OutputLengthSync(PeriodicSync):
         self.stream_key = f"{key_prefix}output-lengths"
         self.hash_key = f"{key_prefix}output-states"
         self.fleet_key = f"{key_prefix}output-fleet"
-        self.replica_id = uuid.uuid4().hex[:16]
         self._on_row = on_row or (lambda _outcome: None)
         self._queue: collections.deque[tuple[str, int, int]] = collections.deque(maxlen=QUEUE_MAX)
         self._dirty: set[OutputClassKey] = set()

@@ -47,8 +47,6 @@ during a rollout.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -64,6 +62,7 @@ from redis.exceptions import RedisError
 
 from extproc.core.calibration import InMemoryRatioStore, LearnerParams, RatioKey, RatioState, learn
 from extproc.service.metrics import RouterMetrics
+from extproc.service.periodic_sync import PeriodicSync
 from extproc.service.redis_lua import EMA_BATCH_LUA, SEED_LUA
 
 __all__ = ["EMA_BATCH_LUA", "SEED_LUA", "RedisRatioStore"]
@@ -76,8 +75,10 @@ _BACKOFF_MIN_S = 0.1
 _BACKOFF_MAX_S = 5.0
 
 
-class RedisRatioStore:
-    """Shared ratio store: local cache for the request path, Redis behind it (module docstring).
+class RedisRatioStore(PeriodicSync):
+    """Shared ratio store: local cache for the request path, Redis behind it (module docstring);
+    its background sync is a :class:`~extproc.service.periodic_sync.PeriodicSync` that backs off
+    from 0.1 s to 5 s while Redis fails.
 
     Args:
         url: Redis URL (``redis://host:port/db``, ``unix:///path``).
@@ -94,6 +95,9 @@ class RedisRatioStore:
     Building it does no I/O; :meth:`start` connects, :meth:`close` flushes and disconnects.
     """
 
+    backoff_min_s = _BACKOFF_MIN_S
+    backoff_max_s = _BACKOFF_MAX_S
+
     def __init__(
         self,
         *,
@@ -108,18 +112,32 @@ class RedisRatioStore:
         max_keys: int = 4096,
         client: aioredis.Redis | None = None,
     ) -> None:
+        super().__init__(
+            client,
+            url=url,
+            password=password,
+            client_options={
+                "decode_responses": True,
+                "socket_keepalive": True,
+                # PING a connection idle longer than this before using it; a broken one is
+                # replaced. One retry on a fresh connection for a command that fails on a
+                # connection the server (or a proxy) closed meanwhile: only a failure of that
+                # retry reports the store down.
+                "health_check_interval": min(max(sync_interval_s, 1.0), 30.0),
+                "retry": Retry(NoBackoff(), 1),
+            },
+            interval_s=sync_interval_s,
+            timeout_s=timeout_s,
+            task_name="redis-ratio-sync",
+        )
         self.local = InMemoryRatioStore(beta=params.beta, params=params)
         self.metrics = metrics
         self.prefix = key_prefix
-        self.sync_interval_s = sync_interval_s
-        self.timeout_s = timeout_s
         self.queue_max = queue_max
         self.max_keys = max_keys
         self.on_update: Callable[[RatioKey], None] | None = None
         """Called with each key whose local state changed after a pull (e.g. to publish gauges)."""
         self._url = url
-        self._password = password
-        self._client = client
         self._script: Any = None
         self._seed_script: Any = None
         self._queue: deque[tuple[RatioKey, float, float]] = deque()
@@ -130,13 +148,15 @@ class RedisRatioStore:
         self._epoch: str | None = None
         """Epoch of the shared data set this replica last synced with (None: not synced yet)."""
         """Version counter value of the last pull (None: pull everything next time)."""
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._wake = asyncio.Event()
         self.up = False
         self._down_logged = False
         self._cap_logged = False
         self.last_sync_ok_s = 0.0
+
+    @property
+    def sync_interval_s(self) -> float:
+        """Push/pull period in seconds (the :class:`PeriodicSync` ``interval_s``)."""
+        return self.interval_s
 
     # -- RatioStore (synchronous, request path) -------------------------------------------
 
@@ -193,72 +213,21 @@ class RedisRatioStore:
     async def start(self) -> None:
         """Connect, do a first sync (bounded by the timeout; failure is counted, not raised),
         and start the background sync task."""
-        if self._client is None:
-            self._client = aioredis.from_url(
-                self._url,
-                password=self._password,
-                decode_responses=True,
-                socket_timeout=self.timeout_s,
-                socket_connect_timeout=self.timeout_s,
-                socket_keepalive=True,
-                # PING a connection idle longer than this before using it; a broken one is
-                # replaced. One retry on a fresh connection for a command that fails on a
-                # connection the server (or a proxy) closed meanwhile: only a failure of that
-                # retry reports the store down.
-                health_check_interval=min(max(self.sync_interval_s, 1.0), 30.0),
-                retry=Retry(NoBackoff(), 1),
-            )
         self._script = self._client.register_script(EMA_BATCH_LUA)
         self._seed_script = self._client.register_script(SEED_LUA)
         await self.sync_once()
-        self._task = asyncio.create_task(self._run(), name="redis-ratio-sync")
-        self._task.add_done_callback(_log_unexpected_end)
+        self._start_task(last_ok=self.up)
 
-    async def close(self) -> None:
-        """Stop the background task, try one last push (bounded by the timeout), disconnect."""
-        if self._task is not None:
-            self._stopping = True
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-        if self._client is not None:
-            bound_s = max(self.timeout_s, 0.1) * 2
-            if self.queue_length:
-                try:
-                    await asyncio.wait_for(self._push(), timeout=bound_s)
-                except (RedisError, OSError, TimeoutError) as exc:
-                    log.warning(
-                        "could not push %d ratio observations at shutdown: %s", self.queue_length, exc
-                    )
-            try:
-                # Bounded: redis-py's disconnect awaits the transport's wait_closed(), which can
-                # wait forever (redis/redis-py#3941); the sockets are closed before that wait.
-                await asyncio.wait_for(self._client.aclose(), timeout=bound_s)
-            except (RedisError, OSError, TimeoutError) as exc:
-                log.warning("shared ratio store connections not closed cleanly at shutdown: %r", exc)
-            self._client = None
+    def _has_queued(self) -> bool:
+        return self.queue_length > 0
 
-    def kick(self) -> None:
-        """Ask the background task to sync now instead of at the next period."""
-        self._wake.set()
+    def _close_failed(self, step: str, exc: BaseException) -> None:
+        if step == "push":
+            log.warning("could not push %d ratio observations at shutdown: %s", self.queue_length, exc)
+        else:
+            log.warning("shared ratio store connections not closed cleanly at shutdown: %r", exc)
 
     # -- background sync --------------------------------------------------------------------
-
-    async def _run(self) -> None:
-        backoff = _BACKOFF_MIN_S
-        # The flag, not only the cancellation, ends the loop: a cancel that lands while a Redis
-        # command times out can be turned into a TimeoutError (Python 3.11's asyncio.timeout /
-        # wait_for) and swallowed as a store failure, and close() would then wait forever.
-        while not self._stopping:
-            delay = self.sync_interval_s if self.up else backoff
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
-            self._wake.clear()
-            if self._stopping:
-                break
-            ok = await self.sync_once()
-            backoff = _BACKOFF_MIN_S if ok else min(backoff * 2, _BACKOFF_MAX_S)
 
     async def sync_once(self) -> bool:
         """Push queued observations, then pull every shared ratio. Returns True on success.
@@ -420,11 +389,6 @@ class RedisRatioStore:
                     self.on_update(key)
         self._version = version
         self.metrics.store_sync_seconds.observe(time.perf_counter() - t0)
-
-
-def _log_unexpected_end(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("shared ratio store sync task died", exc_info=task.exception())
 
 
 def _text(value: bytes | str | None) -> str | None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
@@ -41,15 +40,27 @@ class ResponsePoolSync(PeriodicSync):
         key_prefix: ``calibration.redis_key_prefix``.
         interval_s: sync period (``calibration.redis_sync_interval_s``).
         timeout_s: connect and per-command timeout.
+        password: Redis password (as for the ratio store).
     """
 
     def __init__(
-        self, pools: ResponsePools, *, url: str, key_prefix: str, interval_s: float, timeout_s: float
+        self,
+        pools: ResponsePools,
+        *,
+        url: str,
+        key_prefix: str,
+        interval_s: float,
+        timeout_s: float,
+        password: str | None = None,
     ) -> None:
-        client = aioredis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0)
+        super().__init__(
+            url=url,
+            password=password,
+            client_options={"retry": Retry(NoBackoff(), 0)},
+            interval_s=interval_s,
+            timeout_s=timeout_s,
+            task_name="redis-response-pools",
         )
-        super().__init__(client, interval_s=interval_s, timeout_s=timeout_s, task_name="redis-response-pools")
         self.pools = pools
         self.key = f"{key_prefix}response-pools"
         self._last_id = "$"
