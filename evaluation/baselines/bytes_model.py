@@ -43,7 +43,7 @@ from evaluation.baselines.categories import TextProfile, profile_text
 from evaluation.baselines.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
 from extproc.core.budget import Observation, TokenBudget
 from extproc.core.calibration import RatioKey, RatioStore
-from extproc.core.estimator import ALL_CATEGORY, OTHER, TOOLS_CATEGORY, Estimator
+from extproc.core.estimator import ALL_CATEGORY, OTHER, Estimator
 from extproc.core.request_body import RequestFeatures
 
 __all__ = [
@@ -65,6 +65,9 @@ STRUCTURE_TOKENS_PER_CHAR: dict[str, tuple[float, float, float]] = {
 (the router's model profiles before the run counts; measured per template). A model of no known
 family costs 1.0 each (conservative)."""
 
+TOOLS_CATEGORY = "tools"
+"""The category of every request that defines tools (its ratio is learned per model: the Qwen3
+template re-serialises schemas with spaces, Llama-3 does not)."""
 _UNKNOWN_STRUCTURE = (1.0, 1.0, 1.0)
 _MIN_TEXT_SHARE = 0.5
 """Learn only when text is at least this share of the prompt tokens."""

@@ -376,19 +376,19 @@ class EstimatorConfig(Strict):
     byte bound for short prompts, windowed run counts for long ones (``extproc.core.screen``).
     Their metrics then carry category ``bounded`` or a windowed estimate."""
     min_model_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
-    """Plausibility floor of a ``runs`` key (modelled/true tokens): no learning step and no misroute
+    """Plausibility floor of a key's value (modelled/true tokens): no learning step and no misroute
     recovery budgets text above 1/this times its modelled tokens."""
     max_step: Annotated[float, Field(gt=0.0, le=1.0)] = 0.25
     """Largest relative move of a key's value a single observation can cause before the EMA: the
-    observation is clipped to within ×/÷ (1 + this) of the current value (``runs`` model)."""
+    observation is clipped to within ×/÷ (1 + this) of the current value."""
     first_observation_weight: Annotated[float, Field(gt=0.0, le=1.0)] = 0.25
     """A key's first observation is blended at this weight (geometric mean) with the neutral value
-    1.0 the key's mean starts from, so it never replaces it (``runs`` model)."""
+    1.0 the key's mean starts from, so it never replaces it."""
     reject_factor: Annotated[float, Field(gt=1.0)] = 3.0
     """Observations whose modelled/true differs from the key's value by more than this factor are
-    not learned (counted as unexplained): one odd request cannot move a key (``runs`` model)."""
+    not learned (counted as unexplained): one odd request cannot move a key."""
     prior_ramp_samples: Annotated[int, Field(ge=1)] = 50
-    """``runs`` model: after warm-up the routing value moves from the cold prior to the learned one
+    """After warm-up the routing value moves from the cold prior to the learned one
     geometrically over this many observations (a key's first observations cannot undo its prior)."""
     recovery_observations: Annotated[int, Field(ge=1)] = 200
     """After a confirmed misroute, the lowered value of the key holds for this many observations of

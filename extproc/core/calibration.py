@@ -2,10 +2,10 @@
 extended).
 
 The learned quantity is the **model-to-true ratio**: modelled units of a request's text ÷ its true
-prompt tokens. Under the ``runs`` cost model (the default) the modelled units are the run model's
-tokens (:mod:`extproc.core.run_costs`), so the ratio is near 1 (0.95 for English on Llama-3: the
-model budgets 5 % fewer tokens than the tokenizer counts); under the ``bytes`` baseline they are
-UTF-8 bytes, and the ratio is the paper's bytes per token (≈ 4 for English). The estimate divides
+prompt tokens. The router's modelled units are the run model's tokens
+(:mod:`extproc.core.run_costs`), so the ratio is near 1 (0.95 for English on Llama-3: the model
+budgets 5 % fewer tokens than the tokenizer counts); the evaluation's ``bytes`` baseline learns UTF-8
+bytes with the same learners, and its ratio is the paper's bytes per token (≈ 4 for English). The estimate divides
 the modelled units by the ratio: ``tokens = modelled / ĉ``.
 
 On each response with ``usage.prompt_tokens`` the router observes

@@ -67,8 +67,8 @@ def size_class(tokens: float) -> str:
     return "xl"
 
 
-TOOLS_CATEGORY = "tools"
 ALL_CATEGORY = "all"
+"""The content kind of every key without ``estimator.per_category`` (one value per model)."""
 OTHER = "_other"
 """The model key shared by every name without a key slot (:meth:`Estimator.model_key`)."""
 
