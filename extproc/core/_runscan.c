@@ -1,24 +1,19 @@
 /* One pass over a Python string's own storage: the run and character counts of extproc.core.runs.
 
    count_runs() computes, in one C loop over the str's 1-, 2- or 4-byte characters (PyUnicode_KIND),
-   without encoding the text, what runs.count_runs_numpy() computes by numpy passes and the test
-   oracle (tests/core/runs_oracle.py) by plain Python:
+   what runs.count_runs_numpy() computes by numpy passes and the test oracle (tests/core/runs_oracle.py)
+   by plain Python: per run kind its maximal runs and characters (kinds from the table runs.py builds
+   from run_rules.py, configure()); blobs (a chunk between two whitespace runs that passes the blob test
+   of run_rules.py moves its runs and characters to the blob kind, as one run); gaps (space runs of >= 2
+   characters, and single-space runs followed by a digit run). No rule is written here.
+   utf8_length() gives chat_messages.py the UTF-8 bytes of a text, window_words() gives run_languages.py
+   the word counts of a text's first characters.
 
-     * runs[k], chars[k]: maximal runs and characters of each run kind, the character kinds taken
-       from the table that runs.py builds from run_rules.py (configure());
-     * blobs: a chunk (the characters between two whitespace runs) that passes the blob test of
-       run_rules.py (its thresholds are given by configure(): none is written here) moves all its
-       runs and characters to the blob kind (one run);
-     * gaps: space runs of >= 2 characters, and single-space runs followed by a digit run.
-
-   utf8_length() gives chat_messages.py the UTF-8 bytes of a text, window_words() gives
-   run_languages.py the word counts of a text's first characters.
-
-   What is here is what buys about 5 % or more of the router's CPU per request on the benchmark
-   bodies (docs/performance.md, "Run counter"; benchmarks/runscan_paths.py measures each part): the
-   scalar pass, the SSE2 pass over 64 ASCII characters at a time (with a POPCNT build picked at run
-   time; -DRUNSCAN_NO_POPCNT leaves it out), the UTF-8 length and the word counts. Equality with the
-   numpy path and the oracle: tests/core/test_runscan.py. */
+   Kept is what buys about 5 % or more of the router's CPU per request on the benchmark bodies
+   (docs/performance.md, "Run counter"; benchmarks/runscan_paths.py): the scalar pass, the SSE2
+   classification of 64 ASCII characters at a time (built twice, with and without the POPCNT
+   instruction, picked at load by the CPU; -DRUNSCAN_NO_POPCNT builds one), the UTF-8 length and the
+   word counts. Equality with the numpy path and the oracle: tests/core/test_runscan.py. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,15 +21,24 @@
 #include <string.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
-#define BLOCKS 1 /* the 64-character pass below (SSE2: every x86-64) */
+#define BLOCKS 1 /* the 64-character classification below (SSE2: every x86-64) */
 #else
 #define BLOCKS 0
 #endif
-
+#if BLOCKS && defined(__GNUC__) && defined(__x86_64__) && !defined(RUNSCAN_NO_POPCNT)
+#define POPCNT_CLONE 1
+#define SCAN_ATTR __attribute__((target_clones("popcnt", "default")))
+#else
+#define POPCNT_CLONE 0
+#define SCAN_ATTR
+#endif
+#define INLINE static inline __attribute__((always_inline))
+#define POPC(x) ((unsigned)__builtin_popcountll(x))
 #define MAX_KINDS 64
+#define LANES 4
 
 static unsigned char table[0x10000];
-static int blocks_on; /* the ASCII kinds are runs.py's (the 64-character pass computes them by compares) */
+static int blocks_on; /* the ASCII kinds are those the 64-character classification computes */
 static int configured = 0;
 static int n_kinds = 0;
 static int K_LETTER, K_DIGIT, K_PUNCT, K_SPACE, K_NEWLINE, K_BLOB, K_EMOJI, K_HAN, K_OTHER;
@@ -45,38 +49,52 @@ static int blob_min_chars;
 static int64_t blob_min_digits;
 static double blob_alnum_share, blob_digit_share, blob_case_share;
 
+#define F_WS 1u    /* space or newline: ends a chunk */
+#define F_SPACE 2u /* the space kind */
+#define F_SOD 4u   /* the space or the digit kind (what may follow a gap's last space) */
+/* Per kind: its flags and its increment of the packed running totals (digits in the low 32 bits,
+   ASCII letters + digits in the high 32: n < 2^32, so neither half carries into the other). */
+static struct {
+    uint64_t inc;
+    unsigned flags;
+} kinfo[MAX_KINDS];
+
+/* gap_lut[h]: 1 when the middle of the last three characters is a space that starts a run and the
+   newest is a space or a digit (h: Pass.h) */
+static unsigned char gap_lut[64];
+
 typedef struct {
-    int64_t runs[MAX_KINDS];
-    int64_t chars[MAX_KINDS];
-    int64_t gaps;
+    int64_t runs[MAX_KINDS], chars[MAX_KINDS], gaps;
 } Counts;
 
-/* Kind of code point c (any value a str holds: 0 .. 0x10FFFF). */
-static inline int kind_of(Py_UCS4 c) {
-    if (c < 0x10000) return table[c];
-    if (c >= EMOJI_LO && c < EMOJI_HI) return K_EMOJI;
-    if (c >= HAN_EXT_LO && c <= HAN_EXT_HI) return K_HAN;
-    return K_OTHER;
-}
+/* The state of one pass: the text, the counts so far, the current chunk. */
+typedef struct {
+    int ukind;
+    const void *data;
+    Counts *out;                 /* blob_test moves runs and characters here */
+    uint64_t (*hist)[MAX_KINDS]; /* [LANES][MAX_KINDS]: per kind: characters (low 32 bits), runs (high 32); n < 2^32; in
+                                        LANES interleaved copies, so that a kind repeated does not wait
+                                        on its own store */
+    int64_t gaps;
+    unsigned prev, h;            /* the last character's kind; the space / space-or-digit flags of the
+                                    last three (two bits each, the newest lowest) */
+    Py_ssize_t start;            /* the current chunk starts here */
+    uint64_t tot, tot0;          /* packed digit and letter+digit totals: now, at start */
+} Pass;
 
-/* Re-count the runs of [start, end) (a blob chunk: no whitespace inside) and move them to the
-   blob kind. */
-static __attribute__((noinline)) void take_blob(int ukind, const void *data, Py_ssize_t start, Py_ssize_t end, Counts *out) {
-    int prev = -1;
-    for (Py_ssize_t i = start; i < end; i++) {
-        int k = kind_of(PyUnicode_READ(ukind, data, i));
-        out->chars[k] -= 1;
-        out->runs[k] -= (k != prev);
-        prev = k;
-    }
-    out->runs[K_BLOB] += 1;
-    out->chars[K_BLOB] += (int64_t)(end - start);
+/* Kind of code point c (any value a str holds: 0 .. 0x10FFFF). */
+INLINE unsigned kind_of(Py_UCS4 c) {
+    if (c < 0x10000) return table[c];
+    if (c >= EMOJI_LO && c < EMOJI_HI) return (unsigned)K_EMOJI;
+    if (c >= HAN_EXT_LO && c <= HAN_EXT_HI) return (unsigned)K_HAN;
+    return (unsigned)K_OTHER;
 }
 
 /* The blob test of run_rules.py on the chunk [start, end) (no whitespace inside, at least
-   blob_min_chars characters; digits: its digits, alnum: its ASCII letters and digits). */
-static __attribute__((noinline)) void blob_test(int ukind, const void *data, Py_ssize_t start, Py_ssize_t end, int64_t digits,
-                      int64_t alnum, Counts *out) {
+   blob_min_chars characters; digits: its digits, alnum: its ASCII letters and digits); a blob's
+   runs and characters are re-counted and moved to the blob kind. */
+static __attribute__((noinline)) void blob_test(int ukind, const void *data, Counts *out, Py_ssize_t start,
+                                                Py_ssize_t end, int64_t digits, int64_t alnum) {
     int64_t len = (int64_t)(end - start);
     if (digits < blob_min_digits || !((double)alnum >= blob_alnum_share * (double)len)) return;
     if ((double)digits < blob_digit_share * (double)alnum) { /* word-like unless mixed case */
@@ -85,287 +103,215 @@ static __attribute__((noinline)) void blob_test(int ukind, const void *data, Py_
         double floor = blob_case_share * (double)letters;
         if (!((double)upper >= floor && (double)(letters - upper) >= floor)) return;
     }
-    take_blob(ukind, data, start, end, out);
+    int prev = -1;
+    for (Py_ssize_t i = start; i < end; i++) {
+        int k = (int)kind_of(PyUnicode_READ(ukind, data, i));
+        out->chars[k] -= 1;
+        out->runs[k] -= (k != prev);
+        prev = k;
+    }
+    out->runs[K_BLOB] += 1;
+    out->chars[K_BLOB] += len;
 }
 
-#define LANES 4
-#define F_WS 1u    /* space or newline: ends a chunk */
-#define F_SPACE 2u /* the space kind */
-#define F_SOD 4u   /* the space or the digit kind (what may follow a gap's last space) */
-
-/* Per kind: its flags and its increment of the packed running totals (digits in the low 32 bits,
-   ASCII letters + digits in the high 32: n < 2^32, so neither half carries into the other). */
-typedef struct {
-    uint64_t inc;
-    unsigned flags;
-} KindInfo;
-static KindInfo kinfo[MAX_KINDS];
-/* gap_lut[h]: h holds (space, space-or-digit) of the last three characters, two bits each, the
-   newest lowest; 1 when the middle one is a space that starts a run (the oldest is not a space) and
-   the newest is a space or a digit: a space run of >= 2, or of 1 before a digit, costs a token. */
-static unsigned char gap_lut[64];
-
-/* The kind of a Latin-1 or BMP character (one look-up), or of any code point (kind_of). */
-#define KIND_NARROW(c) ((unsigned)table[(c)])
-#define KIND_WIDE(c) ((unsigned)kind_of(c))
-
-/* One character at index I in histogram lane LANE: its kind and flags (one look-up each); its
-   character count and, when a run starts, its kind's run count, in one add to a packed 64-bit
-   counter (characters low, runs high) of the lane's histogram (LANES interleaved histograms, so that
-   repeated kinds do not wait on each other's stores); the whitespace gaps by a look-up of the last
-   three characters' flags; the running digit and letter+digit totals; at whitespace, the chunk that
-   ends there enters the blob test when it is long enough (the only branch). */
-#define STEP(KIND, LANE, I)                                                                        \
-    {                                                                                              \
-        unsigned k = KIND(s[I]);                                                                   \
-        const KindInfo *ki = &kinfo[k];                                                            \
-        unsigned f = ki->flags;                                                                    \
-        hist[LANE][k] += 1u | ((uint64_t)(k != prev) << 32);                                       \
-        h = ((h << 2) | ((f >> 1) & 3u)) & 63u;                                                    \
-        gaps += gap_lut[h];                                                                        \
-        tot += ki->inc;                                                                            \
-        if ((f & F_WS) && (I) - start >= blob_min_chars) {                                         \
-            uint64_t d = tot - tot0;                                                               \
-            blob_test(ukind, data, start, (I), (int64_t)(uint32_t)d, (int64_t)(d >> 32), out);     \
-        }                                                                                          \
-        start = (f & F_WS) ? (I) + 1 : start;                                                      \
-        tot0 = (f & F_WS) ? tot : tot0;                                                            \
-        prev = k;                                                                                  \
+/* The scalar step: character I of kind k. Its character count and, when a run starts, its kind's run
+   count in one add; the gaps from the flags of the last three characters (the middle one a space that
+   starts a run, the newest a space or a digit); the running totals; at whitespace, the chunk that ends
+   there enters the blob test when it is long enough (the only branch). */
+INLINE void step(Pass *p, unsigned k, Py_ssize_t i, int lane) {
+    unsigned f = kinfo[k].flags, h;
+    p->hist[lane][k] += 1u | ((uint64_t)(k != p->prev) << 32);
+    p->h = h = ((p->h << 2) | ((f >> 1) & 3u)) & 63u;
+    p->gaps += gap_lut[h];
+    p->tot += kinfo[k].inc;
+    if ((f & F_WS) && i - p->start >= blob_min_chars) {
+        uint64_t d = p->tot - p->tot0;
+        blob_test(p->ukind, p->data, p->out, p->start, i, (int64_t)(uint32_t)d, (int64_t)(d >> 32));
     }
+    p->start = (f & F_WS) ? i + 1 : p->start;
+    p->tot0 = (f & F_WS) ? p->tot : p->tot0;
+    p->prev = k;
+}
 
-#define BLOCK_CHARS 64u /* characters of one block of the SSE2 pass (bits of a mask) */
-#define BACKOFF_MAX 64  /* the most scalar steps after a failed block in a row (dense non-ASCII text) */
-#define JUMP_MIN 2u     /* a prefix at least this long retries after one scalar step */
+/* Character i of a text of width w (1, 2 or 4 bytes: PyUnicode_KIND). */
+INLINE Py_UCS4 char_at(int w, const void *data, Py_ssize_t i) {
+    return w == 1 ? ((const Py_UCS1 *)data)[i] : w == 2 ? ((const Py_UCS2 *)data)[i] : ((const Py_UCS4 *)data)[i];
+}
+
+INLINE unsigned kind_at(int w, const void *data, Py_ssize_t i) {
+    Py_UCS4 c = char_at(w, data, i);
+    return w == 4 ? kind_of(c) : table[c];
+}
+
+/* Scalar steps over [i, e) of a text of width w. */
+INLINE void steps(Pass *p, int w, Py_ssize_t i, Py_ssize_t e) {
+    for (; i + LANES <= e; i += LANES) {
+        for (int l = 0; l < LANES; l++) step(p, kind_at(w, p->data, i + l), i + l, l);
+    }
+    for (; i < e; i++) step(p, kind_at(w, p->data, i), i, 0);
+}
 
 #if BLOCKS
-/* The 64-character pass. Most text is long stretches of ASCII letters, digits, punctuation, spaces
-   and newlines. For 64 characters, SIMD compares give one 64-bit mask per ASCII kind, and every
-   count of the scalar steps follows from the masks by shifts and popcounts, exactly: a kind's
-   characters are its mask's popcount, its run starts those of the mask less the mask shifted by one,
-   the gaps and the chunk bounds those of the space and whitespace masks, the blob test's digit and
-   letter counts of a chunk those of its bits. The prefix stops before the first non-ASCII character,
-   which takes the scalar step. Needs the ASCII kinds of run_rules.py (checked at configure():
-   blocks_on). */
-typedef uint64_t bits_t; /* a mask of the block's characters (bit t: character t) */
+/* The 64-character classification. Most text is long stretches of ASCII letters, digits, punctuation,
+   spaces and newlines: SIMD compares give one 64-bit mask per ASCII kind of the longest ASCII prefix
+   of the next 64 characters, and every count of the scalar steps follows from the masks by shifts and
+   popcounts, exactly (runs: a mask's bits less the mask shifted by one). The first non-ASCII character
+   takes the scalar step. Needs the ASCII kinds of run_rules.py (checked at configure(): blocks_on). */
+typedef uint64_t bits_t; /* bit t: character t of the 64 */
 typedef struct {
-    bits_t ascii, nl, sp, dig, let; /* bit t: character t is ASCII / of that kind */
+    bits_t ascii, nl, sp, dig, let;
 } Masks;
-typedef struct {
-    unsigned ascii, nl, sp, dig, let;
-} Masks16; /* the same of 16 characters */
 
-static inline unsigned mask_of(__m128i bytes) { return (unsigned)_mm_movemask_epi8(bytes); }
+/* 16 characters of any width narrowed to 16 bytes that keep ASCII and make the rest >= 0x80:
+   2 bytes: saturating v + 0x7F80 then the sign flip make ASCII -128..-1 and the rest 0..0x7FFF, the
+   signed pack keeps or clamps it to 127; 4 bytes: v - 0x80 is -128..-1 for ASCII, >= 0 for the rest
+   (< 2^21), the signed packs keep or clamp it; flipping bit 7 restores ASCII. */
+INLINE __m128i narrow16(int w, const void *data, Py_ssize_t i) {
+    const __m128i *q = (const __m128i *)((const char *)data + i * w);
+    if (w == PyUnicode_1BYTE_KIND) return _mm_loadu_si128(q);
+    if (w == PyUnicode_2BYTE_KIND) {
+        const __m128i off = _mm_set1_epi16(0x7F80), sgn = _mm_set1_epi16((short)0x8000);
+        __m128i a = _mm_xor_si128(_mm_adds_epu16(_mm_loadu_si128(q), off), sgn);
+        __m128i b = _mm_xor_si128(_mm_adds_epu16(_mm_loadu_si128(q + 1), off), sgn);
+        return _mm_xor_si128(_mm_packs_epi16(a, b), _mm_set1_epi8((char)0x80));
+    }
+    const __m128i o = _mm_set1_epi32(0x80);
+    __m128i v0 = _mm_sub_epi32(_mm_loadu_si128(q), o), v1 = _mm_sub_epi32(_mm_loadu_si128(q + 1), o);
+    __m128i v2 = _mm_sub_epi32(_mm_loadu_si128(q + 2), o), v3 = _mm_sub_epi32(_mm_loadu_si128(q + 3), o);
+    __m128i v = _mm_packs_epi16(_mm_packs_epi32(v0, v1), _mm_packs_epi32(v2, v3));
+    return _mm_xor_si128(v, _mm_set1_epi8((char)0x80));
+}
 
-/* The masks are computed on bytes: 16 characters of any width are first narrowed to 16 bytes that
-   keep every ASCII character and turn every other one into a byte >= 0x80 (masks16_ucs2/4). */
 #define SET(c) _mm_set1_epi8((char)(c))
 #define LE8(v, c) _mm_cmpeq_epi8(_mm_subs_epu8((v), SET(c)), _mm_setzero_si128())
 #define EQ8(v, c) _mm_cmpeq_epi8((v), SET(c))
-static inline Masks16 masks16_bytes(__m128i v) {
-    __m128i nl = _mm_or_si128(EQ8(v, 0x0A), EQ8(v, 0x0D));
-    __m128i as = LE8(v, 0x7F);
-    __m128i sp = _mm_or_si128(_mm_andnot_si128(nl, LE8(v, 0x1F)), _mm_or_si128(EQ8(v, 0x20), EQ8(v, 0x7F)));
-    __m128i dg = LE8(_mm_sub_epi8(v, SET('0')), 9);
-    __m128i lt = LE8(_mm_sub_epi8(_mm_or_si128(v, SET(0x20)), SET('a')), 25);
-    Masks16 m = {mask_of(as), mask_of(nl), mask_of(sp), mask_of(dg), mask_of(lt)};
+#define BITS(x, t) ((bits_t)(unsigned)_mm_movemask_epi8(x) << (16 * (t)))
+INLINE Masks masks64(int w, const void *data, Py_ssize_t i) {
+    Masks m = {0, 0, 0, 0, 0};
+    for (int t = 0; t < 4; t++) {
+        __m128i v = narrow16(w, data, i + 16 * t);
+        __m128i nl = _mm_or_si128(EQ8(v, 0x0A), EQ8(v, 0x0D));
+        __m128i sp = _mm_or_si128(_mm_andnot_si128(nl, LE8(v, 0x1F)), _mm_or_si128(EQ8(v, 0x20), EQ8(v, 0x7F)));
+        m.ascii |= BITS(LE8(v, 0x7F), t);
+        m.nl |= BITS(nl, t);
+        m.sp |= BITS(sp, t);
+        m.dig |= BITS(LE8(_mm_sub_epi8(v, SET('0')), 9), t);
+        m.let |= BITS(LE8(_mm_sub_epi8(_mm_or_si128(v, SET(0x20)), SET('a')), 25), t);
+    }
     return m;
+}
+
+INLINE void kind_add(Pass *p, int kind, bits_t m) {
+    bits_t starts = m & ~((m << 1) | (bits_t)(p->prev == (unsigned)kind));
+    p->hist[0][kind] += POPC(m) | ((uint64_t)POPC(starts) << 32);
+}
+
+/* Counts the longest ASCII prefix (up to 64 characters) from index I; returns its length. */
+INLINE unsigned block(Pass *p, int w, Py_ssize_t I) {
+    Masks m = masks64(w, p->data, I);
+    unsigned j = ~m.ascii ? (unsigned)__builtin_ctzll(~m.ascii) : 64u;
+    if (!j) return 0;
+    bits_t lim = j == 64u ? ~(bits_t)0 : ((bits_t)1 << j) - 1u;
+    bits_t sp = m.sp & lim, nl = m.nl & lim, dg = m.dig & lim, lt = m.let & lim;
+    bits_t ws = sp | nl, an = dg | lt, pu = lim & ~(ws | an);
+    /* a gap at t: t - 1 is a space, t - 2 is not, t is a space or a digit (the two before from h) */
+    bits_t p1 = (sp << 1) | (p->h & 1u), p2 = (sp << 2) | ((p->h & 1u) << 1) | ((p->h >> 2) & 1u);
+    p->gaps += POPC(p1 & ~p2 & (sp | dg));
+    if (ws) { /* the chunks that end at whitespace here and are long: the blob test */
+        int bmc = blob_min_chars;
+        bits_t y = ~ws; /* y: bit t when t .. t + have - 1 are not whitespace */
+        for (int have = 1; have < bmc;) {
+            int sh = have < bmc - have ? have : bmc - have;
+            y &= y >> sh;
+            have += sh;
+        }
+        /* whitespace after a long chunk that starts here, and the first (its chunk may start before) */
+        bits_t ends = ((y << bmc) & ws) | (ws & (~ws + 1u));
+        while (ends) {
+            unsigned e = (unsigned)__builtin_ctzll(ends);
+            ends &= ends - 1u;
+            bits_t below = ((bits_t)1 << e) - 1u, before = ws & below;
+            if (before) { /* the chunk after the whitespace before e */
+                unsigned q = 63u - (unsigned)__builtin_clzll(before);
+                bits_t c = below & ~(((bits_t)2 << q) - 1u);
+                if ((int)(e - q - 1u) >= bmc) blob_test(p->ukind, p->data, p->out, I + q + 1, I + e, POPC(dg & c), POPC(an & c));
+            } else if (I + (Py_ssize_t)e - p->start >= bmc) { /* the chunk from before this block */
+                uint64_t d = p->tot + POPC(dg & below) + ((uint64_t)POPC(an & below) << 32) - p->tot0;
+                blob_test(p->ukind, p->data, p->out, p->start, I + e, (int64_t)(uint32_t)d, (int64_t)(d >> 32));
+            }
+        }
+        unsigned last = 63u - (unsigned)__builtin_clzll(ws);
+        bits_t below = ((bits_t)1 << last) - 1u;
+        p->tot0 = p->tot + POPC(dg & below) + ((uint64_t)POPC(an & below) << 32);
+        p->start = I + (Py_ssize_t)last + 1;
+    }
+    p->tot += POPC(dg) + ((uint64_t)POPC(an) << 32);
+    kind_add(p, K_SPACE, sp);
+    kind_add(p, K_NEWLINE, nl);
+    kind_add(p, K_DIGIT, dg);
+    kind_add(p, K_LETTER, lt);
+    kind_add(p, K_PUNCT, pu);
+    for (unsigned t = j > 3u ? j - 3u : 0u; t < j; t++)
+        p->h = ((p->h << 2) | (unsigned)((sp >> t) & 1u) | (unsigned)((((sp | dg) >> t) & 1u) << 1)) & 63u;
+    unsigned t = j - 1u; /* the kind of the prefix's last character (one mask holds it) */
+    p->prev = (unsigned)(((sp >> t) & 1u) * (unsigned)K_SPACE + ((nl >> t) & 1u) * (unsigned)K_NEWLINE +
+                         ((dg >> t) & 1u) * (unsigned)K_DIGIT + ((lt >> t) & 1u) * (unsigned)K_LETTER +
+                         ((pu >> t) & 1u) * (unsigned)K_PUNCT);
+    return j;
 }
 #undef SET
 #undef LE8
 #undef EQ8
-static inline Masks16 masks16_ucs1(const Py_UCS1 *p) { return masks16_bytes(_mm_loadu_si128((const __m128i *)p)); }
-static inline Masks16 masks16_ucs2(const Py_UCS2 *p) {
-    /* to bytes: v + 0x7F80 saturating puts ASCII below 0x8000 and the rest at or above; flipping the
-       sign bit makes ASCII -128..-1 and the rest 0..0x7FFF, which the signed pack keeps or clamps to
-       127; flipping bit 7 restores ASCII */
-    const __m128i off = _mm_set1_epi16(0x7F80), sgn = _mm_set1_epi16((short)0x8000);
-    __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 8));
-    a = _mm_xor_si128(_mm_adds_epu16(a, off), sgn);
-    b = _mm_xor_si128(_mm_adds_epu16(b, off), sgn);
-    return masks16_bytes(_mm_xor_si128(_mm_packs_epi16(a, b), _mm_set1_epi8((char)0x80)));
-}
-static inline Masks16 masks16_ucs4(const Py_UCS4 *p) {
-    /* to bytes: v - 0x80 is -128..-1 for ASCII and >= 0 for the rest (any code point < 2^21); the two
-       signed packs keep the former and clamp the latter to 0..127; flipping bit 7 restores ASCII */
-    const __m128i o = _mm_set1_epi32(0x80);
-    __m128i v0 = _mm_sub_epi32(_mm_loadu_si128((const __m128i *)p), o);
-    __m128i v1 = _mm_sub_epi32(_mm_loadu_si128((const __m128i *)(p + 4)), o);
-    __m128i v2 = _mm_sub_epi32(_mm_loadu_si128((const __m128i *)(p + 8)), o);
-    __m128i v3 = _mm_sub_epi32(_mm_loadu_si128((const __m128i *)(p + 12)), o);
-    __m128i v = _mm_packs_epi16(_mm_packs_epi32(v0, v1), _mm_packs_epi32(v2, v3));
-    return masks16_bytes(_mm_xor_si128(v, _mm_set1_epi8((char)0x80)));
-}
-
-/* 64 characters: four 16-character quarters (bit t of each mask: character t) */
-#define Q(x) ((bits_t)q0.x | (bits_t)q1.x << 16 | (bits_t)q2.x << 32 | (bits_t)q3.x << 48)
-#define MASKS64(W, CHAR_T)                                                                         \
-    static inline Masks masks_##W(const CHAR_T *p) {                                               \
-        Masks16 q0 = masks16_##W(p), q1 = masks16_##W(p + 16), q2 = masks16_##W(p + 32), q3 = masks16_##W(p + 48); \
-        Masks m = {Q(ascii), Q(nl), Q(sp), Q(dig), Q(let)};                                       \
-        return m;                                                                                  \
-    }
-MASKS64(ucs1, Py_UCS1)
-MASKS64(ucs2, Py_UCS2)
-MASKS64(ucs4, Py_UCS4)
-#undef Q
-
-/* Count one kind's characters and run starts among the prefix (mask m) */
-#define POPC(x) ((unsigned)__builtin_popcountll(x))
-#define KIND_ADD(kind, m)                                                                          \
-    {                                                                                              \
-        unsigned rs_ = POPC((m) & ~(((m) << 1) | (bits_t)(prev == (unsigned)(kind))));            \
-        hist[0][kind] += POPC(m) | ((uint64_t)rs_ << 32);                                          \
-    }
-
-/* The pass on the characters from index I: counts the longest ASCII prefix (up to 64) and sets j
-   to its length (0..64). MASKS: masks_ucs1/2/4. */
-#define BLOCK_PREFIX(MASKS, I, j)                                                                  \
-    {                                                                                              \
-        Masks m_ = MASKS(s + (I));                                                                 \
-        bits_t bad = ~m_.ascii;                                                                    \
-        j = bad ? (unsigned)__builtin_ctzll(bad) : BLOCK_CHARS;                                    \
-        bits_t lim = j == BLOCK_CHARS ? ~(bits_t)0 : ((bits_t)1 << j) - 1u;                        \
-        bits_t ws = (m_.sp | m_.nl) & lim;                                                         \
-        if (j) {                                                                                   \
-            bits_t sp = m_.sp & lim, nl = m_.nl & lim, dg = m_.dig & lim, lt = m_.let & lim;      \
-            bits_t pu = lim & ~(sp | nl | dg | lt);                                                \
-            /* a gap token at t: t - 1 is a space, t - 2 is not, t is a space or a digit (the two  \
-               characters before the block from h) */                                              \
-            bits_t p1 = (sp << 1) | (h & 1u), p2 = (sp << 2) | ((h & 1u) << 1) | ((h >> 2) & 1u);  \
-            gaps += POPC(p1 & ~p2 & (sp | dg));                                                    \
-            bits_t an = dg | lt;                                                                   \
-            if (ws) { /* every whitespace that ends a long chunk: the blob test of the chunk */    \
-                bits_t y = ~ws; /* y: bit t when t .. t + have - 1 are not whitespace */           \
-                for (int have = 1; have < blob_min_chars;) {                                       \
-                    int sh = have < blob_min_chars - have ? have : blob_min_chars - have;         \
-                    y &= y >> sh;                                                                  \
-                    have += sh;                                                                    \
-                }                                                                                  \
-                bits_t ends = (y << blob_min_chars) & ws; /* whitespace after a long chunk */      \
-                unsigned w0 = (unsigned)__builtin_ctzll(ws);                                       \
-                if ((I) + (Py_ssize_t)w0 - start >= blob_min_chars) { /* a chunk from before */    \
-                    bits_t b_ = ((bits_t)1 << w0) - 1u;                                            \
-                    uint64_t d = tot + POPC(dg & b_) + ((uint64_t)POPC(an & b_) << 32) - tot0;     \
-                    blob_test(ukind, data, start, (I) + w0, (int64_t)(uint32_t)d, (int64_t)(d >> 32), out); \
-                    ends &= ~((bits_t)1 << w0);                                                    \
-                }                                                                                  \
-                while (ends) {                                                                     \
-                    unsigned p_ = (unsigned)__builtin_ctzll(ends);                                 \
-                    ends &= ends - 1u;                                                             \
-                    bits_t r_ = ws & (((bits_t)1 << p_) - 1u); /* the whitespace before p_ */      \
-                    unsigned q_ = 63u - (unsigned)__builtin_clzll(r_);                             \
-                    r_ = (((bits_t)1 << p_) - 1u) & ~(((bits_t)2 << q_) - 1u); /* the chunk */     \
-                    blob_test(ukind, data, (I) + q_ + 1, (I) + p_, POPC(dg & r_), POPC(an & r_), out); \
-                }                                                                                  \
-                unsigned last = 63u - (unsigned)__builtin_clzll(ws);                               \
-                bits_t below = ((bits_t)1 << last) - 1u;                                           \
-                tot0 = tot + POPC(dg & below) + ((uint64_t)POPC(an & below) << 32);                \
-                start = (I) + (Py_ssize_t)last + 1;                                                \
-            }                                                                                      \
-            tot += POPC(dg) + ((uint64_t)POPC(an) << 32);                                          \
-            KIND_ADD(K_SPACE, sp)                                                                  \
-            KIND_ADD(K_NEWLINE, nl)                                                                \
-            KIND_ADD(K_DIGIT, dg)                                                                  \
-            KIND_ADD(K_LETTER, lt)                                                                 \
-            KIND_ADD(K_PUNCT, pu)                                                                  \
-            for (unsigned t = j > 3u ? j - 3u : 0u; t < j; t++)                                    \
-                h = ((h << 2) | (unsigned)((sp >> t) & 1u) | (unsigned)((((sp | dg) >> t) & 1u) << 1)) & 63u; \
-            unsigned t1_ = j - 1u; /* the kind of the prefix's last character (one mask holds it) */\
-            prev = (unsigned)(((sp >> t1_) & 1u) * (unsigned)K_SPACE + ((nl >> t1_) & 1u) * (unsigned)K_NEWLINE +\
-                              ((dg >> t1_) & 1u) * (unsigned)K_DIGIT + ((lt >> t1_) & 1u) * (unsigned)K_LETTER +\
-                              ((pu >> t1_) & 1u) * (unsigned)K_PUNCT);                             \
-        }                                                                                          \
-    }
-#else
-#define BLOCK_PREFIX(MASKS, I, j) j = 0;
+#undef BITS
 #endif
 
-#define SCAN_BODY(CHAR_T, KIND, MASKS)                                                             \
-    {                                                                                              \
-        const CHAR_T *s = (const CHAR_T *)data;                                                    \
-        unsigned prev = MAX_KINDS, h = 0;                                                          \
-        Py_ssize_t start = 0, i = 0;  /* the current chunk starts at start */                      \
-        uint64_t tot = 0, tot0 = 0;   /* packed digit and letter+digit totals: now, at start */    \
-        if (BLOCKS && blocks_on) {                                                                 \
-            Py_ssize_t backoff = 16;                                                               \
-            while (i + (Py_ssize_t)BLOCK_CHARS <= n) {                                             \
-                unsigned j;                                                                        \
-                BLOCK_PREFIX(MASKS, i, j)                                                          \
-                i += j;                                                                            \
-                if (j == BLOCK_CHARS) {                                                            \
-                    backoff = 16;                                                                  \
-                    continue;                                                                      \
-                }                                                                                  \
-                if (j >= JUMP_MIN) { /* one character for the scalar step, then try again */       \
-                    STEP(KIND, 0, i)                                                               \
-                    i++;                                                                           \
-                    continue;                                                                      \
-                }                                                                                  \
-                /* dense non-ASCII text: scalar steps, longer after each failure in a row (16 .. 64) */ \
-                Py_ssize_t e4 = i + backoff <= n ? i + backoff : i + ((n - i) & ~(Py_ssize_t)(LANES - 1)); \
-                for (; i < e4; i += LANES) {                                                       \
-                    STEP(KIND, 0, i)                                                               \
-                    STEP(KIND, 1, i + 1)                                                           \
-                    STEP(KIND, 2, i + 2)                                                           \
-                    STEP(KIND, 3, i + 3)                                                           \
-                }                                                                                  \
-                backoff = backoff < BACKOFF_MAX ? 2 * backoff : BACKOFF_MAX;                       \
-            }                                                                                      \
-        }                                                                                          \
-        for (; i + LANES <= n; i += LANES) {                                                       \
-            STEP(KIND, 0, i)                                                                       \
-            STEP(KIND, 1, i + 1)                                                                   \
-            STEP(KIND, 2, i + 2)                                                                   \
-            STEP(KIND, 3, i + 3)                                                                   \
-        }                                                                                          \
-        for (; i < n; i++) STEP(KIND, 0, i)                                                        \
-        if (n - start >= blob_min_chars) {                                                         \
-            uint64_t d = tot - tot0;                                                               \
-            blob_test(ukind, data, start, n, (int64_t)(uint32_t)d, (int64_t)(d >> 32), out);       \
-        }                                                                                          \
+/* The pass over a text of width w: 64-character blocks while they hold ASCII (a block that stops
+   early hands one character to the scalar step; dense non-ASCII text takes 16 .. 64 scalar steps,
+   longer after each failure in a row), then scalar steps to the end. */
+INLINE void scan_width(Pass *p, int w, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+#if BLOCKS
+    Py_ssize_t backoff = 16;
+    while (blocks_on && i + 64 <= n) {
+        unsigned j = block(p, w, i);
+        i += j;
+        if (j == 64u) {
+            backoff = 16;
+        } else if (j >= 2u) {
+            steps(p, w, i, i + 1);
+            i++;
+        } else {
+            Py_ssize_t e = i + backoff < n ? i + backoff : n;
+            steps(p, w, i, e);
+            i = e;
+            backoff = backoff < 64 ? 2 * backoff : 64;
+        }
     }
-
-/* The whole pass; defined twice: for the baseline ISA, and with the POPCNT instruction (every x86-64
-   CPU since 2008; without it the masks are counted by library calls), chosen at configure() by what
-   the CPU reports. */
-#define SCAN_DEF(NAME, ATTR)                                                                       \
-    static ATTR void NAME(PyObject *text, Counts *out) {                                           \
-    Py_ssize_t n = PyUnicode_GET_LENGTH(text);                                                     \
-    int ukind = PyUnicode_KIND(text);                                                              \
-    const void *data = PyUnicode_DATA(text);                                                       \
-    uint64_t hist[LANES][MAX_KINDS]; /* per kind: characters (low 32 bits), runs (high 32); n < 2^32 */\
-    int64_t gaps = 0;                                                                              \
-    memset(out, 0, sizeof(*out));                                                                  \
-    memset(hist, 0, sizeof(hist));                                                                 \
-    switch (ukind) {                                                                               \
-    case PyUnicode_1BYTE_KIND:                                                                     \
-        SCAN_BODY(Py_UCS1, KIND_NARROW, masks_ucs1)                                                \
-        break;                                                                                     \
-    case PyUnicode_2BYTE_KIND:                                                                     \
-        SCAN_BODY(Py_UCS2, KIND_NARROW, masks_ucs2)                                                \
-        break;                                                                                     \
-    default:                                                                                       \
-        SCAN_BODY(Py_UCS4, KIND_WIDE, masks_ucs4)                                                  \
-        break;                                                                                     \
-    }                                                                                              \
-    /* blob_test subtracted from out->runs / out->chars; add the histograms */                     \
-    for (int k = 0; k < n_kinds; k++) {                                                            \
-        for (int l = 0; l < LANES; l++) {                                                          \
-            out->chars[k] += (int64_t)(hist[l][k] & 0xFFFFFFFFu);                                  \
-            out->runs[k] += (int64_t)(hist[l][k] >> 32);                                           \
-        }                                                                                          \
-    }                                                                                              \
-    out->gaps = gaps;                                                                              \
-    }
-
-#if BLOCKS && defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(RUNSCAN_NO_POPCNT)
-#define HAVE_POPCNT_VARIANT 1
-SCAN_DEF(scan_popcnt, __attribute__((target("popcnt"))))
-#else
-#define HAVE_POPCNT_VARIANT 0
 #endif
-SCAN_DEF(scan_base, )
-static void (*scan)(PyObject *, Counts *) = scan_base;
+    steps(p, w, i, n);
+    if (n - p->start >= blob_min_chars) {
+        uint64_t d = p->tot - p->tot0;
+        blob_test(p->ukind, p->data, p->out, p->start, n, (int64_t)(uint32_t)d, (int64_t)(d >> 32));
+    }
+}
+
+static SCAN_ATTR void scan(PyObject *text, Counts *out) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    uint64_t hist[LANES][MAX_KINDS];
+    memset(hist, 0, sizeof(hist));
+    memset(out, 0, sizeof(*out));
+    Pass p = {.ukind = PyUnicode_KIND(text), .data = PyUnicode_DATA(text), .out = out, .hist = hist, .prev = MAX_KINDS};
+    if (p.ukind == PyUnicode_1BYTE_KIND) scan_width(&p, PyUnicode_1BYTE_KIND, n);
+    else if (p.ukind == PyUnicode_2BYTE_KIND) scan_width(&p, PyUnicode_2BYTE_KIND, n);
+    else scan_width(&p, PyUnicode_4BYTE_KIND, n);
+    for (int k = 0; k < n_kinds; k++) { /* blob_test subtracted from out; add the histogram */
+        for (int l = 0; l < LANES; l++) {
+            out->chars[k] += (int64_t)(hist[l][k] & 0xFFFFFFFFu);
+            out->runs[k] += (int64_t)(hist[l][k] >> 32);
+        }
+    }
+    out->gaps = p.gaps;
+}
 
 static PyObject *configure_error(Py_buffer *tbl, const char *msg) {
     PyBuffer_Release(tbl);
@@ -403,23 +349,16 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
     kinfo[K_DIGIT].flags = F_SOD;
     kinfo[K_DIGIT].inc = 1u | ((uint64_t)1 << 32);
     kinfo[K_LETTER].inc = (uint64_t)1 << 32;
-    blocks_on = 1; /* the masks of the 64-character pass are these ASCII kinds */
+    blocks_on = 1; /* the ASCII layout the 64-character classification computes */
     for (unsigned c = 0; c < 0x80u; c++) {
-        int want = c == '\n' || c == '\r'                            ? K_NEWLINE
-                   : c <= 0x20u || c == 0x7Fu                          ? K_SPACE
-                   : c - '0' < 10u                                     ? K_DIGIT
-                   : (c | 0x20u) - 'a' < 26u                           ? K_LETTER
-                                                                       : K_PUNCT;
-        if (table[c] != (unsigned char)want) blocks_on = 0;
+        int want = c == '\n' || c == '\r'     ? K_NEWLINE
+                   : c <= 0x20u || c == 0x7Fu ? K_SPACE
+                   : c - '0' < 10u            ? K_DIGIT
+                   : (c | 0x20u) - 'a' < 26u  ? K_LETTER
+                                              : K_PUNCT;
+        blocks_on &= table[c] == (unsigned char)want;
     }
-#if HAVE_POPCNT_VARIANT
-    __builtin_cpu_init();
-    scan = __builtin_cpu_supports("popcnt") ? scan_popcnt : scan_base;
-#endif
-    for (unsigned hh = 0; hh < 64; hh++) {
-        unsigned newest_sod = (hh >> 1) & 1u, mid_space = (hh >> 2) & 1u, oldest_space = (hh >> 4) & 1u;
-        gap_lut[hh] = (unsigned char)(mid_space & ~oldest_space & newest_sod & 1u);
-    }
+    for (unsigned h = 0; h < 64; h++) gap_lut[h] = (h >> 2) & ~(h >> 4) & (h >> 1) & 1u;
     n_kinds = nk;
     configured = 1;
     Py_RETURN_NONE;
@@ -623,8 +562,8 @@ static PyObject *py_configure_words(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* Which pass count_runs runs: "sse2+popcnt", "sse2" (the 64-character pass, with POPCNT or
-   without) or "scalar" (no SSE2, or another ASCII layout than run_rules.py's). */
+/* Which pass count_runs runs: "sse2+popcnt", "sse2" (the 64-character classification, with POPCNT
+   or without) or "scalar" (no SSE2, or another ASCII layout than run_rules.py's). */
 static PyObject *py_fast_path(PyObject *self, PyObject *unused) {
     (void)self;
     (void)unused;
@@ -633,8 +572,8 @@ static PyObject *py_fast_path(PyObject *self, PyObject *unused) {
         return NULL;
     }
     if (!BLOCKS || !blocks_on) return PyUnicode_FromString("scalar");
-#if HAVE_POPCNT_VARIANT
-    if (scan == scan_popcnt) return PyUnicode_FromString("sse2+popcnt");
+#if POPCNT_CLONE
+    if (__builtin_cpu_supports("popcnt")) return PyUnicode_FromString("sse2+popcnt");
 #endif
     return PyUnicode_FromString("sse2");
 }
