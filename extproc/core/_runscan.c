@@ -1,36 +1,27 @@
-/* One pass over a Python string's own storage: the run and character counts of extproc.core.runs.
-
-   count_runs() computes, in one C loop over the str's 1-, 2- or 4-byte characters (PyUnicode_KIND),
-   what runs.count_runs_numpy() computes by numpy passes and the test oracle (tests/core/runs_oracle.py)
-   by plain Python: per run kind its maximal runs and characters (kinds from the table runs.py builds
-   from run_rules.py, configure()); blobs (a chunk between two whitespace runs that passes the blob test
-   of run_rules.py moves its runs and characters to the blob kind, as one run); gaps (space runs of >= 2
-   characters, and single-space runs followed by a digit run). No rule is written here.
-   utf8_length() gives chat_messages.py the UTF-8 bytes of a text, window_words() gives run_languages.py
+/* One pass over a Python string's own storage (its 1-, 2- or 4-byte characters, PyUnicode_KIND): the
+   run and character counts of extproc.core.runs, equal to runs.count_runs_numpy() and to the plain
+   Python oracle tests/core/runs_oracle.py (tests/core/test_runscan.py): per run kind its maximal runs
+   and characters, blobs (a chunk between whitespace that passes the blob test moves to the blob kind,
+   as one run) and gaps (space runs of >= 2 characters, or of 1 before a digit run). Every rule comes
+   from run_rules.py through configure(); none is written here. window_words() gives run_languages.py
    the word counts of a text's first characters.
-
    Kept is what buys about 5 % or more of the router's CPU per request on the benchmark bodies
    (docs/performance.md, "Run counter"; benchmarks/runscan_paths.py): the scalar pass, the SSE2
-   classification of 64 ASCII characters at a time (built twice, with and without the POPCNT
-   instruction, picked at load by the CPU; -DRUNSCAN_NO_POPCNT builds one), the UTF-8 length and the
-   word counts. Equality with the numpy path and the oracle: tests/core/test_runscan.py. */
+   classification of 64 ASCII characters at a time (built with and without POPCNT, picked by the CPU;
+   -DRUNSCAN_NO_POPCNT builds one) and the word counts. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
-#if defined(__SSE2__)
+#if defined(__SSE2__) /* the 64-character classification below (SSE2: every x86-64) */
 #include <emmintrin.h>
-#define BLOCKS 1 /* the 64-character classification below (SSE2: every x86-64) */
+#define BLOCKS 1
 #else
 #define BLOCKS 0
 #endif
 #if BLOCKS && defined(__GNUC__) && defined(__x86_64__) && !defined(RUNSCAN_NO_POPCNT)
-#define POPCNT_CLONE 1
-#define SCAN_ATTR __attribute__((target_clones("popcnt", "default")))
-#else
-#define POPCNT_CLONE 0
-#define SCAN_ATTR
+#define POPCNT_CLONE 1 /* scan() built twice, with POPCNT and without, picked by the CPU at load */
 #endif
 #define INLINE static inline __attribute__((always_inline))
 #define POPC(x) ((unsigned)__builtin_popcountll(x))
@@ -39,8 +30,7 @@
 
 static unsigned char table[0x10000];
 static int blocks_on; /* the ASCII kinds are those the 64-character classification computes */
-static int configured = 0;
-static int n_kinds = 0;
+static int configured = 0, n_kinds = 0;
 static int K_LETTER, K_DIGIT, K_PUNCT, K_SPACE, K_NEWLINE, K_BLOB, K_EMOJI, K_HAN, K_OTHER;
 /* Beyond U+FFFF (run_rules.EMOJI_ASTRAL, HAN_ASTRAL): emoji in [lo, hi), Han in [lo, hi], else other. */
 static unsigned int EMOJI_LO, EMOJI_HI, HAN_EXT_LO, HAN_EXT_HI;
@@ -72,9 +62,8 @@ typedef struct {
     int ukind;
     const void *data;
     Counts *out;                 /* blob_test moves runs and characters here */
-    uint64_t (*hist)[MAX_KINDS]; /* [LANES][MAX_KINDS]: per kind: characters (low 32 bits), runs (high 32); n < 2^32; in
-                                        LANES interleaved copies, so that a kind repeated does not wait
-                                        on its own store */
+    uint64_t (*hist)[MAX_KINDS]; /* [LANES][kind]: characters (low 32 bits), runs (high 32), n < 2^32; in
+                                    LANES copies, so that a kind repeated does not wait on its own store */
     int64_t gaps;
     unsigned prev, h;            /* the last character's kind; the space / space-or-digit flags of the
                                     last three (two bits each, the newest lowest) */
@@ -91,11 +80,11 @@ INLINE unsigned kind_of(Py_UCS4 c) {
 }
 
 /* The blob test of run_rules.py on the chunk [start, end) (no whitespace inside, at least
-   blob_min_chars characters; digits: its digits, alnum: its ASCII letters and digits); a blob's
-   runs and characters are re-counted and moved to the blob kind. */
+   blob_min_chars characters; d: its digits and ASCII letters + digits, packed as kinfo's inc); a
+   blob's runs and characters are re-counted and moved to the blob kind. */
 static __attribute__((noinline)) void blob_test(int ukind, const void *data, Counts *out, Py_ssize_t start,
-                                                Py_ssize_t end, int64_t digits, int64_t alnum) {
-    int64_t len = (int64_t)(end - start);
+                                                Py_ssize_t end, uint64_t d) {
+    int64_t len = (int64_t)(end - start), digits = (int64_t)(uint32_t)d, alnum = (int64_t)(d >> 32);
     if (digits < blob_min_digits || !((double)alnum >= blob_alnum_share * (double)len)) return;
     if ((double)digits < blob_digit_share * (double)alnum) { /* word-like unless mixed case */
         int64_t letters = alnum - digits, upper = 0;
@@ -124,10 +113,7 @@ INLINE void step(Pass *p, unsigned k, Py_ssize_t i, int lane) {
     p->h = h = ((p->h << 2) | ((f >> 1) & 3u)) & 63u;
     p->gaps += gap_lut[h];
     p->tot += kinfo[k].inc;
-    if ((f & F_WS) && i - p->start >= blob_min_chars) {
-        uint64_t d = p->tot - p->tot0;
-        blob_test(p->ukind, p->data, p->out, p->start, i, (int64_t)(uint32_t)d, (int64_t)(d >> 32));
-    }
+    if ((f & F_WS) && i - p->start >= blob_min_chars) blob_test(p->ukind, p->data, p->out, p->start, i, p->tot - p->tot0);
     p->start = (f & F_WS) ? i + 1 : p->start;
     p->tot0 = (f & F_WS) ? p->tot : p->tot0;
     p->prev = k;
@@ -217,6 +203,7 @@ INLINE unsigned block(Pass *p, int w, Py_ssize_t I) {
     /* a gap at t: t - 1 is a space, t - 2 is not, t is a space or a digit (the two before from h) */
     bits_t p1 = (sp << 1) | (p->h & 1u), p2 = (sp << 2) | ((p->h & 1u) << 1) | ((p->h >> 2) & 1u);
     p->gaps += POPC(p1 & ~p2 & (sp | dg));
+#define PACKED(m) (POPC(dg & (m)) + ((uint64_t)POPC(an & (m)) << 32)) /* as kinfo's inc, of the bits m */
     if (ws) { /* the chunks that end at whitespace here and are long: the blob test */
         int bmc = blob_min_chars;
         bits_t y = ~ws; /* y: bit t when t .. t + have - 1 are not whitespace */
@@ -230,22 +217,21 @@ INLINE unsigned block(Pass *p, int w, Py_ssize_t I) {
         while (ends) {
             unsigned e = (unsigned)__builtin_ctzll(ends);
             ends &= ends - 1u;
-            bits_t below = ((bits_t)1 << e) - 1u, before = ws & below;
-            if (before) { /* the chunk after the whitespace before e */
+            bits_t before = ws & (((bits_t)1 << e) - 1u);
+            Py_ssize_t s = p->start; /* the chunk starts before this block, or after the whitespace before e */
+            uint64_t base = p->tot0;
+            if (before) {
                 unsigned q = 63u - (unsigned)__builtin_clzll(before);
-                bits_t c = below & ~(((bits_t)2 << q) - 1u);
-                if ((int)(e - q - 1u) >= bmc) blob_test(p->ukind, p->data, p->out, I + q + 1, I + e, POPC(dg & c), POPC(an & c));
-            } else if (I + (Py_ssize_t)e - p->start >= bmc) { /* the chunk from before this block */
-                uint64_t d = p->tot + POPC(dg & below) + ((uint64_t)POPC(an & below) << 32) - p->tot0;
-                blob_test(p->ukind, p->data, p->out, p->start, I + e, (int64_t)(uint32_t)d, (int64_t)(d >> 32));
+                s = I + q + 1;
+                base = p->tot + PACKED(((bits_t)2 << q) - 1u);
             }
+            if (I + (Py_ssize_t)e - s >= bmc) blob_test(p->ukind, p->data, p->out, s, I + e, p->tot + PACKED(((bits_t)1 << e) - 1u) - base);
         }
         unsigned last = 63u - (unsigned)__builtin_clzll(ws);
-        bits_t below = ((bits_t)1 << last) - 1u;
-        p->tot0 = p->tot + POPC(dg & below) + ((uint64_t)POPC(an & below) << 32);
+        p->tot0 = p->tot + PACKED(((bits_t)1 << last) - 1u);
         p->start = I + (Py_ssize_t)last + 1;
     }
-    p->tot += POPC(dg) + ((uint64_t)POPC(an) << 32);
+    p->tot += PACKED(~(bits_t)0);
     kind_add(p, K_SPACE, sp);
     kind_add(p, K_NEWLINE, nl);
     kind_add(p, K_DIGIT, dg);
@@ -259,10 +245,6 @@ INLINE unsigned block(Pass *p, int w, Py_ssize_t I) {
                          ((pu >> t) & 1u) * (unsigned)K_PUNCT);
     return j;
 }
-#undef SET
-#undef LE8
-#undef EQ8
-#undef BITS
 #endif
 
 /* The pass over a text of width w: 64-character blocks while they hold ASCII (a block that stops
@@ -289,13 +271,13 @@ INLINE void scan_width(Pass *p, int w, Py_ssize_t n) {
     }
 #endif
     steps(p, w, i, n);
-    if (n - p->start >= blob_min_chars) {
-        uint64_t d = p->tot - p->tot0;
-        blob_test(p->ukind, p->data, p->out, p->start, n, (int64_t)(uint32_t)d, (int64_t)(d >> 32));
-    }
+    if (n - p->start >= blob_min_chars) blob_test(p->ukind, p->data, p->out, p->start, n, p->tot - p->tot0);
 }
 
-static SCAN_ATTR void scan(PyObject *text, Counts *out) {
+#ifdef POPCNT_CLONE
+__attribute__((target_clones("popcnt", "default")))
+#endif
+static void scan(PyObject *text, Counts *out) {
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
     uint64_t hist[LANES][MAX_KINDS];
     memset(hist, 0, sizeof(hist));
@@ -313,12 +295,6 @@ static SCAN_ATTR void scan(PyObject *text, Counts *out) {
     out->gaps = p.gaps;
 }
 
-static PyObject *configure_error(Py_buffer *tbl, const char *msg) {
-    PyBuffer_Release(tbl);
-    PyErr_SetString(PyExc_ValueError, msg);
-    return NULL;
-}
-
 static PyObject *py_configure(PyObject *self, PyObject *args) {
     Py_buffer tbl;
     int nk;
@@ -329,20 +305,18 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
                           &blob_case_share))
         return NULL;
     configured = 0;
-    if (tbl.len != 0x10000 || nk <= 0 || nk > MAX_KINDS)
-        return configure_error(&tbl, "configure: a 65,536-byte table and 1..64 kinds");
-    if (blob_min_chars < 2 || blob_min_chars > 63)
-        return configure_error(&tbl, "configure: a blob of 2..63 characters at least");
     const unsigned char *t = (const unsigned char *)tbl.buf;
-    for (Py_ssize_t i = 0; i < 0x10000; i++) {
-        if (t[i] >= nk) return configure_error(&tbl, "configure: table entry out of range");
-    }
     int codes[] = {K_LETTER, K_DIGIT, K_PUNCT, K_SPACE, K_NEWLINE, K_BLOB, K_EMOJI, K_HAN, K_OTHER};
-    for (size_t j = 0; j < sizeof(codes) / sizeof(codes[0]); j++) {
-        if (codes[j] < 0 || codes[j] >= nk) return configure_error(&tbl, "configure: kind code out of range");
-    }
-    memcpy(table, t, 0x10000);
+    int bad = tbl.len != 0x10000 || nk <= 0 || nk > MAX_KINDS || blob_min_chars < 2 || blob_min_chars > 63;
+    for (size_t j = 0; j < sizeof(codes) / sizeof(codes[0]); j++) bad |= codes[j] < 0 || codes[j] >= nk;
+    for (Py_ssize_t i = 0; !bad && i < 0x10000; i++) bad |= t[i] >= nk;
+    if (!bad) memcpy(table, t, 0x10000);
     PyBuffer_Release(&tbl);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "configure: a 65,536-byte table of kinds < n_kinds (1..64), kind codes "
+                                          "< n_kinds, a blob of 2..63 characters at least");
+        return NULL;
+    }
     memset(kinfo, 0, sizeof(kinfo));
     kinfo[K_SPACE].flags = F_WS | F_SPACE | F_SOD;
     kinfo[K_NEWLINE].flags = F_WS;
@@ -361,7 +335,13 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
     for (unsigned h = 0; h < 64; h++) gap_lut[h] = (h >> 2) & ~(h >> 4) & (h >> 1) & 1u;
     n_kinds = nk;
     configured = 1;
-    Py_RETURN_NONE;
+    /* the pass count_runs runs: the 64-character classification with POPCNT or without, or scalar
+       steps only (no SSE2, or another ASCII layout than run_rules.py's) */
+    if (!BLOCKS || !blocks_on) return PyUnicode_FromString("scalar");
+#ifdef POPCNT_CLONE
+    if (__builtin_cpu_supports("popcnt")) return PyUnicode_FromString("sse2+popcnt");
+#endif
+    return PyUnicode_FromString("sse2");
 }
 
 static PyObject *py_count_runs(PyObject *self, PyObject *arg) {
@@ -390,74 +370,35 @@ static PyObject *py_count_runs(PyObject *self, PyObject *arg) {
     return out;
 }
 
-/* UTF-8 bytes of a str (a lone surrogate counts 3, as surrogatepass encodes it): one byte per
-   character, plus one per character at or above U+0080, U+0800 and U+10000 each. Plain loops with
-   32-bit counts per 2^20 characters, which the compiler vectorises. */
-static PyObject *py_utf8_length(PyObject *self, PyObject *arg) {
-    (void)self;
-    if (!PyUnicode_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "utf8_length: a str");
-        return NULL;
-    }
-    Py_ssize_t n = PyUnicode_GET_LENGTH(arg);
-    int ukind = PyUnicode_KIND(arg);
-    const void *data = PyUnicode_DATA(arg);
-    int64_t total = (int64_t)n;
-    for (Py_ssize_t b = 0; b < n; b += (Py_ssize_t)1 << 20) {
-        Py_ssize_t e = n - b < ((Py_ssize_t)1 << 20) ? n : b + ((Py_ssize_t)1 << 20);
-        uint32_t extra = 0;
-        if (ukind == PyUnicode_1BYTE_KIND) {
-            const Py_UCS1 *s = (const Py_UCS1 *)data;
-            for (Py_ssize_t i = b; i < e; i++) extra += s[i] >> 7;
-        } else if (ukind == PyUnicode_2BYTE_KIND) {
-            const Py_UCS2 *s = (const Py_UCS2 *)data;
-            for (Py_ssize_t i = b; i < e; i++) extra += (uint32_t)(s[i] >= 0x80) + (uint32_t)(s[i] >= 0x800);
-        } else {
-            const Py_UCS4 *s = (const Py_UCS4 *)data;
-            for (Py_ssize_t i = b; i < e; i++)
-                extra += (uint32_t)(s[i] >= 0x80) + (uint32_t)(s[i] >= 0x800) + (uint32_t)(s[i] >= 0x10000);
-        }
-        total += extra;
-    }
-    return PyLong_FromLongLong((long long)total);
-}
-
 /* ---- run_languages.window_words: the word counts of a text's first characters (the Python code
    there is the reference these equal, tests/core/test_runscan.py). ---- */
 
 #define WORD_SETS 4
-#define MAX_WORDS 128
 #define MAX_WORD_LEN 16
-#define WORD_BUCKETS 256
+#define WORD_SLOTS 512 /* open addressing, at most half full */
 typedef struct {
-    int n, max_len;
-    int len[MAX_WORDS];
-    Py_UCS4 ch[MAX_WORDS][MAX_WORD_LEN];
-    int head[WORD_BUCKETS]; /* first word of each hash bucket, -1 when none */
-    int next[MAX_WORDS];    /* the next word of the same bucket, -1 at the end */
-} WordSet;
-static WordSet word_sets[WORD_SETS];
-static int n_word_sets = 0;  /* the highest configured set id + 1 */
-static int max_word_len = 0; /* over all sets configured (a bound: a set configured again keeps it) */
+    int len;       /* 0: an empty slot */
+    unsigned sets; /* bit s: a word of set s */
+    Py_UCS4 ch[MAX_WORD_LEN];
+} Word;
+static Word words[WORD_SLOTS];
+static int n_words = 0, n_word_sets = 0; /* the highest configured set id + 1 */
+static Py_ssize_t max_word_len = 0;
 
-static inline unsigned word_hash(const Py_UCS4 *w, Py_ssize_t len) {
-    unsigned hsh = (unsigned)len * 2654435761u;
-    for (Py_ssize_t t = 0; t < len; t++) hsh = (hsh ^ (unsigned)w[t]) * 16777619u;
-    return (hsh >> 8) & (WORD_BUCKETS - 1);
-}
-
-/* Whether the lower-cased token tok[0..len) is a word of ws. */
-static inline int in_set(const WordSet *ws, const Py_UCS4 *tok, Py_ssize_t len) {
-    for (int w = ws->head[word_hash(tok, len)]; w >= 0; w = ws->next[w]) {
-        if (ws->len[w] == len && memcmp(ws->ch[w], tok, sizeof(Py_UCS4) * (size_t)len) == 0) return 1;
+/* The slot of w[0..len): the word's, or the empty one where it would go. */
+static Word *word_slot(const Py_UCS4 *w, Py_ssize_t len) {
+    unsigned h = (unsigned)len * 2654435761u;
+    for (Py_ssize_t t = 0; t < len; t++) h = (h ^ (unsigned)w[t]) * 16777619u;
+    for (h = (h >> 8) & (WORD_SLOTS - 1);; h = (h + 1) & (WORD_SLOTS - 1)) {
+        Word *e = &words[h];
+        if (!e->len || (e->len == len && !memcmp(e->ch, w, sizeof(Py_UCS4) * (size_t)len))) return e;
     }
-    return 0;
 }
 
 typedef struct {
     long counts[WORD_SETS];
-    Py_ssize_t last_tok[WORD_SETS], last_len[WORD_SETS]; /* the set's last counted token and its length */
-    Py_UCS4 last[WORD_SETS][MAX_WORD_LEN];
+    Py_ssize_t last_tok[WORD_SETS]; /* the index of the set's last counted token */
+    const Word *last[WORD_SETS];    /* and its word */
 } WordCounts;
 
 /* The token [b, b + len) (token index `token`, between two spaces): lower-cased, and counted for
@@ -472,15 +413,12 @@ static void count_token(int ukind, const void *data, Py_ssize_t b, Py_ssize_t le
         if (c == 0x130 || c == 0x3A3) return;
         tok[t] = c < 0x80 ? (c - 'A' < 26u ? c + 32u : c) : Py_UNICODE_TOLOWER(c);
     }
+    const Word *e = word_slot(tok, len);
     for (int set = 0; set < n_word_sets; set++) {
-        if (len > word_sets[set].max_len || !in_set(&word_sets[set], tok, len)) continue;
-        if (token == wc->last_tok[set] + 1 && wc->last_len[set] == len &&
-            memcmp(wc->last[set], tok, sizeof(Py_UCS4) * (size_t)len) == 0)
-            continue;
+        if (!((e->sets >> set) & 1u) || (token == wc->last_tok[set] + 1 && wc->last[set] == e)) continue;
         wc->counts[set]++;
         wc->last_tok[set] = token;
-        wc->last_len[set] = len;
-        memcpy(wc->last[set], tok, sizeof(Py_UCS4) * (size_t)len);
+        wc->last[set] = e;
     }
 }
 
@@ -509,91 +447,61 @@ static PyObject *py_window_words(PyObject *self, PyObject *args) {
         spaces++;
     }
     PyObject *out = PyTuple_New(1 + n_word_sets);
-    if (out == NULL) return NULL;
-    for (int t = 0; t <= n_word_sets; t++) {
+    for (int t = 0; out != NULL && t <= n_word_sets; t++) {
         PyObject *v = PyLong_FromLong(t == 0 ? spaces : wc.counts[t - 1]);
-        if (v == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(out, t, v);
+        if (v == NULL) Py_CLEAR(out);
+        else PyTuple_SET_ITEM(out, t, v);
     }
     return out;
 }
 
 static PyObject *py_configure_words(PyObject *self, PyObject *args) {
     int set_id;
-    PyObject *words;
+    PyObject *ws;
     (void)self;
-    if (!PyArg_ParseTuple(args, "iO!", &set_id, &PyTuple_Type, &words)) return NULL;
-    Py_ssize_t nw = PyTuple_GET_SIZE(words);
-    if (set_id < 0 || set_id >= WORD_SETS || nw > MAX_WORDS) {
-        PyErr_SetString(PyExc_ValueError, "configure_words: set 0..3 of at most 128 words");
+    if (!PyArg_ParseTuple(args, "iO!", &set_id, &PyTuple_Type, &ws)) return NULL;
+    if (set_id < 0 || set_id >= WORD_SETS || n_words + PyTuple_GET_SIZE(ws) > WORD_SLOTS / 2) {
+        PyErr_SetString(PyExc_ValueError, "configure_words: set 0..3, at most 256 words in all");
         return NULL;
     }
-    WordSet ws;
-    memset(&ws, 0, sizeof(ws));
-    for (Py_ssize_t w = 0; w < nw; w++) {
-        PyObject *word = PyTuple_GET_ITEM(words, w);
-        if (!PyUnicode_Check(word) || PyUnicode_GET_LENGTH(word) < 1 || PyUnicode_GET_LENGTH(word) > MAX_WORD_LEN) {
-            PyErr_SetString(PyExc_ValueError, "configure_words: words of 1..16 characters");
+    for (int i = 0; i < WORD_SLOTS; i++) words[i].sets &= ~(1u << set_id); /* the set holds these words only */
+    for (Py_ssize_t w = 0; w < PyTuple_GET_SIZE(ws); w++) {
+        PyObject *word = PyTuple_GET_ITEM(ws, w);
+        Py_UCS4 ch[MAX_WORD_LEN];
+        Py_ssize_t len = PyUnicode_Check(word) ? PyUnicode_GET_LENGTH(word) : 0;
+        for (Py_ssize_t t = 0; t < len && t < MAX_WORD_LEN; t++) ch[t] = PyUnicode_READ_CHAR(word, t);
+        if (len < 1 || len > MAX_WORD_LEN || PyUnicode_FindChar(word, ' ', 0, len, 1) != -1) {
+            for (int i = 0; i < WORD_SLOTS; i++) words[i].sets &= ~(1u << set_id); /* left empty */
+            PyErr_SetString(PyExc_ValueError, "configure_words: words of 1..16 characters without spaces");
             return NULL;
         }
-        ws.len[w] = (int)PyUnicode_GET_LENGTH(word);
-        for (Py_ssize_t t = 0; t < ws.len[w]; t++) {
-            ws.ch[w][t] = PyUnicode_READ_CHAR(word, t);
-            if (ws.ch[w][t] == ' ') {
-                PyErr_SetString(PyExc_ValueError, "configure_words: a word without spaces");
-                return NULL;
-            }
+        Word *e = word_slot(ch, len);
+        if (!e->len) {
+            e->len = (int)len;
+            memcpy(e->ch, ch, sizeof(Py_UCS4) * (size_t)len);
+            n_words++;
         }
+        e->sets |= 1u << set_id;
+        max_word_len = len > max_word_len ? len : max_word_len;
     }
-    ws.n = (int)nw;
-    for (int w = 0; w < ws.n; w++) ws.max_len = ws.len[w] > ws.max_len ? ws.len[w] : ws.max_len;
-    for (int bkt = 0; bkt < WORD_BUCKETS; bkt++) ws.head[bkt] = -1;
-    for (int w = (int)nw - 1; w >= 0; w--) {
-        unsigned bkt = word_hash(ws.ch[w], ws.len[w]);
-        ws.next[w] = ws.head[bkt];
-        ws.head[bkt] = w;
-    }
-    word_sets[set_id] = ws;
     if (set_id >= n_word_sets) n_word_sets = set_id + 1;
-    if (ws.max_len > max_word_len) max_word_len = ws.max_len;
     Py_RETURN_NONE;
-}
-
-/* Which pass count_runs runs: "sse2+popcnt", "sse2" (the 64-character classification, with POPCNT
-   or without) or "scalar" (no SSE2, or another ASCII layout than run_rules.py's). */
-static PyObject *py_fast_path(PyObject *self, PyObject *unused) {
-    (void)self;
-    (void)unused;
-    if (!configured) {
-        PyErr_SetString(PyExc_RuntimeError, "fast_path: configure() first");
-        return NULL;
-    }
-    if (!BLOCKS || !blocks_on) return PyUnicode_FromString("scalar");
-#if POPCNT_CLONE
-    if (__builtin_cpu_supports("popcnt")) return PyUnicode_FromString("sse2+popcnt");
-#endif
-    return PyUnicode_FromString("sse2");
 }
 
 static PyMethodDef methods[] = {
     {"configure", py_configure, METH_VARARGS,
      "configure(table, n_kinds, (letter, digit, punct, space, newline, blob, emoji, han, other), "
      "(emoji_lo, emoji_hi, han_ext_lo, han_ext_hi), (blob_min_chars, blob_min_digits, alnum_share, "
-     "digit_share, case_share)) -> None: the rules of extproc.core.run_rules."},
+     "digit_share, case_share)) -> str: the rules of extproc.core.run_rules; returns the pass count_runs runs, "
+     "'sse2+popcnt', 'sse2' or 'scalar'."},
     {"count_runs", py_count_runs, METH_O,
      "count_runs(text: str) -> bytes: runs[n_kinds], chars[n_kinds], gaps as native int64."},
-    {"utf8_length", py_utf8_length, METH_O, "utf8_length(text: str) -> int: UTF-8 bytes (surrogatepass)."},
     {"configure_words", py_configure_words, METH_VARARGS,
      "configure_words(set_id: int, words: tuple[str, ...]) -> None: word set 0..3 (words without spaces)."},
     {"window_words", py_window_words, METH_VARARGS,
      "window_words(text: str, n: int) -> (spaces, count of set 0, ...): the spaces of text[:n], and per "
      "configured word set the occurrences of ' w ' of its words in text[:n].lower(), as "
      "sum(window.count(f' {w} ')) counts them."},
-    {"fast_path", py_fast_path, METH_NOARGS,
-     "fast_path() -> str: 'sse2+popcnt', 'sse2' or 'scalar', the pass count_runs runs."},
     {NULL, NULL, 0, NULL},
 };
 

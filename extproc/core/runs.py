@@ -169,9 +169,8 @@ none of its own)."""
 try:
     from extproc.core import _runscan
 
-    _runscan.configure(*_CONFIGURE_ARGS)
+    RUNSCAN_PASS = _runscan.configure(*_CONFIGURE_ARGS)
     RUNSCAN = "c"
-    RUNSCAN_PASS = _runscan.fast_path()
 except ImportError:  # built without a C compiler: the numpy path counts
     _runscan = None  # type: ignore[assignment]
     RUNSCAN = "numpy"
@@ -188,15 +187,15 @@ numpy's fixed cost per call exceeds the encode there (issue 15)."""
 def text_utf8_length(text: str) -> tuple[int, np.ndarray | None]:
     """``(UTF-8 bytes of text, its code points or None)``; a lone surrogate counts its 3 bytes.
 
-    With the extension: one C pass over the string, no code points. Without it: for a long non-ASCII
-    text, the code points (:func:`code_points`, which the numpy run count then reuses) and their
-    UTF-8 length; else one encode and None.
+    An ASCII text: its length (``str.isascii`` is O(1) in CPython). With the extension, or a short
+    text: one encode and None (a C length loop saved 2–5 % of the router's CPU per request on the
+    benchmark bodies, under the 5 % rule: docs/performance.md §Run counter). Without it, a long text:
+    its code points (:func:`code_points`, which the numpy run count then reuses) and their UTF-8
+    length.
     """
     if text.isascii():
         return len(text), None
-    if _runscan is not None:
-        return _runscan.utf8_length(text), None
-    if len(text) <= _SHORT_ENCODE_CHARS:
+    if _runscan is not None or len(text) <= _SHORT_ENCODE_CHARS:
         return len(text.encode("utf-8", "surrogatepass")), None
     codes = code_points(text)
     return utf8_length(codes), codes
