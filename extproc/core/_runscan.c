@@ -44,18 +44,13 @@ static double blob_alnum_share, blob_digit_share, blob_case_share;
 #define F_SOD 4u   /* the space or the digit kind (what may follow a gap's last space) */
 /* Per kind: its flags and its increment of the packed running totals (digits in the low 32 bits,
    ASCII letters + digits in the high 32: n < 2^32, so neither half carries into the other). */
-static struct {
-    uint64_t inc;
-    unsigned flags;
-} kinfo[MAX_KINDS];
+static struct { uint64_t inc; unsigned flags; } kinfo[MAX_KINDS];
 
 /* gap_lut[h]: 1 when the middle of the last three characters is a space that starts a run and the
    newest is a space or a digit (h: Pass.h) */
 static unsigned char gap_lut[64];
 
-typedef struct {
-    int64_t runs[MAX_KINDS], chars[MAX_KINDS], gaps;
-} Counts;
+typedef struct { int64_t runs[MAX_KINDS], chars[MAX_KINDS], gaps; } Counts;
 
 /* The state of one pass: the text, the counts so far, the current chunk. */
 typedef struct {
@@ -119,14 +114,10 @@ INLINE void step(Pass *p, unsigned k, Py_ssize_t i, int lane) {
     p->prev = k;
 }
 
-/* Character i of a text of width w (1, 2 or 4 bytes: PyUnicode_KIND). */
-INLINE Py_UCS4 char_at(int w, const void *data, Py_ssize_t i) {
-    return w == 1 ? ((const Py_UCS1 *)data)[i] : w == 2 ? ((const Py_UCS2 *)data)[i] : ((const Py_UCS4 *)data)[i];
-}
-
+/* The kind of character i of a text of width w (1, 2 or 4 bytes: PyUnicode_KIND). */
 INLINE unsigned kind_at(int w, const void *data, Py_ssize_t i) {
-    Py_UCS4 c = char_at(w, data, i);
-    return w == 4 ? kind_of(c) : table[c];
+    if (w == 4) return kind_of(((const Py_UCS4 *)data)[i]);
+    return table[w == 1 ? ((const Py_UCS1 *)data)[i] : ((const Py_UCS2 *)data)[i]];
 }
 
 /* Scalar steps over [i, e) of a text of width w. */
@@ -286,11 +277,9 @@ static void scan(PyObject *text, Counts *out) {
     if (p.ukind == PyUnicode_1BYTE_KIND) scan_width(&p, PyUnicode_1BYTE_KIND, n);
     else if (p.ukind == PyUnicode_2BYTE_KIND) scan_width(&p, PyUnicode_2BYTE_KIND, n);
     else scan_width(&p, PyUnicode_4BYTE_KIND, n);
-    for (int k = 0; k < n_kinds; k++) { /* blob_test subtracted from out; add the histogram */
-        for (int l = 0; l < LANES; l++) {
-            out->chars[k] += (int64_t)(hist[l][k] & 0xFFFFFFFFu);
-            out->runs[k] += (int64_t)(hist[l][k] >> 32);
-        }
+    for (int k = 0; k < n_kinds; k++) { /* blob_test subtracted from out; add the histograms */
+        for (int l = 0; l < LANES; l++) out->chars[k] += (int64_t)(hist[l][k] & 0xFFFFFFFFu);
+        for (int l = 0; l < LANES; l++) out->runs[k] += (int64_t)(hist[l][k] >> 32);
     }
     out->gaps = p.gaps;
 }
@@ -346,16 +335,10 @@ static PyObject *py_configure(PyObject *self, PyObject *args) {
 
 static PyObject *py_count_runs(PyObject *self, PyObject *arg) {
     (void)self;
-    if (!PyUnicode_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "count_runs: a str");
-        return NULL;
-    }
-    if (!configured) {
-        PyErr_SetString(PyExc_RuntimeError, "count_runs: configure() first");
-        return NULL;
-    }
-    if ((uint64_t)PyUnicode_GET_LENGTH(arg) > UINT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "count_runs: over 2**32 characters");
+    int is_str = PyUnicode_Check(arg);
+    if (!is_str || !configured || (uint64_t)PyUnicode_GET_LENGTH(arg) > UINT32_MAX) {
+        PyErr_SetString(!is_str ? PyExc_TypeError : !configured ? PyExc_RuntimeError : PyExc_OverflowError,
+                        "count_runs: a str of under 2**32 characters, after configure()");
         return NULL;
     }
     Counts c;
@@ -488,27 +471,17 @@ static PyObject *py_configure_words(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyMethodDef methods[] = {
-    {"configure", py_configure, METH_VARARGS,
-     "configure(table, n_kinds, (letter, digit, punct, space, newline, blob, emoji, han, other), "
-     "(emoji_lo, emoji_hi, han_ext_lo, han_ext_hi), (blob_min_chars, blob_min_digits, alnum_share, "
-     "digit_share, case_share)) -> str: the rules of extproc.core.run_rules; returns the pass count_runs runs, "
-     "'sse2+popcnt', 'sse2' or 'scalar'."},
-    {"count_runs", py_count_runs, METH_O,
-     "count_runs(text: str) -> bytes: runs[n_kinds], chars[n_kinds], gaps as native int64."},
-    {"configure_words", py_configure_words, METH_VARARGS,
-     "configure_words(set_id: int, words: tuple[str, ...]) -> None: word set 0..3 (words without spaces)."},
-    {"window_words", py_window_words, METH_VARARGS,
-     "window_words(text: str, n: int) -> (spaces, count of set 0, ...): the spaces of text[:n], and per "
-     "configured word set the occurrences of ' w ' of its words in text[:n].lower(), as "
-     "sum(window.count(f' {w} ')) counts them."},
+static PyMethodDef methods[] = { /* signatures and errors: _runscan.pyi */
+    {"configure", py_configure, METH_VARARGS, "The rules of extproc.core.run_rules; returns the pass count_runs runs."},
+    {"count_runs", py_count_runs, METH_O, "runs[n_kinds], chars[n_kinds], gaps of a str as native int64."},
+    {"configure_words", py_configure_words, METH_VARARGS, "Word set 0..3 of window_words."},
+    {"window_words", py_window_words, METH_VARARGS, "The spaces of text[:n] and per word set its words' "
+                                                    "occurrences ' w ' in text[:n].lower(), as str.count counts."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_runscan",
-    "One-pass run counts of a str (the C path of extproc.core.runs.count_runs).", -1, methods,
-    NULL, NULL, NULL, NULL,
-};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_runscan",
+                                    "One-pass run counts of a str (the C path of extproc.core.runs.count_runs).",
+                                    -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__runscan(void) { return PyModule_Create(&module); }

@@ -338,3 +338,21 @@ def test_the_scalar_pass_counts_alike(tmp_path: Path) -> None:
     for text in pieces:
         assert scalar.count_runs(text) == _c().count_runs(text), text[:60]
         assert scalar.window_words(text, 4096) == _c().window_words(text, 4096)
+    # a word set configured again holds its new words only; a bad word leaves the set empty; a bad
+    # table configures nothing
+    scalar.configure_words(2, ("foo", "bar"))
+    assert scalar.window_words(" foo bar the ", 99) == (4, 1, 0, 2)
+    scalar.configure_words(2, ("bar",))
+    assert scalar.window_words(" foo bar the ", 99) == (4, 1, 0, 1)
+    for bad in (("a b",), ("",), ("x" * 17,), (3,)):
+        with pytest.raises(ValueError):
+            scalar.configure_words(2, bad)
+        assert scalar.window_words(" foo bar the ", 99) == (4, 1, 0, 0)
+    with pytest.raises(ValueError):
+        scalar.configure_words(4, ("foo",))
+    with pytest.raises(ValueError):
+        scalar.configure(b"\xff" * 0x10000, *runs._CONFIGURE_ARGS[1:])
+    with pytest.raises(RuntimeError):
+        scalar.count_runs("text")
+    with pytest.raises(TypeError):
+        _c().count_runs(b"text")
