@@ -50,15 +50,16 @@ SIZES = {"1KB": 1024, "32KB": 32 * 1024, "512KB": 512 * 1024 - 1}
 
 
 def build_variant(source: Path, cflags: list[str], work: Path, name: str) -> ModuleType | None:
-    """The extension compiled from ``source`` with ``cflags`` (plus -O3 as setup.py), configured
+    """The extension compiled from ``source`` with ``cflags`` (plus setup.py's flags), configured
     as :mod:`extproc.core.runs` configures the installed one; None without a C compiler."""
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         return None
     so = work / f"{name.replace(' ', '_')}.so"
     inc = sysconfig.get_paths()["include"]
+    setup_flags = ["-O3", "-DNDEBUG", "-std=c11"]  # as setup.py builds it (Python's CFLAGS hold -DNDEBUG)
     subprocess.run(
-        [cc, "-O3", "-DNDEBUG", "-std=c11", "-fPIC", "-shared", *cflags, f"-I{inc}", str(source), "-o", str(so)],
+        [cc, *setup_flags, "-fPIC", "-shared", *cflags, f"-I{inc}", str(source), "-o", str(so)],
         check=True,
         capture_output=True,
     )
