@@ -20,8 +20,9 @@ def configure(
             outside 2..63 (nothing is configured then).
     """
 
-def count_runs(text: str, /) -> bytes:
-    """runs[n_kinds], chars[n_kinds] and gaps of ``text`` as native int64.
+def count_runs(text: str, start: int = 0, end: int = ..., /) -> bytes:
+    """runs[n_kinds], chars[n_kinds] and gaps of ``text[start:end]`` as native int64 (the bounds
+    clamped to the text as a slice's, negative ``start`` as 0; no copy of the characters).
 
     Raises:
         RuntimeError: :func:`configure` was not called.

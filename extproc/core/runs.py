@@ -399,12 +399,14 @@ def count_runs(text: str, codes: np.ndarray | None = None) -> RunCounts:
     return _with_languages(text, _count_before_languages(text))
 
 
-def _count_before_languages(text: str) -> RunCounts:
-    """:func:`count_runs` of ``text`` before the language tests move its letters (every ASCII letter
-    ``letter``, every Arabic-script one ``arabic``)."""
+def _count_before_languages(text: str, start: int = 0, end: int | None = None) -> RunCounts:
+    """:func:`count_runs` of ``text[start:end]`` before the language tests move its letters (every
+    ASCII letter ``letter``, every Arabic-script one ``arabic``); the C path reads the range in place."""
+    if end is None:
+        end = len(text)
     if _runscan is None or len(text) > _C_MAX_CHARS:
-        return count_runs_numpy(text, languages=False)
-    raw = np.frombuffer(_runscan.count_runs(text), dtype=np.int64)
+        return count_runs_numpy(text[start:end], languages=False)
+    raw = np.frombuffer(_runscan.count_runs(text, start, end), dtype=np.int64)
     return RunCounts(
         raw[:N_KINDS].astype(np.float64), raw[N_KINDS : 2 * N_KINDS].astype(np.float64), float(raw[-1])
     )
@@ -468,7 +470,7 @@ class PieceCounter:
             m = _PIECE_CUT.search(self.text, max(at_least_chars, start + 1) - 1)
             end = m.start() + 1 if m is not None else n
         if end > start:
-            self.prefix = self.prefix + _count_before_languages(self.text[start:end])
+            self.prefix = self.prefix + _count_before_languages(self.text, start, end)
             self.counted_chars = end
             self.pieces += 1
 

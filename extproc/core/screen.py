@@ -102,12 +102,13 @@ _MIN_GROWTH = 1.25
 def _lower_tokens(costs: RunCosts, prefix: RunCounts) -> float:
     """A lower bound of the modelled tokens of a text whose prefix has the counts ``prefix`` (before
     the language tests): the prefix's tokens with each language group at its cheapest kind."""
-    t = costs.tokens_by_kind(prefix)
-    lower = float(t.sum())
+    lower = float(prefix.runs @ costs.per_run + prefix.chars @ costs.per_char) + prefix.gaps * costs.per_gap
+    runs, chars = prefix.runs.tolist(), prefix.chars.tolist()
+    per_run, per_char = costs.per_run.tolist(), costs.per_char.tolist()
     for group in LANGUAGE_GROUPS:
-        g = list(group)
-        per_kind = costs.per_run[g] * prefix.runs[g].sum() + costs.per_char[g] * prefix.chars[g].sum()
-        lower += float(per_kind.min() - t[g].sum())
+        group_runs, group_chars = sum(runs[k] for k in group), sum(chars[k] for k in group)
+        counted = sum(per_run[k] * runs[k] + per_char[k] * chars[k] for k in group)
+        lower += min(per_run[k] * group_runs + per_char[k] * group_chars for k in group) - counted
     return lower
 
 
@@ -135,12 +136,11 @@ def prefix_budget(est: Estimator, f: RequestFeatures, limits_tokens: Sequence[in
     model_key = est.model_key(f.model)
     kinds = CONTENT_KINDS if est.cfg.per_category else (ALL_CATEGORY,)
     ratio_max = max(est.routing_ratio((model_key, kind))[0] for kind in kinds)
-    extra = RunCounts.zero()  # reasoning and tool schemas: counted whole, as the estimate does
+    extra_tokens = 0.0  # reasoning and tool schemas: counted whole, as the estimate does
     if f.reasoning_runs is not None and fr.renders_reasoning:
-        extra = extra + f.reasoning_runs
+        extra_tokens += float(costs.tokens_by_kind(f.reasoning_runs).sum())
     if f.tools_runs is not None:
-        extra = extra + f.tools_runs[1 if fr.tools_json_spaced else 0]
-    extra_tokens = float(costs.tokens_by_kind(extra).sum())
+        extra_tokens += float(costs.tokens_by_kind(f.tools_runs[1 if fr.tools_json_spaced else 0]).sum())
     fixed = est.fixed_tokens(f)
     cap = f.truncate_prompt_tokens or 0
     # the budget is at least the prompt held, plus n · the reserve when the reserve does not depend

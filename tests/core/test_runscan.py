@@ -356,3 +356,13 @@ def test_the_scalar_pass_counts_alike(tmp_path: Path) -> None:
         scalar.count_runs("text")
     with pytest.raises(TypeError):
         _c().count_runs(b"text")
+
+
+@needs_c
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(_CHUNKS, min_size=1, max_size=20), st.integers(-5, 3000), st.integers(-5, 3000))
+def test_a_range_counts_as_its_slice(parts: list[str], start: int, end: int) -> None:
+    """``count_runs(text, start, end)`` reads the characters in place and counts as the slice does
+    (bounds clamped as a slice's, a negative start as 0)."""
+    text = "".join(parts)
+    assert _c().count_runs(text, start, end) == _c().count_runs(text[max(start, 0) : max(end, 0)])
