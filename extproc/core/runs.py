@@ -475,12 +475,11 @@ class PieceCounter:
             self.pieces += 1
 
     def whole(self) -> RunCounts:
-        """``count_runs(text)``, from the pieces (raises ValueError before the text is counted)."""
+        """``count_runs(text)``, from the pieces (raises ValueError before the text is counted). The
+        language tests move :attr:`prefix`'s letters in place: call it once, last."""
         if not self.done:
             raise ValueError("PieceCounter.whole: the text is not counted to its end")
-        return _with_languages(
-            self.text, RunCounts(self.prefix.runs.copy(), self.prefix.chars.copy(), self.prefix.gaps)
-        )
+        return _with_languages(self.text, self.prefix)
 
 
 def count_runs_numpy(text: str, codes: np.ndarray | None = None, *, languages: bool = True) -> RunCounts:

@@ -90,9 +90,10 @@ def bound_budget(est: Estimator, f: RequestFeatures) -> TokenBudget | None:
     )
 
 
-MIN_PREFIX_CHARS = 65536
-"""Prompts of fewer characters are counted whole: the C count of 64 K characters takes ~35 µs, less
-than what counting in pieces adds (docs/performance.md §Routing cost that grows with the body)."""
+MIN_PREFIX_CHARS = 131072
+"""Prompts of fewer characters are counted whole: their C count takes under ~0.1 ms, and a text that
+turns out not to be over every pool pays ~20 µs more in pieces (docs/performance.md §Routing cost
+that grows with the body)."""
 _FIRST_PIECE_SHARE = 0.25
 """The first piece: this share of the text."""
 _MIN_GROWTH = 1.25
@@ -133,9 +134,6 @@ def prefix_budget(est: Estimator, f: RequestFeatures, limits_tokens: Sequence[in
     costs = run_costs(fr.family)
     if min(float(costs.per_run.min()), float(costs.per_char.min()), costs.per_gap) < 0.0:
         return None
-    model_key = est.model_key(f.model)
-    kinds = CONTENT_KINDS if est.cfg.per_category else (ALL_CATEGORY,)
-    ratio_max = max(est.routing_ratio((model_key, kind))[0] for kind in kinds)
     extra_tokens = 0.0  # reasoning and tool schemas: counted whole, as the estimate does
     if f.reasoning_runs is not None and fr.renders_reasoning:
         extra_tokens += float(costs.tokens_by_kind(f.reasoning_runs).sum())
@@ -152,12 +150,25 @@ def prefix_budget(est: Estimator, f: RequestFeatures, limits_tokens: Sequence[in
     largest = limits_tokens[-1]
     if cap and cap + reserve_total <= largest:
         return None  # the pool holds at most cap prompt tokens: never over every pool
-    # modelled tokens the text must have for the budget to exceed the largest pool
-    needed = (largest + 1 - reserve_total - fixed) * ratio_max - extra_tokens
     counter = PieceCounter(text)
     counter.advance(int(len(text) * _FIRST_PIECE_SHARE))
+    # The first piece's tokens per character (its letters as counted) over the whole text, at the
+    # smallest ratio any key routes at (the plausibility floor): a guess of the most the prompt could
+    # be. When even that stays in a pool, the rest is counted at once (the two pieces are the text's
+    # counts).
+    first = counter.prefix
+    projected = (
+        float(first.runs @ costs.per_run + first.chars @ costs.per_char) * len(text) / counter.counted_chars
+    )
+    if (projected + extra_tokens) / est.cfg.min_model_ratio + fixed + reserve_total <= largest:
+        counter.advance(len(text))
+    lower = _lower_tokens(costs, counter.prefix) if not counter.done else 0.0
+    model_key = est.model_key(f.model)
+    kinds = CONTENT_KINDS if est.cfg.per_category else (ALL_CATEGORY,)
+    ratio_max = max(est.routing_ratio((model_key, kind))[0] for kind in kinds) if not counter.done else 1.0
+    # modelled tokens the text must have for the budget to exceed the largest pool
+    needed = (largest + 1 - reserve_total - fixed) * ratio_max - extra_tokens
     while not counter.done:
-        lower = _lower_tokens(costs, counter.prefix)
         prompt = math.ceil((lower + extra_tokens) * (1 - 1e-9) / ratio_max) + fixed
         if (min(prompt, cap) if cap else prompt) + reserve_total > largest:
             return est.budget_for(
@@ -176,6 +187,7 @@ def prefix_budget(est: Estimator, f: RequestFeatures, limits_tokens: Sequence[in
             counter.advance(len(text))  # at the prefix's rate the whole text would not do: count the rest
         else:  # where the bound would pass, at the prefix's rate (a guess: the bound decides)
             counter.advance(max(int(counted * _MIN_GROWTH), int(counted * needed / lower * 1.02)) + 1)
+        lower = _lower_tokens(costs, counter.prefix) if not counter.done else lower
     f.with_prompt_runs(counter.whole())
     return None
 

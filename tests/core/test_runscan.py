@@ -83,7 +83,7 @@ def _adversarial() -> list[str]:
         "😀👍🏽‍♂️" * 100,
         "\t\t\n\n  \r\n" * 100,
         "a1" * 5000 + " " + "Zz9" * 3000,
-        "привет мир " * 14000 + "x",  # past one 2-byte chunk of the UTF-8 length (131,072 characters)
+        "привет мир " * 14000 + "x",  # a long 2-byte text
         "😀 a " * 40000,
     ]
 
