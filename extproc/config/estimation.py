@@ -336,8 +336,9 @@ class EstimatorConfig(Strict):
     screen: bool = True
     """Route requests whose estimate nobody reads (not sampled for calibration, no decision log,
     no OpenTelemetry records) with bounded work when the exact estimate cannot change the pool: the
-    byte bound for short prompts, windowed run counts for long ones (``extproc.core.screen``).
-    Their metrics then carry category ``bounded`` or a windowed estimate."""
+    byte bound for short prompts, and for long ones the run counts of a prefix once they put the
+    budget over every pool (``extproc.core.screen``). Their metrics then carry category
+    ``bounded``."""
     cost_model: Literal["runs", "bytes"] = "runs"
     """``runs``: modelled tokens from the run counts of all template text (docs/estimator.md), the
     learned value of a key is modelled/true tokens; ``bytes``: the paper's bytes/token ratio per
