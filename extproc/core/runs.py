@@ -38,6 +38,8 @@ oracle (tests/core/runs_oracle.py) on every corpus and on generated text:
   not built (:data:`RUNSCAN` says which).
 
 The language tests (:mod:`extproc.core.run_languages`) read a 4,096-character window in both.
+:class:`PieceCounter` counts a text in pieces whose counts add up to the whole text's, so that the
+router can stop once the pool is certain (:mod:`extproc.core.screen`).
 Figures: BENCHMARKS.md §Estimator cost.
 """
 
