@@ -10,8 +10,7 @@ of ``extproc/core/_runscan.c`` against what would run without it:
 * the SSE2 64-character pass: ``-DRUNSCAN_NO_POPCNT`` vs the file built with ``-U__SSE2__`` (the
   scalar pass, what aarch64 runs);
 * the C count itself: the scalar pass vs :func:`extproc.core.runs.count_runs_numpy`;
-* the word counts of the language tests: ``_runscan.window_words`` vs their Python reference;
-* the UTF-8 length: ``_runscan.utf8_length`` vs ``len(text.encode())``.
+* the word counts of the language tests: ``_runscan.window_words`` vs their Python reference.
 
 Run counts are of the body's prompt text (``RequestFeatures.runs``: the count, the blob test, the
 language tests and the gaps), checked equal across builds before timing. Each saving is divided by
@@ -51,15 +50,16 @@ SIZES = {"1KB": 1024, "32KB": 32 * 1024, "512KB": 512 * 1024 - 1}
 
 
 def build_variant(source: Path, cflags: list[str], work: Path, name: str) -> ModuleType | None:
-    """The extension compiled from ``source`` with ``cflags`` (plus -O3 as setup.py), configured
+    """The extension compiled from ``source`` with ``cflags`` (plus setup.py's flags), configured
     as :mod:`extproc.core.runs` configures the installed one; None without a C compiler."""
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         return None
     so = work / f"{name.replace(' ', '_')}.so"
     inc = sysconfig.get_paths()["include"]
+    setup_flags = ["-O3", "-DNDEBUG", "-std=c11"]  # as setup.py builds it (Python's CFLAGS hold -DNDEBUG)
     subprocess.run(
-        [cc, "-O3", "-std=c11", "-fPIC", "-shared", *cflags, f"-I{inc}", str(source), "-o", str(so)],
+        [cc, *setup_flags, "-fPIC", "-shared", *cflags, f"-I{inc}", str(source), "-o", str(so)],
         check=True,
         capture_output=True,
     )
@@ -115,10 +115,6 @@ def _python_words(text: str) -> Callable[[], object]:
     return run
 
 
-def _encoded_length(text: str) -> int:
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
 def _time_us(fns: dict[str, Callable[[], object]], rounds: int, seed: int = 31) -> dict[str, float]:
     """Median µs per call of each function, called in a seeded shuffled order every round."""
     samples: dict[str, list[float]] = {k: [] for k in fns}
@@ -138,7 +134,6 @@ PARTS: tuple[tuple[str, str, str], ...] = (
     ("SSE2 64-character pass", "count, scalar", "count, sse2 without popcnt"),
     ("C count (scalar) vs numpy", "count, numpy", "count, scalar"),
     ("C word counts vs Python", "words, python", "words, c"),
-    ("C UTF-8 length vs encode", "utf8, encode", "utf8, c"),
 )
 """``(part, timing without it, timing with it)``."""
 
@@ -167,14 +162,8 @@ def measure(quick: bool) -> tuple[list[dict[str, object]], str]:
                 "count, numpy": _count_with(None, text),
                 "words, c": partial(run_languages.window_words, text),
                 "words, python": _python_words(text),
-                "utf8, c": partial(installed.utf8_length, text),
-                "utf8, encode": partial(_encoded_length, text),
             }
-            for prefix in (
-                "count",
-                "words",
-                "utf8",
-            ):  # every build gives the same (else timing means nothing)
+            for prefix in ("count", "words"):  # every build gives the same (else timing means nothing)
                 got = [repr(getattr(fn(), "as_dict", fn)()) for k, fn in fns.items() if k.startswith(prefix)]
                 assert len(set(got)) == 1, (prefix, body.label)
             rounds = 15 if quick else 61

@@ -373,8 +373,9 @@ class EstimatorConfig(Strict):
     screen: bool = True
     """Route requests whose estimate nobody reads (not sampled for calibration, no decision log,
     no OpenTelemetry records) with bounded work when the exact estimate cannot change the pool: the
-    byte bound for short prompts, windowed run counts for long ones (``extproc.core.screen``).
-    Their metrics then carry category ``bounded`` or a windowed estimate."""
+    byte bound for short prompts, and for long ones the run counts of a prefix once they put the
+    budget over every pool (``extproc.core.screen``). Their metrics then carry category
+    ``bounded``."""
     min_model_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
     """Plausibility floor of a key's value (modelled/true tokens): no learning step and no misroute
     recovery budgets text above 1/this times its modelled tokens."""

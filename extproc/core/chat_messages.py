@@ -97,8 +97,8 @@ class _Text:
         to measure it (the run count reuses them), else None.
 
         An ASCII text (``str.isascii`` is O(1) in CPython) counts its length; any other is measured
-        joined (:func:`extproc.core.runs.text_utf8_length`: one C pass, or the numpy code points of a
-        long text). The separators and ``extra`` are taken off.
+        joined (:func:`extproc.core.runs.text_utf8_length`: one encode, or without the C run counter
+        the numpy code points of a long text). The separators and ``extra`` are taken off.
         """
         pieces = self.all + extra
         text = "\n".join(pieces)

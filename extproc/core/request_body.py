@@ -157,6 +157,13 @@ class RequestFeatures:
             self._counted["prompt_codes"] = codes
         return self
 
+    def with_prompt_runs(self, counts: RunCounts) -> RequestFeatures:
+        """This object, holding ``counts`` as :attr:`runs` (``count_runs(prompt_text)``, counted by
+        the caller: :func:`extproc.core.screen.prefix_budget` counts it in pieces)."""
+        self._counted["runs"] = counts
+        self._counted.pop("prompt_codes", None)
+        return self
+
     @property
     def runs(self) -> RunCounts:
         """Run counts (:mod:`extproc.core.runs`) of :attr:`prompt_text`, counted on first use

@@ -38,12 +38,15 @@ oracle (tests/core/runs_oracle.py) on every corpus and on generated text:
   not built (:data:`RUNSCAN` says which).
 
 The language tests (:mod:`extproc.core.run_languages`) read a 4,096-character window in both.
+:class:`PieceCounter` counts a text in pieces whose counts add up to the whole text's, so that the
+router can stop once the pool is certain (:mod:`extproc.core.screen`).
 Figures: BENCHMARKS.md §Estimator cost.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 from collections.abc import Callable
 
@@ -63,9 +66,11 @@ from extproc.core.run_languages import (
 
 __all__ = [
     "CONTENT_KINDS",
+    "LANGUAGE_GROUPS",
     "RUNSCAN",
     "RUNSCAN_PASS",
     "RUN_KINDS",
+    "PieceCounter",
     "RunCounts",
     "code_points",
     "content_kind",
@@ -169,9 +174,8 @@ none of its own)."""
 try:
     from extproc.core import _runscan
 
-    _runscan.configure(*_CONFIGURE_ARGS)
+    RUNSCAN_PASS = _runscan.configure(*_CONFIGURE_ARGS)
     RUNSCAN = "c"
-    RUNSCAN_PASS = _runscan.fast_path()
 except ImportError:  # built without a C compiler: the numpy path counts
     _runscan = None  # type: ignore[assignment]
     RUNSCAN = "numpy"
@@ -188,15 +192,15 @@ numpy's fixed cost per call exceeds the encode there (issue 15)."""
 def text_utf8_length(text: str) -> tuple[int, np.ndarray | None]:
     """``(UTF-8 bytes of text, its code points or None)``; a lone surrogate counts its 3 bytes.
 
-    With the extension: one C pass over the string, no code points. Without it: for a long non-ASCII
-    text, the code points (:func:`code_points`, which the numpy run count then reuses) and their
-    UTF-8 length; else one encode and None.
+    An ASCII text: its length (``str.isascii`` is O(1) in CPython). With the extension, or a short
+    text: one encode and None (a C length loop saved 2–5 % of the router's CPU per request on the
+    benchmark bodies, under the 5 % rule: docs/performance.md §Run counter). Without it, a long text:
+    its code points (:func:`code_points`, which the numpy run count then reuses) and their UTF-8
+    length.
     """
     if text.isascii():
         return len(text), None
-    if _runscan is not None:
-        return _runscan.utf8_length(text), None
-    if len(text) <= _SHORT_ENCODE_CHARS:
+    if _runscan is not None or len(text) <= _SHORT_ENCODE_CHARS:
         return len(text.encode("utf-8", "surrogatepass")), None
     codes = code_points(text)
     return utf8_length(codes), codes
@@ -394,14 +398,93 @@ def count_runs(text: str, codes: np.ndarray | None = None) -> RunCounts:
         return RunCounts.zero()
     if _runscan is None or len(text) > _C_MAX_CHARS:
         return count_runs_numpy(text, codes)
-    raw = np.frombuffer(_runscan.count_runs(text), dtype=np.int64)
-    runs = raw[:N_KINDS].astype(np.float64)
-    chars = raw[N_KINDS : 2 * N_KINDS].astype(np.float64)
-    _languages(text, runs, chars, lambda: window_letters_of(_classes(code_points(text[:WINDOW_CHARS]))))
-    return RunCounts(runs, chars, float(raw[-1]))
+    return _with_languages(text, _count_before_languages(text))
 
 
-def count_runs_numpy(text: str, codes: np.ndarray | None = None) -> RunCounts:
+def _count_before_languages(text: str, start: int = 0, end: int | None = None) -> RunCounts:
+    """:func:`count_runs` of ``text[start:end]`` before the language tests move its letters (every
+    ASCII letter ``letter``, every Arabic-script one ``arabic``); the C path reads the range in place."""
+    if end is None:
+        end = len(text)
+    if _runscan is None or len(text) > _C_MAX_CHARS:
+        return count_runs_numpy(text[start:end], languages=False)
+    raw = np.frombuffer(_runscan.count_runs(text, start, end), dtype=np.int64)
+    return RunCounts(
+        raw[:N_KINDS].astype(np.float64), raw[N_KINDS : 2 * N_KINDS].astype(np.float64), float(raw[-1])
+    )
+
+
+def _with_languages(text: str, counts: RunCounts) -> RunCounts:
+    """``counts`` (of ``text``, before the language tests) with the language tests applied (in place)."""
+    _languages(
+        text, counts.runs, counts.chars, lambda: window_letters_of(_classes(code_points(text[:WINDOW_CHARS])))
+    )
+    return counts
+
+
+LANGUAGE_GROUPS: tuple[tuple[int, ...], ...] = (
+    (_LETTER_K, _LETTER_EURO_K, _LETTER_OTHER_K),
+    (_ARABIC_K, _PERSIAN_K, _K["urdu"]),
+)
+"""Run kinds (indices) among which the language tests move all of a text's letters at once: the
+runs and characters of a group are counted alike whatever the tests decide; which kind they land
+in depends on the whole text."""
+
+_PIECE_CUT = re.compile(r" [A-Za-z]")
+
+
+class PieceCounter:
+    """:func:`count_runs` of a text in prefixes, so that a caller can stop once it has read enough
+    (:mod:`extproc.core.screen`: once the pool is certain).
+
+    A text is cut only after a space and before an ASCII letter: a space run ends there and a letter
+    run starts, no whitespace-free chunk spans the cut (the blob test), and a single space before a
+    letter is no gap. So the run counts of the pieces, before the language tests, add up exactly to
+    the whole text's, and :meth:`whole` applies the language tests once to the sum: equal to
+    ``count_runs(text)`` (tests/core/test_screen_prefix.py).
+
+    Attributes:
+        text: the text.
+        counted_chars: characters counted so far (the prefix ``text[:counted_chars]``).
+        prefix: run counts of that prefix before the language tests (:data:`LANGUAGE_GROUPS`).
+        pieces: pieces counted so far.
+    """
+
+    __slots__ = ("counted_chars", "pieces", "prefix", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.counted_chars = 0
+        self.prefix = RunCounts.zero()
+        self.pieces = 0
+
+    @property
+    def done(self) -> bool:
+        """The whole text is counted."""
+        return self.counted_chars >= len(self.text)
+
+    def advance(self, at_least_chars: int) -> None:
+        """Count the next piece: up to the first cut at or after ``at_least_chars`` characters from
+        the start of the text (the text's end when there is none)."""
+        start, n = self.counted_chars, len(self.text)
+        end = n
+        if at_least_chars < n:
+            m = _PIECE_CUT.search(self.text, max(at_least_chars, start + 1) - 1)
+            end = m.start() + 1 if m is not None else n
+        if end > start:
+            self.prefix = self.prefix + _count_before_languages(self.text, start, end)
+            self.counted_chars = end
+            self.pieces += 1
+
+    def whole(self) -> RunCounts:
+        """``count_runs(text)``, from the pieces (raises ValueError before the text is counted). The
+        language tests move :attr:`prefix`'s letters in place: call it once, last."""
+        if not self.done:
+            raise ValueError("PieceCounter.whole: the text is not counted to its end")
+        return _with_languages(self.text, self.prefix)
+
+
+def count_runs_numpy(text: str, codes: np.ndarray | None = None, *, languages: bool = True) -> RunCounts:
     """:func:`count_runs` by numpy passes (the path without the C extension).
 
     Every pass is a C-level one over the whole text (no per-character Python): one encode and
@@ -410,6 +493,7 @@ def count_runs_numpy(text: str, codes: np.ndarray | None = None) -> RunCounts:
     Args:
         text: any Python string (lone surrogates are tolerated and counted as ``other``).
         codes: ``code_points(text)`` when the caller already has it (saves the encode).
+        languages: apply the language tests (False: the counts before them, ``PieceCounter``).
     """
     if not text:
         return RunCounts.zero()
@@ -427,7 +511,7 @@ def count_runs_numpy(text: str, codes: np.ndarray | None = None) -> RunCounts:
         # per numpy call dominates here (issue 15: ~2x faster on a 1 KB prompt; same counts).
         runs = np.bincount(run_cls, minlength=N_KINDS).astype(np.float64)
         chars = np.bincount(cls, minlength=N_KINDS).astype(np.float64)
-        return _finish(text, codes, cls, bounds, run_cls, runs, chars)
+        return _finish(text, codes, cls, bounds, run_cls, runs, chars, languages)
     runs = np.zeros(N_KINDS)
     chars = np.zeros(N_KINDS)
     if text.isascii():
@@ -442,7 +526,7 @@ def count_runs_numpy(text: str, codes: np.ndarray | None = None) -> RunCounts:
         chars[k] = c = int(np.count_nonzero(cls == k))
         rest -= c
     chars[present[-1]] = rest
-    return _finish(text, codes, cls, bounds, run_cls, runs, chars)
+    return _finish(text, codes, cls, bounds, run_cls, runs, chars, languages)
 
 
 _SHORT_TEXT_CHARS = 2048
@@ -479,13 +563,15 @@ def _finish(
     run_cls: np.ndarray,
     runs: np.ndarray,
     chars: np.ndarray,
+    languages: bool = True,
 ) -> RunCounts:
     """The rest of :func:`count_runs_numpy` once runs and characters per kind are counted: blobs, the
-    Arabic-script and Latin-script language splits, and the whitespace gaps."""
+    Arabic-script and Latin-script language splits (``languages``), and the whitespace gaps."""
     rl = np.diff(bounds)
     if cls.size >= _BLOB_MIN_CHARS and chars[_DIGIT_K] >= _BLOB_MIN_DIGITS:
         _blobs(codes, bounds, rl, run_cls, runs, chars)
-    _languages(text, runs, chars, lambda: window_letters_of(cls[:WINDOW_CHARS]))
+    if languages:
+        _languages(text, runs, chars, lambda: window_letters_of(cls[:WINDOW_CHARS]))
     # Whitespace that costs its own token: a space run of ≥ 2 characters (pre-tokenisers split
     # "\s+(?!\S)" off the last space), or a single space before digits (digits take no leading space).
     gaps = 0.0

@@ -83,7 +83,7 @@ def _adversarial() -> list[str]:
         "😀👍🏽‍♂️" * 100,
         "\t\t\n\n  \r\n" * 100,
         "a1" * 5000 + " " + "Zz9" * 3000,
-        "привет мир " * 14000 + "x",  # past one 2-byte chunk of the UTF-8 length (131,072 characters)
+        "привет мир " * 14000 + "x",  # a long 2-byte text
         "😀 a " * 40000,
     ]
 
@@ -303,8 +303,8 @@ def test_generated_chunk_texts_count_alike(parts: list[str]) -> None:
 
 @needs_c
 def test_the_scalar_pass_counts_alike(tmp_path: Path) -> None:
-    """A build without SSE2 (aarch64 and other CPUs: ``fast_path() == "scalar"``) gives the same
-    counts, word counts and UTF-8 lengths: the extension rebuilt with ``-U__SSE2__`` against the installed one."""
+    """A build without SSE2 (aarch64 and other CPUs: ``configure()`` returns ``"scalar"``) gives the
+    same counts and word counts: the extension rebuilt with ``-U__SSE2__`` against the installed one."""
     import importlib.machinery
     import importlib.util
     import shutil
@@ -327,18 +327,42 @@ def test_the_scalar_pass_counts_alike(tmp_path: Path) -> None:
     assert spec is not None
     scalar = importlib.util.module_from_spec(spec)
     loader.exec_module(scalar)
-    scalar.configure(*runs._CONFIGURE_ARGS)
+    assert scalar.configure(*runs._CONFIGURE_ARGS) == "scalar"
     from extproc.core.run_languages import WORD_SETS
 
     for set_id, words in enumerate(WORD_SETS):
         scalar.configure_words(set_id, words)
-    assert scalar.fast_path() == "scalar"
     rng = random.Random(7)
     pieces = [*_adversarial(), *_windows()[:200]]
     pieces += ["".join(rng.choice(pieces[1:30])[:40] for _ in range(200)) for _ in range(50)]
     for text in pieces:
         assert scalar.count_runs(text) == _c().count_runs(text), text[:60]
         assert scalar.window_words(text, 4096) == _c().window_words(text, 4096)
-        assert (
-            scalar.utf8_length(text) == _c().utf8_length(text) == len(text.encode("utf-8", "surrogatepass"))
-        )
+    # a word set configured again holds its new words only; a bad word leaves the set empty; a bad
+    # table configures nothing
+    scalar.configure_words(2, ("foo", "bar"))
+    assert scalar.window_words(" foo bar the ", 99) == (4, 1, 0, 2)
+    scalar.configure_words(2, ("bar",))
+    assert scalar.window_words(" foo bar the ", 99) == (4, 1, 0, 1)
+    for bad in (("a b",), ("",), ("x" * 17,), (3,)):
+        with pytest.raises(ValueError):
+            scalar.configure_words(2, bad)
+        assert scalar.window_words(" foo bar the ", 99) == (4, 1, 0, 0)
+    with pytest.raises(ValueError):
+        scalar.configure_words(4, ("foo",))
+    with pytest.raises(ValueError):
+        scalar.configure(b"\xff" * 0x10000, *runs._CONFIGURE_ARGS[1:])
+    with pytest.raises(RuntimeError):
+        scalar.count_runs("text")
+    with pytest.raises(TypeError):
+        _c().count_runs(b"text")
+
+
+@needs_c
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(_CHUNKS, min_size=1, max_size=20), st.integers(-5, 3000), st.integers(-5, 3000))
+def test_a_range_counts_as_its_slice(parts: list[str], start: int, end: int) -> None:
+    """``count_runs(text, start, end)`` reads the characters in place and counts as the slice does
+    (bounds clamped as a slice's, a negative start as 0)."""
+    text = "".join(parts)
+    assert _c().count_runs(text, start, end) == _c().count_runs(text[max(start, 0) : max(end, 0)])
