@@ -4,7 +4,6 @@ every kind of ending."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,6 +19,7 @@ from extproc.core.categories import classify_text
 from extproc.service.app import RouterApp
 from tests import pb as tpb
 from tests.pb import EOF, headers, open_stream, read_response
+from tests.waiting import until_async
 
 CONFIG: dict[str, Any] = {
     # pins the bytes/token model: the assertions below are its ratchet arithmetic
@@ -53,11 +53,10 @@ async def app() -> AsyncIterator[RouterApp]:
         yield running
 
 
-async def wait_zero(app: RouterApp, timeout_s: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while app.load.total_inflight() != 0:
-        assert asyncio.get_running_loop().time() < deadline, dict(app.load._inflight)
-        await asyncio.sleep(0.01)
+async def wait_zero(app: RouterApp) -> None:
+    """Until every pool's in-flight count is back to zero (each stream's end is accounted just
+    after its status)."""
+    await until_async(lambda: app.load.total_inflight() == 0, what="in-flight counts back to zero")
 
 
 async def test_count_held_from_decision_until_each_kind_of_end(app: RouterApp) -> None:

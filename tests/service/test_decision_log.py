@@ -8,6 +8,7 @@ bounded queue are dropped and counted; at shutdown what is queued is written.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import orjson
 from extproc.config import parse_config
 from extproc.service.app import RouterApp
 from tests.service.streams import POOLS, admin_get, calibrate
+from tests.waiting import until_async
 
 
 def _metric(text: str, name: str) -> float:
@@ -54,13 +56,20 @@ async def test_stalled_decision_log_never_delays_requests_and_drops_are_counted(
         assert slowest_s < 1.0, f"a request waited {slowest_s:.2f} s on the decision log"
         # Unstall: read everything so far; shutdown then writes the queue.
         got = bytearray()
-        stop = asyncio.create_task(app.stop())
-        while not stop.done():
-            try:
-                got += os.read(reader, 1 << 16)
-            except BlockingIOError:
-                await asyncio.sleep(0.01)
-        await stop
+        loop = asyncio.get_running_loop()
+
+        def drain() -> None:  # called by the loop whenever the pipe has bytes (no polling)
+            with contextlib.suppress(BlockingIOError):
+                chunk = os.read(reader, 1 << 16)
+                got.extend(chunk)
+                if not chunk:  # the writer closed its end
+                    loop.remove_reader(reader)
+
+        loop.add_reader(reader, drain)
+        try:
+            await app.stop()
+        finally:
+            loop.remove_reader(reader)
     finally:
         if app.ready:
             await app.stop()
@@ -84,9 +93,7 @@ async def test_decision_log_is_flushed_periodically(tmp_path: Path) -> None:
     cfg = parse_config({"pools": POOLS, "decision_log_path": str(path), "decision_log_flush_interval_s": 0.2})
     async with RouterApp(cfg, grpc_port=0, admin_port=0) as app:
         await calibrate(app.grpc_port, "hello there " * 40, prompt_tokens=130, times=3)
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and len(path.read_bytes().splitlines()) < 3:  # noqa: ASYNC110 (polls a file)
-            await asyncio.sleep(0.05)
+        await until_async(lambda: len(path.read_bytes().splitlines()) >= 3, what="three flushed records")
         lines = path.read_bytes().splitlines()  # read while the router is still running
     assert [orjson.loads(line)["prompt_tokens"] for line in lines] == [130] * 3
 
