@@ -13,8 +13,11 @@ from typing import Any
 import orjson
 import yaml
 
+from devstack.envoy_runner import EnvoyProcess
 from devstack.inprocess import InProcessStack, inprocess_stack
 from extproc.core.categories import classify_text
+from extproc.service.app import RouterApp
+from tests.waiting import until_async
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = REPO.parent / "shared" / "data"
@@ -126,6 +129,43 @@ async def wait_for_metric(
         if (value is not None and value >= want) or asyncio.get_running_loop().time() > deadline:
             return value
         await asyncio.sleep(0.02)
+
+
+def envoy_streams_started(envoy: EnvoyProcess) -> int:
+    """How many ext_proc streams Envoy has opened to the router, over all its ext_proc filters
+    (routing, off-path observability, unrouted): ``*.ext_proc.*.streams_started`` summed."""
+    stats = envoy.stats(".streams_started")
+    return sum(v for name, v in stats.items() if ".ext_proc." in name and name.endswith(".streams_started"))
+
+
+def router_streams_ended(app: RouterApp) -> float:
+    """How many ext_proc streams the router has ended and counted (``tbr_streams_total``, every end)."""
+    return sum(
+        s.value
+        for family in app.metrics.registry.collect()
+        if family.name == "tbr_streams"
+        for s in family.samples
+        if s.name == "tbr_streams_total"
+    )
+
+
+async def router_caught_up(stack: InProcessStack, timeout_s: float = 20.0) -> None:
+    """Wait until the router has ended and counted every ext_proc stream Envoy opened to it.
+
+    Answers are read off the request path (envoy/envoy.yaml's observability filter): the client
+    can have its whole answer before the router has read it. Once the two counts agree, every
+    answer so far has been read, learned from and counted, and no more learning is on its way:
+    the event to wait for instead of an interval.
+
+    Raises:
+        AssertionError: the counts did not agree within ``timeout_s``.
+    """
+
+    async def agree() -> bool:
+        started = await asyncio.to_thread(envoy_streams_started, stack.envoy)
+        return router_streams_ended(stack.app) >= started
+
+    await until_async(agree, timeout_s=timeout_s, what="the router ending every stream Envoy opened")
 
 
 STREAM_MATCH = {"filter": "tbr", "path": [{"key": "stream"}], "value": {"bool_match": True}}
