@@ -22,6 +22,7 @@ import pytest
 
 from devstack.stack import Stack, StackOptions
 from tests.core.audio_samples import flac, wav
+from tests.stacks import running
 
 pytestmark = pytest.mark.envoy
 
@@ -36,8 +37,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         pool_args=("--audio-tokens-per-second", "25", "--served-model-name", MODEL),
         router_overrides={"decision_log_flush_interval_s": 0.1},
     )
-    with Stack(work, options) as s:
-        yield s
+    yield from running(Stack(work, options))
 
 
 def post(stack: Stack, clip: bytes, fmt: str, request_id: str) -> httpx.Response:

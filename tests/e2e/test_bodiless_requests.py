@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from devstack.stack import Stack, StackOptions
+from tests.stacks import running
 
 pytestmark = pytest.mark.envoy
 
@@ -28,8 +29,7 @@ pytestmark = pytest.mark.envoy
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     options = StackOptions(decision_log=True, router_overrides={"decision_log_flush_interval_s": 0.1})
-    with Stack(tmp_path_factory.mktemp("bodiless"), options) as s:
-        yield s
+    yield from running(Stack(tmp_path_factory.mktemp("bodiless"), options))
 
 
 def wait_for(pred: Callable[[], bool], timeout_s: float = 15.0) -> None:

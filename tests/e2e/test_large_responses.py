@@ -20,6 +20,7 @@ import orjson
 import pytest
 
 from devstack.stack import Stack, StackOptions
+from tests.stacks import running
 
 SIZES_MIB = (0.9, 8.6, 17.1)
 PROBE_TOKENS = 500
@@ -29,8 +30,7 @@ HOP_BY_HOP = {"date", "server", "connection", "keep-alive", "transfer-encoding"}
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     work: Path = tmp_path_factory.mktemp("large-responses")
-    with Stack(work, StackOptions(decision_log=True, pool_args=("--output-tokens", "60000"))) as s:
-        yield s
+    yield from running(Stack(work, StackOptions(decision_log=True, pool_args=("--output-tokens", "60000"))))
 
 
 def _request(max_tokens: int) -> dict[str, Any]:

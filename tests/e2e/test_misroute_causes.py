@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from devstack.stack import Stack, StackOptions
+from tests.stacks import running
 
 pytestmark = pytest.mark.envoy
 
@@ -40,8 +41,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         decision_log=True,
         router_overrides={"decision_log_flush_interval_s": 0.1},
     )
-    with Stack(work, options) as s:
-        yield s
+    yield from running(Stack(work, options))
 
 
 def post(stack: Stack, text: str, request_id: str, **extra: Any) -> httpx.Response:

@@ -20,6 +20,7 @@ from extproc.config import CalibrationConfig, EstimatorConfig
 from extproc.core.calibration import InMemoryRatioStore
 from extproc.core.estimator import OTHER, Estimator
 from extproc.core.request_body import parse_request_body
+from tests.stacks import running
 
 pytestmark = pytest.mark.envoy
 
@@ -33,8 +34,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     work = tmp_path_factory.mktemp("slots")
     pool_args = ("--strict-model", "--served-model-name", SERVED, "--served-model-name", FINETUNE)
     options = StackOptions(pool_args=pool_args, router_overrides={"estimator": {"max_models": 3}})
-    with Stack(work, options) as s:
-        yield s
+    yield from running(Stack(work, options))
 
 
 def chat(stack: Stack, model: str) -> httpx.Response:

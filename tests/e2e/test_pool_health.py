@@ -27,6 +27,7 @@ from devstack.envoy_runner import DEFAULT_ENVOY_CONFIG
 from devstack.procs import free_port
 from devstack.stack import Gateway, Stack, StackOptions, router_process
 from tests.e2e.harness import fast_stream_envoy, routes_of
+from tests.stacks import running
 
 pytestmark = pytest.mark.envoy
 
@@ -87,7 +88,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         router_overrides={"pool_health": {"check_interval_s": CHECK_INTERVAL_S, "check_timeout_s": 0.5}},
         pool_args=("--inter-token-latency-s", "0.02"),
     )
-    with Stack(work, options) as stack:
+    for stack in running(Stack(work, options)):
         raw = yaml.safe_load(stack.router_config_path.read_text(encoding="utf-8"))
         for pool in raw["pools"]:
             pool.pop("health_url")

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from devstack.stack import Stack, StackOptions
+from tests.stacks import running
 
 pytestmark = pytest.mark.envoy
 
@@ -36,8 +37,7 @@ PROMPTS = [
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     work = tmp_path_factory.mktemp("bounds")
     options = StackOptions(decision_log=True, router_overrides={"decision_log_flush_interval_s": 0.1})
-    with Stack(work, options) as s:
-        yield s
+    yield from running(Stack(work, options))
 
 
 def records(stack: Stack, request_id: str) -> list[dict[str, Any]]:

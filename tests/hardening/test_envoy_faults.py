@@ -19,6 +19,7 @@ import pytest
 from PIL import Image
 
 from devstack.stack import Stack, StackOptions
+from tests.stacks import running
 from tests.waiting import until
 
 pytestmark = pytest.mark.envoy
@@ -33,8 +34,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Two pools, a restartable router that snapshots its learned ratios, Envoy."""
     work = tmp_path_factory.mktemp("faults")
     overrides = {"calibration": {"snapshot_path": str(work / "ratios.json"), "warmup_samples": 2}}
-    with Stack(work, StackOptions(router_overrides=overrides)) as s:
-        yield s
+    yield from running(Stack(work, StackOptions(router_overrides=overrides)))
 
 
 def url(stack: Stack) -> str:

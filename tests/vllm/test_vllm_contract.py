@@ -35,7 +35,8 @@ from devstack.vllm_pool import FAMILY_MODEL_NAMES, VllmSetup
 from mockpool.server import PoolThread
 from mockpool.settings import PoolSettings
 from mockpool.tokencount import load_counter
-from tests.vllm.conftest import track_any, vllm_metric
+from tests.stacks import running
+from tests.vllm.conftest import vllm_metric
 
 pytestmark = pytest.mark.vllm
 
@@ -55,12 +56,11 @@ class Pair:
 
 @pytest.fixture(scope="module")
 def models_stack(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelSetsStack]:
-    stack = ModelSetsStack(
-        tmp_path_factory.mktemp("vllm-models"), vllm=vllm_setup, vllm_pools=("qwen-short", "llama-short")
+    yield from running(
+        ModelSetsStack(
+            tmp_path_factory.mktemp("vllm-models"), vllm=vllm_setup, vllm_pools=("qwen-short", "llama-short")
+        )
     )
-    with stack:
-        for _ in track_any(stack.processes):
-            yield stack
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,8 @@ from devstack.procs import ManagedProcess, free_port
 from devstack.stack import Gateway, Stack, StackOptions, pool_process
 from devstack.vllm_pool import VllmSetup
 from tests.e2e.harness import fast_stream_envoy
-from tests.vllm.conftest import track, vllm_metric
+from tests.stacks import running
+from tests.vllm.conftest import vllm_metric
 
 pytestmark = pytest.mark.vllm
 
@@ -90,7 +91,7 @@ def fleet(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> It
         vllm=setup,
         router_overrides={"server": {"grace_period_s": 0.5}, "pool_health": {"check_interval_s": 0.25}},
     )
-    with Stack(work, options) as s:
+    for s in running(Stack(work, options)):
         fast = s.add_envoy(
             router_grpc=s.ports.router_grpc,
             tag="envoy-fast-stream",
@@ -98,8 +99,7 @@ def fleet(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> It
         )
         fleet = Fleet(s, fast, setup)
         try:
-            for _ in track(s):
-                yield fleet
+            yield fleet
         finally:
             for proc in fleet.restarted:
                 proc.stop()

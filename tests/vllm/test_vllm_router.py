@@ -25,7 +25,8 @@ import yaml
 from devstack.stack import Stack, StackOptions
 from devstack.vllm_pool import VllmSetup
 from tbr.demo.workload import long_prompt, short_prompt
-from tests.vllm.conftest import DATA_DIR, track, vllm_metric
+from tests.stacks import running
+from tests.vllm.conftest import DATA_DIR, vllm_metric
 
 pytestmark = pytest.mark.vllm
 
@@ -48,8 +49,7 @@ def stack(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> It
             "spillover": {"enabled": True, "max_waiting": 1, "scrape_interval_s": 0.1},
         },
     )
-    with Stack(tmp_path_factory.mktemp("vllm-router"), options) as s:
-        yield from track(s)
+    yield from running(Stack(tmp_path_factory.mktemp("vllm-router"), options))
 
 
 def oai(stack: Stack) -> openai.AsyncOpenAI:
