@@ -17,10 +17,11 @@ from devstack.envoy_runner import EnvoyProcess
 from devstack.inprocess import InProcessStack, inprocess_stack
 from extproc.core.categories import classify_text
 from extproc.service.app import RouterApp
+from tests.shared_data import SHARED_DATA
 from tests.waiting import until_async
 
 REPO = Path(__file__).resolve().parents[2]
-DATA_DIR = REPO.parent / "shared" / "data"
+DATA_DIR = SHARED_DATA
 ENVOY_3POOLS = REPO / "envoy" / "envoy-3pools.yaml"
 POOL_LIMITS = {"short": 4096, "medium": 16384, "long": 65536}
 

@@ -10,24 +10,20 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 
-import grpc
 import pytest
 import yaml
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from extproc.config import parse_config
 from extproc.service.app import RouterApp
 from tests.pb import json_response_msgs, request_msgs, routed_pool, run_stream
 from tests.service.contracts import REPO
+from tests.service.otlp_collector import Collector, serve_collector
 from tests.service.streams import POOLS, admin_get
-from tests.service.test_otel import Collector
 from tests.waiting import until
 
 FULL_DISK = Path("/dev/full")
@@ -36,14 +32,7 @@ pytestmark = pytest.mark.skipif(not FULL_DISK.exists(), reason="no /dev/full on 
 
 @pytest.fixture
 def collector() -> Iterator[tuple[Collector, str]]:
-    c = Collector()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(c, server)  # type: ignore[no-untyped-call]
-    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(c, server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield c, f"127.0.0.1:{port}"
-    server.stop(0)
+    yield from serve_collector()
 
 
 def test_sigterm_with_the_decision_log_on_a_full_disk_exits_0_and_flushes_otel(
