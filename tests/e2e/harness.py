@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from devstack.inprocess import InProcessStack, inprocess_stack
 from extproc.core.categories import classify_text
 from extproc.service.app import RouterApp
 from tests.shared_data import SHARED_DATA
-from tests.waiting import until_async
+from tests.waiting import until, until_async
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = SHARED_DATA
@@ -130,6 +130,34 @@ async def wait_for_metric(
         if (value is not None and value >= want) or asyncio.get_running_loop().time() > deadline:
             return value
         await asyncio.sleep(0.02)
+
+
+def decision_records(
+    log_path: Path | None,
+    request_id: str,
+    *,
+    complete: Callable[[list[dict[str, Any]]], bool] = bool,
+    timeout_s: float = 10.0,
+) -> list[dict[str, Any]]:
+    """The router's decision-log records of ``request_id`` (in log order) once ``complete(records)``
+    holds (default: there is one). A record is written when its stream ends and the log is flushed
+    every ``decision_log_flush_interval_s``; a last line still being written is not read.
+
+    Raises:
+        AssertionError: no decision log (``StackOptions(decision_log=True)``), or not complete
+            within ``timeout_s``.
+    """
+    assert log_path is not None, "the stack writes no decision log"
+    found: list[dict[str, Any]] = []
+
+    def written() -> bool:
+        data = log_path.read_bytes() if log_path.exists() else b""
+        lines = data.splitlines() if data.endswith(b"\n") else data.splitlines()[:-1]
+        found[:] = [r for r in map(orjson.loads, lines) if r.get("request_id") == request_id]
+        return complete(found)
+
+    until(written, timeout_s=timeout_s, what=f"the decision record of {request_id}")
+    return found
 
 
 def envoy_streams_started(envoy: EnvoyProcess) -> int:

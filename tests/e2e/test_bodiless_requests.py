@@ -14,7 +14,6 @@ open it.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -22,6 +21,7 @@ import pytest
 
 from devstack.stack import Stack, StackOptions
 from tests.stacks import running
+from tests.waiting import until
 
 pytestmark = pytest.mark.envoy
 
@@ -33,10 +33,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def wait_for(pred: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
+    until(pred, timeout_s=timeout_s, poll_s=0.05)
 
 
 def unrouted_streams(stack: Stack) -> int:

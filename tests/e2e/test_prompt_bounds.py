@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +18,7 @@ import httpx
 import pytest
 
 from devstack.stack import Stack, StackOptions
+from tests.e2e.harness import decision_records
 from tests.stacks import running
 
 pytestmark = pytest.mark.envoy
@@ -41,15 +41,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def records(stack: Stack, request_id: str) -> list[dict[str, Any]]:
-    assert stack.decision_log_path is not None
-    deadline = time.monotonic() + 10
-    while True:
-        text = stack.decision_log_path.read_text() if stack.decision_log_path.exists() else ""
-        found = [r for r in map(json.loads, text.splitlines()) if r.get("request_id") == request_id]
-        if found and all(r.get("prompt_tokens") is not None for r in found):
-            return found
-        assert time.monotonic() < deadline, f"no complete decision record for {request_id}"
-        time.sleep(0.1)
+    """The records of ``request_id`` once each has its usage (``prompt_tokens``)."""
+    return decision_records(
+        stack.decision_log_path,
+        request_id,
+        complete=lambda rs: bool(rs) and all(r.get("prompt_tokens") is not None for r in rs),
+    )
 
 
 def ratio_samples(stack: Stack) -> int:

@@ -34,6 +34,7 @@ from devstack.vllm_pool import VllmSetup
 from tests.e2e.harness import fast_stream_envoy
 from tests.stacks import running
 from tests.vllm.conftest import vllm_metric
+from tests.waiting import until
 
 pytestmark = pytest.mark.vllm
 
@@ -75,10 +76,11 @@ class Fleet:
         return self.stack.router_metric(name, labels)
 
     def wait_pool_up(self, pool: str, up: float, timeout_s: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self.metric("tbr_pool_up", {"pool": pool}) != up:
-            assert time.monotonic() < deadline, f"tbr_pool_up{{pool={pool}}} never became {up}"
-            time.sleep(0.1)
+        until(
+            lambda: self.metric("tbr_pool_up", {"pool": pool}) == up,
+            timeout_s=timeout_s,
+            what=f"tbr_pool_up{{pool={pool}}} at {up}",
+        )
 
 
 @pytest.fixture(scope="module")
