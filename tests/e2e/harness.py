@@ -120,16 +120,20 @@ async def model_sets_stack(
 async def wait_for_metric(
     stack: InProcessStack, name: str, labels: dict[str, str], want: float, timeout_s: float = 5.0
 ) -> float | None:
-    """The router's metric ``name{labels}`` once it reaches ``want`` (or its value at ``timeout_s``).
+    """The router's metric ``name{labels}`` once it reaches ``want``.
 
     Responses are read off the request path (envoy/envoy.yaml's observability filter): the client
-    can have its whole answer a moment before the router has read the end of it."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        value = stack.app.metrics.registry.get_sample_value(name, labels)
-        if (value is not None and value >= want) or asyncio.get_running_loop().time() > deadline:
-            return value
-        await asyncio.sleep(0.02)
+    can have its whole answer a moment before the router has read the end of it.
+
+    Raises:
+        AssertionError: ``want`` not reached within ``timeout_s``.
+    """
+
+    def value() -> float | None:
+        return stack.app.metrics.registry.get_sample_value(name, labels)
+
+    await until_async(lambda: (value() or 0.0) >= want, timeout_s=timeout_s, what=f"{name}{labels} >= {want}")
+    return value()
 
 
 def decision_records(

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 from devstack.stack import Stack, StackOptions
 from tests.e2e.harness import decision_records
 from tests.stacks import running
+from tests.waiting import until
 
 pytestmark = pytest.mark.envoy
 
@@ -100,10 +100,7 @@ def test_completions_prompt_list_is_routed_by_its_longest_member_and_learned_sum
     # learned sum against sum: one observation, whose ratio (modelled / served tokens) is that of
     # ordinary prose; the longest prompt against the sum (~1/6) is outside the learner's
     # reject_factor and would not have been learned at all
-    deadline = time.monotonic() + 10
-    while ratio_samples(stack) == before:
-        assert time.monotonic() < deadline, "the list's usage was not learned"
-        time.sleep(0.1)
+    until(lambda: ratio_samples(stack) != before, what="the list's usage learned")
     assert ratio_samples(stack) == before + 1
     rows = httpx.get(f"{stack.router_admin_url}/ratios", timeout=5).json()["ratios"]
     (row,) = [r for r in rows if r["model"] == MODEL and r["category"] == rec["category"]]
