@@ -109,6 +109,8 @@ async def test_a_stopped_engine_stops_streams_and_keeps_health_200() -> None:
                     rest.append(line)
 
             drained = asyncio.create_task(drain())
+            # the behaviour under test is that nothing comes: a bounded look (0.5 s, 25 tokens'
+            # worth at 0.01 s each), the one interval wait left here; the resume below is an event
             done, _ = await asyncio.wait({drained}, timeout=0.5)
             assert not done and "data: [DONE]" not in rest
             await client.post(f"{base}/admin/engine-resume")
