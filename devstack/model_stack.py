@@ -8,7 +8,6 @@ for any other), so a request routed to the wrong model's pool fails visibly.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -17,7 +16,7 @@ from typing import Any
 import yaml
 
 from devstack.envoy_runner import EnvoyProcess, render_envoy_clusters
-from devstack.procs import LOOPBACK, ManagedProcess, free_port
+from devstack.procs import LOOPBACK, ManagedProcess, ProcessGroup, free_port
 from devstack.stack import pool_process, router_process
 from devstack.vllm_pool import VllmSetup
 
@@ -74,7 +73,7 @@ class ModelSetsStack:
         self.base_url = f"http://{LOOPBACK}:{self.listener}/v1"
         self.decision_log_path = self.work_dir / "decisions.jsonl"
         self.envoy: EnvoyProcess | None = None
-        self._exit = contextlib.ExitStack()
+        self._procs = ProcessGroup(self.processes)
         limits = {p["name"]: int(p["max_model_len"]) for p in self.config["pools"]}
         self.models: dict[str, list[tuple[str, int]]] = {}
         for pool in sorted(limits, key=lambda n: limits[n]):
@@ -82,7 +81,7 @@ class ModelSetsStack:
 
     def __enter__(self) -> ModelSetsStack:
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        try:
+        with self._procs.closed_on_error():
             pools = []
             for pool in self.config["pools"]:
                 tokenizer, model = MODEL_POOLS[pool["name"]]
@@ -96,12 +95,8 @@ class ModelSetsStack:
                 else:
                     args = ("--tokenizer", tokenizer, "--served-model-name", model)
                     proc = pool_process(pool["name"], port, limit, log_dir=self.work_dir, extra_args=args)
-                proc.launch()
-                self._exit.callback(proc.stop)
-                self.processes.append(proc)
                 pools.append(proc)
-            for proc in pools:
-                proc.wait_ready()
+            self._procs.start_together(pools)
             cfg = dict(self.config)
             cfg["server"] = {**cfg.get("server", {}), "grpc_host": LOOPBACK, "grpc_port": self.grpc}
             cfg["admin"] = {"host": LOOPBACK, "port": self.router_admin_port, "enabled": True}
@@ -109,8 +104,7 @@ class ModelSetsStack:
             cfg_path = self.work_dir / "router.yaml"
             cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
             router = router_process(cfg_path, self.grpc, self.router_admin_port, log_dir=self.work_dir)
-            self._exit.enter_context(router)
-            self.processes.append(router)
+            self._procs.start(router)
             clusters = {"ext_proc": self.grpc, **{cluster_of(n): p for n, p in self.pool_ports.items()}}
             envoy_cfg = render_envoy_clusters(
                 self.envoy_config, listener=self.listener, admin=self.admin, clusters=clusters
@@ -118,14 +112,10 @@ class ModelSetsStack:
             envoy_path = self.work_dir / "envoy.yaml"
             envoy_path.write_text(yaml.safe_dump(envoy_cfg, sort_keys=False), encoding="utf-8")
             self.envoy = EnvoyProcess(envoy_path, admin_port=self.admin, log_path=self.work_dir / "envoy.log")
-            self._exit.enter_context(self.envoy)
-            self.processes.append(self.envoy)
-        except BaseException:
-            self._exit.close()
-            raise
+            self._procs.start(self.envoy)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._exit.close()
+        self._procs.close()

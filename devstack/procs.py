@@ -14,13 +14,13 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
 import httpx
 
-__all__ = ["ManagedProcess", "StartupError", "free_port", "http_ok", "tcp_open"]
+__all__ = ["ManagedProcess", "ProcessGroup", "StartupError", "free_port", "http_ok", "tcp_open"]
 
 log = logging.getLogger(__name__)
 
@@ -193,3 +193,48 @@ class ManagedProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class ProcessGroup:
+    """The processes of a stack: started in order (or several at once), stopped in reverse order.
+
+    The start and stop that :class:`devstack.stack.Stack` and
+    :class:`devstack.model_stack.ModelSetsStack` share: each process's stop is registered as soon as
+    it is launched, so a failed start stops everything started before it.
+
+    Args:
+        processes: the list every started process is appended to (the stack's ``processes``, read
+            for log reports); a new one when omitted.
+    """
+
+    def __init__(self, processes: list[ManagedProcess] | None = None) -> None:
+        self.processes: list[ManagedProcess] = [] if processes is None else processes
+        self._stops = contextlib.ExitStack()
+
+    def start(self, proc: ManagedProcess) -> None:
+        """Start ``proc`` and wait until it is ready (raises :class:`StartupError`)."""
+        self.start_together([proc])
+
+    def start_together(self, procs: Iterable[ManagedProcess]) -> None:
+        """Launch all of ``procs`` at once, then wait until each is ready (raises
+        :class:`StartupError`; the ones launched are stopped by :meth:`close`)."""
+        launched = list(procs)
+        for proc in launched:
+            proc.launch()
+            self._stops.callback(proc.stop)
+            self.processes.append(proc)
+        for proc in launched:
+            proc.wait_ready()
+
+    def close(self) -> None:
+        """Stop every started process, the last started first (a second call does nothing)."""
+        self._stops.close()
+
+    @contextlib.contextmanager
+    def closed_on_error(self) -> Iterator[None]:
+        """Run the block that starts the stack; on any exception stop what started, then re-raise."""
+        try:
+            yield
+        except BaseException:
+            self.close()
+            raise

@@ -7,7 +7,6 @@ the child and waits until it is ready.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import sys
@@ -22,7 +21,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from devstack.envoy_runner import DEFAULT_ENVOY_CONFIG, EnvoyPorts, EnvoyProcess, write_envoy_config
-from devstack.procs import LOOPBACK, ManagedProcess, free_port, http_ok, tcp_open
+from devstack.procs import LOOPBACK, ManagedProcess, ProcessGroup, free_port, http_ok, tcp_open
 from devstack.vllm_pool import VllmSetup
 
 __all__ = [
@@ -225,68 +224,38 @@ class Stack:
             self.work_dir / "decisions.jsonl" if self.options.decision_log else None
         )
         self.router_config_path = self.work_dir / "router.yaml"
-        self._exit = contextlib.ExitStack()
+        self._procs = ProcessGroup(self.processes)
         self.pools: dict[str, ManagedProcess] = {}
         self.router: ManagedProcess | None = None
         self.envoy: EnvoyProcess | None = None
 
-    def _start(self, proc: ManagedProcess) -> None:
-        self.processes.append(proc)
-        self._exit.callback(proc.stop)
-        proc.start()
-
     def __enter__(self) -> Stack:
         o = self.options
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            if o.vllm is None:
-                self._start_mock_pools()
-            else:
-                self._start_vllm_pools(o.vllm)
+        with self._procs.closed_on_error():
+            pools = (
+                ("short", self.ports.short_pool, o.short_max_model_len),
+                ("long", self.ports.long_pool, o.long_max_model_len),
+            )
+            for cpu, (name, port, limit) in enumerate(pools):
+                self.pools[name] = (
+                    pool_process(name, port, limit, log_dir=self.work_dir, extra_args=o.pool_args)
+                    if o.vllm is None
+                    else o.vllm.process(name, port, limit, family="qwen3", cpu=cpu % 2, log_dir=self.work_dir)
+                )
+            # both at once: stand-ins load their tokenizer (~3 s each), vLLM one core each (~40 s)
+            self._procs.start_together(self.pools.values())
             self.write_router_config()
             if o.start_router:
                 self.start_router()
             self.envoy = envoy_process(self.ports, log_dir=self.work_dir, source=o.envoy_config)
-            self._start(self.envoy)
-        except BaseException:
-            self._exit.close()
-            raise
+            self._procs.start(self.envoy)
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._exit.close()
-
-    def _start_mock_pools(self) -> None:
-        o = self.options
-        for name, port, limit in (
-            ("short", self.ports.short_pool, o.short_max_model_len),
-            ("long", self.ports.long_pool, o.long_max_model_len),
-        ):  # both load their tokenizer at the same time (~3 s each)
-            pool = pool_process(name, port, limit, log_dir=self.work_dir, extra_args=o.pool_args)
-            pool.launch()
-            self._exit.callback(pool.stop)
-            self.processes.append(pool)
-            self.pools[name] = pool
-        for pool in self.pools.values():
-            pool.wait_ready()
-
-    def _start_vllm_pools(self, vllm: VllmSetup) -> None:
-        o = self.options
-        for cpu, (name, port, limit) in enumerate(
-            (
-                ("short", self.ports.short_pool, o.short_max_model_len),
-                ("long", self.ports.long_pool, o.long_max_model_len),
-            )
-        ):  # both start at once, one core each (~40 s)
-            pool = vllm.process(name, port, limit, family="qwen3", cpu=cpu % 2, log_dir=self.work_dir)
-            pool.launch()
-            self._exit.callback(pool.stop)
-            self.processes.append(pool)
-            self.pools[name] = pool
-        for pool in self.pools.values():
-            pool.wait_ready()
+        self._procs.close()
 
     def pool_url(self, name: str) -> str:
         """``http://127.0.0.1:<port>`` of pool ``short`` or ``long`` (no ``/v1``)."""
@@ -329,7 +298,7 @@ class Stack:
         if restarts:
             proc.log_path = self.work_dir / f"router-{restarts}.log"
         self.router = proc
-        self._start(proc)
+        self._procs.start(proc)
         return proc
 
     @property
@@ -349,7 +318,7 @@ class Stack:
         proc = envoy_process(
             ports, log_dir=self.work_dir, tag=tag, source=source or self.options.envoy_config
         )
-        self._start(proc)
+        self._procs.start(proc)
         return Gateway(proc, f"http://{LOOPBACK}:{ports.listener}/v1")
 
     def router_metric(self, name: str, labels: dict[str, str] | None = None) -> float:

@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["BROAD_CORPUS", "SHARED_DATA"]
+__all__ = ["AZURE_CONV", "BROAD_CORPUS", "SHARED_DATA"]
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 """``../shared/data`` of this checkout."""
 
 BROAD_CORPUS = Path(os.environ.get("TBR_BROAD_CORPUS", SHARED_DATA / "broad" / "broad.jsonl"))
 """The broad estimator corpus: ``$TBR_BROAD_CORPUS``, else ``../shared/data/broad/broad.jsonl``."""
+
+AZURE_CONV = SHARED_DATA / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+"""The Azure LLM inference trace 2023, conversation service (the planner's real trace)."""

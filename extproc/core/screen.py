@@ -128,8 +128,6 @@ def prefix_budget(est: Estimator, f: RequestFeatures, limits_tokens: Sequence[in
     text = f.prompt_text
     if f.n_images or f.n_audio or not limits_tokens or len(text) < MIN_PREFIX_CHARS:
         return None
-    if getattr(est.cfg, "cost_model", "runs") != "runs":  # the router's one cost model (issue 31)
-        return None
     fr = est.framing_of(f.model)
     costs = run_costs(fr.family)
     if min(float(costs.per_run.min()), float(costs.per_char.min()), costs.per_gap) < 0.0:

@@ -10,7 +10,6 @@ of ``golden_streams.json`` shows exactly which answers changed. Responses are se
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import json
 import os
@@ -26,6 +25,7 @@ from extproc.core import run_languages, runs
 from extproc.service.app import RouterApp
 from tests import pb as tpb
 from tests.pb import chat_body, req_body, run_stream
+from tests.waiting import until_async
 
 GOLDEN = Path(__file__).with_name("golden_streams.json")
 UPDATE = os.environ.get("TBR_UPDATE_GOLDEN") == "1"
@@ -155,10 +155,9 @@ async def test_golden_stream(
         # it through unchanged; extproc/adapter/server.py): Envoy continues it as it came.
         got.append("end of call")
     log_path = tmp_path / "decisions.jsonl"
-    for _ in range(300):  # the record is written when the server ends the stream, just after
-        if log_path.exists() and log_path.read_bytes().endswith(b"\n"):
-            break
-        await asyncio.sleep(0.01)
+    await until_async(  # the record is written when the server ends the stream, just after
+        lambda: log_path.exists() and log_path.read_bytes().endswith(b"\n"), what="the decision record"
+    )
     decisions = _decision_fields(log_path)
     golden: dict[str, Any] = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
     if UPDATE:

@@ -4,7 +4,6 @@ every kind of ending."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,7 +18,8 @@ from extproc.core.calibration import RatioState
 from extproc.core.request_body import parse_request_body
 from extproc.service.app import RouterApp
 from tests import pb as tpb
-from tests.pb import EOF, headers, open_stream, read_response
+from tests.pb import EOF, ExtProcCall, headers, open_stream, read_response
+from tests.waiting import until_async
 
 CONFIG: dict[str, Any] = {
     "pools": [
@@ -51,35 +51,41 @@ async def app() -> AsyncIterator[RouterApp]:
         yield running
 
 
-async def wait_zero(app: RouterApp, timeout_s: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while app.load.total_inflight() != 0:
-        assert asyncio.get_running_loop().time() < deadline, dict(app.load._inflight)
-        await asyncio.sleep(0.01)
+async def routed(ch: grpc.aio.Channel, text: str = "hello") -> tuple[ExtProcCall, pb.ProcessingResponse]:
+    """A new stream on ``ch`` taken through its routing decision (request headers, then a chat body
+    of ``text``, each answered); returns the call and the routing answer."""
+    call = open_stream(ch)
+    await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
+    await read_response(call)
+    await call.write(body(text))
+    return call, await read_response(call)
+
+
+async def answered(call: ExtProcCall, *msgs: pb.ProcessingRequest) -> None:
+    """Send each of ``msgs`` on ``call`` and read its answer (or :data:`EOF`: the router may end the
+    call instead of answering an exchange's last message)."""
+    for msg in msgs:
+        await call.write(msg)
+        await call.read()
+
+
+async def wait_zero(app: RouterApp) -> None:
+    """Until every pool's in-flight count is back to zero (each stream's end is accounted just
+    after its status)."""
+    await until_async(lambda: app.load.total_inflight() == 0, what="in-flight counts back to zero")
 
 
 async def test_count_held_from_decision_until_each_kind_of_end(app: RouterApp) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
         # 1. complete exchange (JSON response read to the end)
-        call = open_stream(ch)
-        await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
-        await call.read()
-        await call.write(body())
-        await call.read()
+        call, _ = await routed(ch)
         assert app.load.inflight("short") == 1  # counted at the routing decision
-        await call.write(resp_headers(200))
-        await call.read()
-        await call.write(resp_body(12))
-        await call.read()
+        await answered(call, resp_headers(200), resp_body(12))
         await call.done_writing()
         await wait_zero(app)
 
         # 2. cancelled by Envoy (client went away) after routing, before any response
-        call = open_stream(ch)
-        await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
-        await call.read()
-        await call.write(body("x" * 40000))
-        await call.read()
+        call, _ = await routed(ch, "x" * 40000)
         assert app.load.total_inflight() == 1
         call.cancel()
         await wait_zero(app)
@@ -105,11 +111,7 @@ async def test_count_held_from_decision_until_each_kind_of_end(app: RouterApp) -
         # 5. many concurrent streams, half cancelled
         calls = []
         for i in range(20):
-            c = open_stream(ch)
-            await c.write(pb.ProcessingRequest(request_headers=headers(POST)))
-            await c.read()
-            await c.write(body())
-            await c.read()
+            c, _ = await routed(ch)
             calls.append((i, c))
         assert app.load.inflight("short") == 20
         for i, c in calls:
@@ -138,17 +140,11 @@ async def test_retried_response_moves_the_count_and_ratchets_the_ratio(app: Rout
     true_prompt = round(exact.model_tokens / 0.8) + exact.fixed_prompt_tokens
     assert true_prompt > 4096
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
-        call = open_stream(ch)
-        await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
-        await call.read()
-        await call.write(body(text))
-        routed = await read_response(call)
-        assert routed.request_body.response.header_mutation.set_headers[0].header.raw_value == b"short"
-        await call.write(resp_headers(200, **{"x-envoy-attempt-count": "2"}))
-        await call.read()
+        call, routing = await routed(ch, text)
+        assert routing.request_body.response.header_mutation.set_headers[0].header.raw_value == b"short"
+        await answered(call, resp_headers(200, **{"x-envoy-attempt-count": "2"}))
         assert (app.load.inflight("short"), app.load.inflight("medium")) == (0, 1)
-        await call.write(resp_body(true_prompt))
-        await call.read()
+        await answered(call, resp_body(true_prompt))
         await call.done_writing()
     await wait_zero(app)
     reg = app.metrics.registry
@@ -197,11 +193,7 @@ async def test_failed_retry_is_counted_by_cause_and_not_calibrated(
 ) -> None:
     """Envoy retried on medium and medium refused too: its error answer names the cause."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
-        call = open_stream(ch)
-        await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
-        await call.read()
-        await call.write(body())
-        await call.read()
+        call, _ = await routed(ch)
         pairs = {":status": str(status), "content-type": content_type, "x-envoy-attempt-count": "2"}
         await call.write(tpb.resp_headers(pairs, eos=answer is None))
         if answer is not None:  # the error body is asked for (STREAMED), read and passed unchanged
@@ -227,15 +219,8 @@ async def test_retry_served_within_the_first_pool_is_the_pool_unavailable(app: R
     """Envoy retried on medium (the short pool refused the connection) and the served usage fits
     short: the pool failed, the estimate did not; nothing is ratcheted."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
-        call = open_stream(ch)
-        await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
-        await call.read()
-        await call.write(body())
-        await call.read()
-        await call.write(resp_headers(200, **{"x-envoy-attempt-count": "2"}))
-        await call.read()
-        await call.write(resp_body(12))
-        await call.read()
+        call, _ = await routed(ch)
+        await answered(call, resp_headers(200, **{"x-envoy-attempt-count": "2"}), resp_body(12))
         await call.done_writing()
     await wait_zero(app)
     reg = app.metrics.registry
@@ -250,14 +235,9 @@ async def test_retry_served_within_the_first_pool_is_the_pool_unavailable(app: R
 async def test_retry_whose_usage_is_not_read_is_unknown(app: RouterApp) -> None:
     """A retried 2xx that carries no body (nothing to read usage from): counted at the end, ``unknown``."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{app.grpc_port}") as ch:
-        call = open_stream(ch)
-        await call.write(pb.ProcessingRequest(request_headers=headers(POST)))
-        await call.read()
-        await call.write(body())
-        await call.read()
+        call, _ = await routed(ch)
         pairs = {":status": "200", "content-type": "application/json", "x-envoy-attempt-count": "2"}
-        await call.write(tpb.resp_headers(pairs, eos=True))
-        await call.read()
+        await answered(call, tpb.resp_headers(pairs, eos=True))
         await call.done_writing()
     await wait_zero(app)
     labels = {"from_pool": "short", "to_pool": "medium", "outcome": "recovered", "cause": "unknown"}

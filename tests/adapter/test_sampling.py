@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
@@ -16,8 +15,9 @@ from extproc.config import parse_config
 from extproc.service.app import RouterApp
 from tests.adapter.sampling_replay import first_turn_prompts, replay
 from tests.pb import headers, passed_through, routed_pool, run_stream
+from tests.shared_data import SHARED_DATA
 
-DATA_DIR = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA_DIR = SHARED_DATA
 
 
 def _cfg(rate: float, skip: bool = True) -> dict[str, object]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -18,6 +17,7 @@ from extproc.core.estimator import Estimator
 from extproc.core.request_body import parse_request_body
 from extproc.service.app import RouterApp
 from tests.pb import chat_body, headers, open_stream, passed_through, routed_pool, run_stream
+from tests.waiting import until_async
 
 CONFIG = {
     "pools": [
@@ -211,8 +211,7 @@ async def test_envoy_reset_after_the_exchange_counts_as_complete(
     ][:n_msgs]
     await _reset_after(app.grpc_port, msgs)
     registry = app.metrics.registry
-    for _ in range(200):
-        if registry.get_sample_value("tbr_streams_total", {"end": end}):
-            break
-        await asyncio.sleep(0.01)
+    await until_async(
+        lambda: registry.get_sample_value("tbr_streams_total", {"end": end}), what=f"a {end} stream"
+    )
     assert registry.get_sample_value("tbr_streams_total", {"end": end}) == 1.0

@@ -17,6 +17,7 @@ from extproc.config import parse_config
 from extproc.service.app import RouterApp
 from tests.hardening.helpers import Counts
 from tests.pb import EOF, chat_body, open_stream, req_body, req_headers
+from tests.waiting import until_async
 
 CONFIG: dict[str, Any] = {
     "pools": [
@@ -57,9 +58,8 @@ async def test_routing_answer_arrives_before_the_status_on_every_concurrent_stre
         assert got[0] == R.CONTINUE_REQUEST_HEADERS_SKIP_RESPONSE
         pool = "short" if text is short_text else "long"
         assert got[1] == app.current_router().body_responses[pool]
-    for _ in range(200):  # the stream's accounting runs just after its status
-        if counts.delta("tbr_streams_total", {"end": "complete"}) == len(texts):
-            break
-        await asyncio.sleep(0.01)
-    assert counts.delta("tbr_streams_total", {"end": "complete"}) == len(texts)
+    await until_async(  # the stream's accounting runs just after its status
+        lambda: counts.delta("tbr_streams_total", {"end": "complete"}) == len(texts),
+        what="every stream counted complete",
+    )
     assert counts.delta("tbr_streams_total") == len(texts)

@@ -1,8 +1,8 @@
 """Real-process fixtures: mock pools → router (``tbr serve``) → Envoy on loopback, one devstack
 :class:`~devstack.stack.Stack` per session, plus a second Envoy whose router is down.
 
-Every process log is attached to a failing test's report (and only then shown); everything is
-stopped at the end of the session.
+Every process log is attached to a failing test's report (and only then shown: tests/stacks.py);
+everything is stopped at the end of the session.
 """
 
 from __future__ import annotations
@@ -14,26 +14,13 @@ import pytest
 from devstack.procs import free_port
 from devstack.stack import Gateway, Stack, StackOptions
 from tests.e2e.harness import RouterEndpoints
-
-_STACKS: list[Stack] = []
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
-    report = yield
-    if report.failed:  # type: ignore[attr-defined]
-        for stack in _STACKS:
-            for proc in stack.processes:
-                report.sections.append((f"log of {proc.name}", proc.log_tail(80)))  # type: ignore[attr-defined]
-    return report
+from tests.stacks import running
 
 
 @pytest.fixture(scope="session")
 def e2e_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Pools (short 8192, long 65536 tokens), the router with its decision log, Envoy."""
-    with Stack(tmp_path_factory.mktemp("e2e"), StackOptions(decision_log=True)) as stack:
-        _STACKS.append(stack)
-        yield stack
+    yield from running(Stack(tmp_path_factory.mktemp("e2e"), StackOptions(decision_log=True)))
 
 
 @pytest.fixture(scope="session")

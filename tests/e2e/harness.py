@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,14 +13,18 @@ from typing import Any
 import orjson
 import yaml
 
+from devstack.envoy_runner import EnvoyProcess
 from devstack.inprocess import InProcessStack, inprocess_stack
 from extproc.config import CalibrationConfig, EstimatorConfig
 from extproc.core.calibration import InMemoryRatioStore
 from extproc.core.estimator import Estimator
 from extproc.core.request_body import parse_request_body
+from extproc.service.app import RouterApp
+from tests.shared_data import SHARED_DATA
+from tests.waiting import until, until_async
 
 REPO = Path(__file__).resolve().parents[2]
-DATA_DIR = REPO.parent / "shared" / "data"
+DATA_DIR = SHARED_DATA
 ENVOY_3POOLS = REPO / "envoy" / "envoy-3pools.yaml"
 POOL_LIMITS = {"short": 4096, "medium": 16384, "long": 65536}
 
@@ -127,16 +131,85 @@ async def model_sets_stack(
 async def wait_for_metric(
     stack: InProcessStack, name: str, labels: dict[str, str], want: float, timeout_s: float = 5.0
 ) -> float | None:
-    """The router's metric ``name{labels}`` once it reaches ``want`` (or its value at ``timeout_s``).
+    """The router's metric ``name{labels}`` once it reaches ``want``.
 
     Responses are read off the request path (envoy/envoy.yaml's observability filter): the client
-    can have its whole answer a moment before the router has read the end of it."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        value = stack.app.metrics.registry.get_sample_value(name, labels)
-        if (value is not None and value >= want) or asyncio.get_running_loop().time() > deadline:
-            return value
-        await asyncio.sleep(0.02)
+    can have its whole answer a moment before the router has read the end of it.
+
+    Raises:
+        AssertionError: ``want`` not reached within ``timeout_s``.
+    """
+
+    def value() -> float | None:
+        return stack.app.metrics.registry.get_sample_value(name, labels)
+
+    await until_async(lambda: (value() or 0.0) >= want, timeout_s=timeout_s, what=f"{name}{labels} >= {want}")
+    return value()
+
+
+def decision_records(
+    log_path: Path | None,
+    request_id: str,
+    *,
+    complete: Callable[[list[dict[str, Any]]], bool] = bool,
+    timeout_s: float = 10.0,
+) -> list[dict[str, Any]]:
+    """The router's decision-log records of ``request_id`` (in log order) once ``complete(records)``
+    holds (default: there is one). A record is written when its stream ends and the log is flushed
+    every ``decision_log_flush_interval_s``; a last line still being written is not read.
+
+    Raises:
+        AssertionError: no decision log (``StackOptions(decision_log=True)``), or not complete
+            within ``timeout_s``.
+    """
+    assert log_path is not None, "the stack writes no decision log"
+    found: list[dict[str, Any]] = []
+
+    def written() -> bool:
+        data = log_path.read_bytes() if log_path.exists() else b""
+        lines = data.splitlines() if data.endswith(b"\n") else data.splitlines()[:-1]
+        found[:] = [r for r in map(orjson.loads, lines) if r.get("request_id") == request_id]
+        return complete(found)
+
+    until(written, timeout_s=timeout_s, what=f"the decision record of {request_id}")
+    return found
+
+
+def envoy_streams_started(envoy: EnvoyProcess) -> int:
+    """How many ext_proc streams Envoy has opened to the router, over all its ext_proc filters
+    (routing, off-path observability, unrouted): ``*.ext_proc.*.streams_started`` summed."""
+    stats = envoy.stats(".streams_started")
+    return sum(v for name, v in stats.items() if ".ext_proc." in name and name.endswith(".streams_started"))
+
+
+def router_streams_ended(app: RouterApp) -> float:
+    """How many ext_proc streams the router has ended and counted (``tbr_streams_total``, every end)."""
+    return sum(
+        s.value
+        for family in app.metrics.registry.collect()
+        if family.name == "tbr_streams"
+        for s in family.samples
+        if s.name == "tbr_streams_total"
+    )
+
+
+async def router_caught_up(stack: InProcessStack, timeout_s: float = 20.0) -> None:
+    """Wait until the router has ended and counted every ext_proc stream Envoy opened to it.
+
+    Answers are read off the request path (envoy/envoy.yaml's observability filter): the client
+    can have its whole answer before the router has read it. Once the two counts agree, every
+    answer so far has been read, learned from and counted, and no more learning is on its way:
+    the event to wait for instead of an interval.
+
+    Raises:
+        AssertionError: the counts did not agree within ``timeout_s``.
+    """
+
+    async def agree() -> bool:
+        started = await asyncio.to_thread(envoy_streams_started, stack.envoy)
+        return router_streams_ended(stack.app) >= started
+
+    await until_async(agree, timeout_s=timeout_s, what="the router ending every stream Envoy opened")
 
 
 STREAM_MATCH = {"filter": "tbr", "path": [{"key": "stream"}], "value": {"bool_match": True}}

@@ -15,7 +15,6 @@ import contextlib
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -28,6 +27,7 @@ from extproc.service.app import RouterApp
 from mockpool.server import serve_pool
 from mockpool.settings import PoolSettings
 from tests.service.contracts import REPO
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.envoy
 
@@ -93,14 +93,6 @@ async def healthy_endpoints(envoy: EnvoyProcess, cluster: str) -> int:
     async with httpx.AsyncClient(timeout=5.0) as c:
         text = (await c.get(f"{envoy.admin_url}/clusters")).text
     return len(re.findall(rf"^{cluster}::[0-9.]+:\d+::health_flags::healthy$", text, flags=re.M))
-
-
-async def wait_until(cond: Any, timeout_s: float = 15.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not await cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 async def chat(client: httpx.AsyncClient, base_url: str, text: str) -> str:
@@ -190,7 +182,7 @@ async def test_long_context_traffic_raises_the_long_pools_advice_and_the_control
                 return await healthy_endpoints(envoy, "long_pool") == len(long.running)
 
             try:
-                await wait_until(all_healthy)
+                await until_async(all_healthy, timeout_s=15.0, what="every endpoint healthy")
             except AssertionError:
                 text = (await client.get(f"{envoy.admin_url}/clusters")).text
                 raise AssertionError(

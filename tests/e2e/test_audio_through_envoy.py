@@ -12,8 +12,6 @@ recording is budgeted from what that taught (~10,000, not ~15,000) and goes long
 from __future__ import annotations
 
 import base64
-import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +20,9 @@ import pytest
 
 from devstack.stack import Stack, StackOptions
 from tests.core.audio_samples import flac, wav
+from tests.e2e.harness import decision_records
+from tests.stacks import running
+from tests.waiting import until
 
 pytestmark = pytest.mark.envoy
 
@@ -36,8 +37,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         pool_args=("--audio-tokens-per-second", "25", "--served-model-name", MODEL),
         router_overrides={"decision_log_flush_interval_s": 0.1},
     )
-    with Stack(work, options) as s:
-        yield s
+    yield from running(Stack(work, options))
 
 
 def post(stack: Stack, clip: bytes, fmt: str, request_id: str) -> httpx.Response:
@@ -53,22 +53,15 @@ def post(stack: Stack, clip: bytes, fmt: str, request_id: str) -> httpx.Response
 
 def calibrated(stack: Stack, n: int) -> None:
     """Wait until the router has read ``n`` responses (off the request path)."""
-    deadline = time.monotonic() + 15
-    while stack.router_metric("tbr_calibration_events_total") < n:
-        assert time.monotonic() < deadline, "responses not read by the router"
-        time.sleep(0.05)
+    until(
+        lambda: stack.router_metric("tbr_calibration_events_total") >= n,
+        timeout_s=15.0,
+        what=f"{n} responses read by the router",
+    )
 
 
 def budget(stack: Stack, request_id: str) -> int:
-    assert stack.decision_log_path is not None
-    deadline = time.monotonic() + 10
-    while True:
-        for line in stack.decision_log_path.read_text().splitlines():
-            r = json.loads(line)
-            if r["request_id"] == request_id:
-                return int(r["budget_tokens"])
-        assert time.monotonic() < deadline, request_id
-        time.sleep(0.05)
+    return int(decision_records(stack.decision_log_path, request_id)[0]["budget_tokens"])
 
 
 def test_audio_by_duration_and_learned_per_size_class_through_envoy(stack: Stack) -> None:

@@ -14,13 +14,14 @@ open it.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 
 from devstack.stack import Stack, StackOptions
+from tests.stacks import running
+from tests.waiting import until
 
 pytestmark = pytest.mark.envoy
 
@@ -28,15 +29,11 @@ pytestmark = pytest.mark.envoy
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     options = StackOptions(decision_log=True, router_overrides={"decision_log_flush_interval_s": 0.1})
-    with Stack(tmp_path_factory.mktemp("bodiless"), options) as s:
-        yield s
+    yield from running(Stack(tmp_path_factory.mktemp("bodiless"), options))
 
 
 def wait_for(pred: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
+    until(pred, timeout_s=timeout_s, poll_s=0.05)
 
 
 def unrouted_streams(stack: Stack) -> int:

@@ -22,6 +22,7 @@ import yaml
 from devstack.envoy_runner import DEFAULT_ENVOY_CONFIG
 from devstack.stack import Gateway, Stack, StackOptions
 from tests.service.contracts import REPO
+from tests.stacks import running
 
 pytestmark = pytest.mark.envoy
 
@@ -74,7 +75,7 @@ def gateways(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway
         envoy_config=with_internal_addresses(work, "shipped-internal", shipped=True),
         pool_args=("--time-to-first-token-s", "0.2"),
     )
-    with Stack(work, options) as stack:
+    for stack in running(Stack(work, options)):
         before = stack.add_envoy(
             router_grpc=stack.ports.router_grpc,
             tag="envoy-before",

@@ -12,6 +12,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from tests.e2e.harness import Stack, content_kind, stale_ratio_snapshot, three_pool_stack, wait_for_metric
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.envoy
 
@@ -32,6 +33,12 @@ async def served_by(c: AsyncOpenAI, messages: list[dict[str, str]], max_tokens: 
     )
     raw.parse()
     return raw.headers["x-served-by-pool"], raw.headers.get("x-envoy-attempt-count", "")
+
+
+def waiting_seen(stack: Stack, pool: str) -> float:
+    """The waiting-request count of ``pool`` the router last scraped (-1 before its first scrape)."""
+    signals = stack.app.load.signals(pool)
+    return -1.0 if signals is None or signals.waiting is None else signals.waiting
 
 
 def metric(stack: Stack, name: str, labels: dict[str, str]) -> float:
@@ -77,8 +84,8 @@ async def test_spillover_starts_when_short_pool_saturated_and_stops_after_releas
         await stack.pool_admin("short", "hold")
         held = [asyncio.create_task(served_by(c, SMALL)) for _ in range(2)]
         await stack.wait_pool("short", running=busy[0], waiting=busy[1])
-        if scrape:
-            await asyncio.sleep(0.3)  # a few scrape intervals
+        if scrape:  # the router's scrape has seen the queue (an event, not a few scrape intervals)
+            await until_async(lambda: waiting_seen(stack, "short") >= busy[1], what="the queue scraped")
         spilled = [await served_by(c, SMALL) for _ in range(3)]
         assert [s for s, _ in spilled] == ["medium"] * 3  # next larger, never the long pool
         assert (
@@ -91,7 +98,7 @@ async def test_spillover_starts_when_short_pool_saturated_and_stops_after_releas
         await stack.pool_admin("short", "release")
         assert [s for s, _ in await asyncio.gather(*held)] == ["short", "short"]
         if scrape:
-            await asyncio.sleep(0.3)
+            await until_async(lambda: waiting_seen(stack, "short") == 0, what="the empty queue scraped")
         assert (await served_by(c, SMALL))[0] == "short"  # spillover stopped
         assert (
             metric(
@@ -100,8 +107,7 @@ async def test_spillover_starts_when_short_pool_saturated_and_stops_after_releas
             == 3
         )
         await c.close()
-        await asyncio.sleep(0.1)
-        assert stack.app.load.total_inflight() == 0
+        await until_async(lambda: stack.app.load.total_inflight() == 0, what="in-flight counts at zero")
 
 
 PROSE = "The quick brown fox jumps over the lazy dog while the farmer counts his sheep. " * 260
@@ -147,5 +153,4 @@ async def test_forced_underestimate_is_recovered_on_the_next_larger_pool(tmp_pat
         # the store (same with Redis)
         assert estimator.routing_ratio(key)[0] <= 1.1
         await c.close()
-        await asyncio.sleep(0.1)
-        assert stack.app.load.total_inflight() == 0
+        await until_async(lambda: stack.app.load.total_inflight() == 0, what="in-flight counts at zero")

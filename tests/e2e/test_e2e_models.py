@@ -8,7 +8,6 @@ shows no request needed Envoy's retry."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import inspect
 import io
@@ -24,7 +23,7 @@ from openai import AsyncOpenAI
 from PIL import Image, ImageDraw
 
 from tbr.demo.workload import long_prompt, short_prompt
-from tests.e2e.harness import Stack, data_dir, model_sets_stack
+from tests.e2e.harness import Stack, data_dir, model_sets_stack, router_caught_up
 
 pytestmark = [pytest.mark.envoy, pytest.mark.asyncio(loop_scope="module")]
 
@@ -69,25 +68,14 @@ def applied(stack: Stack) -> float:
 
 async def settled_read(stack: Stack) -> float:
     """:func:`read` once earlier tests' usages have all arrived: responses are read off the request
-    path (the observability stream), so the last test's may still be on their way; the count must
-    hold still for 0.2 s."""
-    last = read(stack)
-    for _ in range(100):
-        await asyncio.sleep(0.2)
-        now = read(stack)
-        if now == last:
-            return now
-        last = now
-    return last
+    path (the observability stream), so the last test's may still be on their way."""
+    await router_caught_up(stack)
+    return read(stack)
 
 
 async def learned_once_more(stack: Stack, before: float) -> None:
     """The router read this exchange's usage and learned from it exactly once."""
-    for _ in range(200):
-        if applied(stack) > before:
-            break
-        await asyncio.sleep(0.025)
-    await asyncio.sleep(0.05)
+    await router_caught_up(stack)
     assert applied(stack) == before + 1
 
 
@@ -158,10 +146,8 @@ async def test_both_models_learn_their_own_ratios(stack: Stack) -> None:
     before = applied(stack)
     for family in MODELS:
         await call(stack, "chat", MODELS[family], TEXT["short"], False)
-    for _ in range(200):  # both usages read (off the request path), so none lands in the next test
-        if applied(stack) >= before + len(MODELS):
-            break
-        await asyncio.sleep(0.025)
+    await router_caught_up(stack)  # both usages read (off the request path), so none lands in the next test
+    assert applied(stack) == before + len(MODELS)
     models = {model for (model, _), _ in stack.app.store.items()}
     assert set(MODELS.values()) <= models
 
@@ -184,10 +170,7 @@ async def test_chat_batch_routes_by_its_longest_conversation(stack: Stack) -> No
     assert r.status_code == 200 and r.headers["x-served-by-pool"] == "llama-long"
     assert len(r.json()["choices"]) == 2
     assert short.status_code == 200 and short.headers["x-served-by-pool"] == "llama-short"
-    for _ in range(200):
-        if read(stack) >= before + 2:
-            break
-        await asyncio.sleep(0.025)
+    await router_caught_up(stack)
     # each summed usage is learned against the summed estimate, or (conversations of two
     # categories) counted as batch_mixed_keys: never learned against one conversation's estimate
     assert read(stack) == before + 2
@@ -199,7 +182,7 @@ async def test_previous_response_goes_to_the_pool_that_stored_it(stack: Stack) -
             model=MODELS["llama"], input=TEXT["long"], max_output_tokens=4
         )
         assert first.headers["x-served-by-pool"] == "llama-long"
-        await asyncio.sleep(0.3)
+        await router_caught_up(stack)  # its answer read: the stored response's pool is known
         learned_before = applied(stack)
         skipped_before = metric(stack, "tbr_calibration_events_total", {"outcome": "previous_response"})
         follow = await c.responses.with_raw_response.create(
@@ -208,13 +191,7 @@ async def test_previous_response_goes_to_the_pool_that_stored_it(stack: Stack) -
         # the follow-up alone is short, but only llama-long holds the stored conversation
         assert follow.headers["x-served-by-pool"] == "llama-long"
         assert follow.parse().usage.input_tokens > first.parse().usage.input_tokens  # type: ignore[union-attr]
-        for _ in range(200):  # its usage counts the stored turns: read, not learned from
-            if (
-                metric(stack, "tbr_calibration_events_total", {"outcome": "previous_response"})
-                > skipped_before
-            ):
-                break
-            await asyncio.sleep(0.025)
+        await router_caught_up(stack)  # its usage counts the stored turns: read, not learned from
         assert (
             metric(stack, "tbr_calibration_events_total", {"outcome": "previous_response"})
             == skipped_before + 1

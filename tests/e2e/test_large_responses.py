@@ -10,7 +10,6 @@ fix the router asked Envoy to BUFFER JSON bodies and Envoy failed the 8.6 and 17
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ import orjson
 import pytest
 
 from devstack.stack import Stack, StackOptions
+from tests.e2e.harness import decision_records
+from tests.stacks import running
 
 SIZES_MIB = (0.9, 8.6, 17.1)
 PROBE_TOKENS = 500
@@ -29,8 +30,7 @@ HOP_BY_HOP = {"date", "server", "connection", "keep-alive", "transfer-encoding"}
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     work: Path = tmp_path_factory.mktemp("large-responses")
-    with Stack(work, StackOptions(decision_log=True, pool_args=("--output-tokens", "60000"))) as s:
-        yield s
+    yield from running(Stack(work, StackOptions(decision_log=True, pool_args=("--output-tokens", "60000"))))
 
 
 def _request(max_tokens: int) -> dict[str, Any]:
@@ -50,16 +50,8 @@ def _comparable(body: bytes) -> Any:
     return obj
 
 
-def _decision(path: Path, request_id: str, timeout_s: float = 10.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if path.exists():
-            for line in path.read_bytes().splitlines():
-                rec: dict[str, Any] = orjson.loads(line)
-                if rec.get("request_id") == request_id:
-                    return rec
-        time.sleep(0.2)
-    raise AssertionError(f"no decision record for {request_id}")
+def _decision(path: Path | None, request_id: str) -> dict[str, Any]:
+    return decision_records(path, request_id)[0]
 
 
 @pytest.mark.parametrize("size_mib", SIZES_MIB)

@@ -12,10 +12,8 @@ Measured before (issue 34, real vLLM 0.32): ``temperature: -1`` was counted
 
 from __future__ import annotations
 
-import json
 import random
 import string
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,6 +21,9 @@ import httpx
 import pytest
 
 from devstack.stack import Stack, StackOptions
+from tests.e2e.harness import decision_records
+from tests.stacks import running
+from tests.waiting import until
 
 pytestmark = pytest.mark.envoy
 
@@ -40,8 +41,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         decision_log=True,
         router_overrides={"decision_log_flush_interval_s": 0.1},
     )
-    with Stack(work, options) as s:
-        yield s
+    yield from running(Stack(work, options))
 
 
 def post(stack: Stack, text: str, request_id: str, **extra: Any) -> httpx.Response:
@@ -52,10 +52,7 @@ def post(stack: Stack, text: str, request_id: str, **extra: Any) -> httpx.Respon
 
 
 def wait_for(pred: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
+    until(pred, timeout_s=timeout_s, poll_s=0.05)
 
 
 def misroutes(stack: Stack, **labels: str) -> float:
@@ -64,15 +61,9 @@ def misroutes(stack: Stack, **labels: str) -> float:
 
 def record(stack: Stack, request_id: str) -> dict[str, Any]:
     """The decision record of ``request_id`` once its response half is in."""
-    assert stack.decision_log_path is not None
-    found: list[dict[str, Any]] = []
-
-    def written() -> bool:
-        text = stack.decision_log_path.read_text() if stack.decision_log_path.exists() else ""  # type: ignore[union-attr]
-        found[:] = [r for r in map(json.loads, text.splitlines()) if r["request_id"] == request_id]
-        return bool(found) and found[0]["status"] is not None
-
-    wait_for(written)
+    found = decision_records(
+        stack.decision_log_path, request_id, complete=lambda rs: bool(rs) and rs[0]["status"] is not None
+    )
     return found[0]
 
 

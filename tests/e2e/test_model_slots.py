@@ -9,7 +9,6 @@ each learn under their own key.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -20,6 +19,8 @@ from extproc.config import CalibrationConfig, EstimatorConfig
 from extproc.core.calibration import InMemoryRatioStore
 from extproc.core.estimator import OTHER, Estimator
 from extproc.core.request_body import parse_request_body
+from tests.stacks import running
+from tests.waiting import until
 
 pytestmark = pytest.mark.envoy
 
@@ -33,8 +34,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     work = tmp_path_factory.mktemp("slots")
     pool_args = ("--strict-model", "--served-model-name", SERVED, "--served-model-name", FINETUNE)
     options = StackOptions(pool_args=pool_args, router_overrides={"estimator": {"max_models": 3}})
-    with Stack(work, options) as s:
-        yield s
+    yield from running(Stack(work, options))
 
 
 def chat(stack: Stack, model: str) -> httpx.Response:
@@ -57,10 +57,8 @@ def test_names_nobody_serves_do_not_take_the_served_models_slots(stack: Stack) -
     for _ in range(3):
         assert chat(stack, SERVED).status_code == 200
         assert chat(stack, FINETUNE).status_code == 200
-    deadline = time.monotonic() + 10
-    while (got := learned_models(stack)) != {SERVED: 3, FINETUNE: 3}:
-        assert time.monotonic() < deadline, got  # no _other, no 404 name
-        time.sleep(0.1)
+    # no _other, no 404 name
+    until(lambda: learned_models(stack) == {SERVED: 3, FINETUNE: 3}, what="exactly the served models learned")
 
 
 def _estimator(max_models: int, **kw: object) -> Estimator:

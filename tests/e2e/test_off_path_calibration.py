@@ -6,7 +6,6 @@ forge the calibration header. The two-message design (``calibration.off_path``) 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from devstack.inprocess import InProcessStack
-from tests.e2e.harness import REPO, three_pool_stack
+from tests.e2e.harness import REPO, Stack, router_caught_up, three_pool_stack
 
 pytestmark = pytest.mark.envoy
 
@@ -64,17 +63,13 @@ def _no_stream_failed(routing: dict[str, int], calib: dict[str, int]) -> None:
         assert calib.get(f"http.llm_ingress.ext_proc.tbr_calib.{name}", 0) == 0
 
 
-async def _learned(app: Any, want: int, timeout_s: float = 10.0) -> int:
-    """Observations applied by the router, waiting up to ``timeout_s`` for ``want`` of them (the
-    observability stream may end after the client already has its response)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        got = (
-            app.metrics.registry.get_sample_value("tbr_calibration_events_total", {"outcome": "applied"}) or 0
-        )
-        if got >= want or asyncio.get_running_loop().time() > deadline:
-            return int(got)
-        await asyncio.sleep(0.05)
+async def _learned(stack: Stack) -> int:
+    """Observations applied by the router once it has ended every stream Envoy opened (the
+    observability stream may end after the client already has its response): final, so a count
+    of zero means none will come."""
+    await router_caught_up(stack)
+    got = stack.app.metrics.registry.get_sample_value("tbr_calibration_events_total", {"outcome": "applied"})
+    return int(got or 0)
 
 
 async def test_sampled_responses_are_read_by_the_observability_filter(tmp_path: Path) -> None:
@@ -95,7 +90,7 @@ async def test_sampled_responses_are_read_by_the_observability_filter(tmp_path: 
             usage = [ch.usage async for ch in chunks if ch.usage is not None]
             assert usage and usage[0].prompt_tokens > 0
         n = 2 * len(PROMPTS)
-        assert await _learned(stack.app, n) == n
+        assert await _learned(stack) == n
         assert sum(s.samples for _, s in stack.app.store.items()) == n
         routing = stack.envoy.stats("ext_proc.tbr.")
         calib = stack.envoy.stats("ext_proc.tbr_calib.")
@@ -123,7 +118,7 @@ async def test_unsampled_requests_open_no_calibration_stream_and_a_forged_header
                 extra_headers={"x-tbr-calib": forged},
             )
             assert r.usage is not None
-        assert await _learned(stack.app, 1, timeout_s=0.5) == 0
+        assert await _learned(stack) == 0
         calib = stack.envoy.stats("ext_proc.tbr_calib.")
         assert calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_started", 0) == 0
         assert not list(stack.app.store.items())
@@ -162,7 +157,7 @@ async def _sample_some(stack: InProcessStack, c: AsyncOpenAI, n: int = 12) -> di
     routing = stack.envoy.stats("ext_proc.tbr.")
     calib = stack.envoy.stats("ext_proc.tbr_calib.")
     sampled = calib.get("http.llm_ingress.ext_proc.tbr_calib.streams_started", 0)
-    assert await _learned(stack.app, sampled) == sampled
+    assert await _learned(stack) == sampled
     # seeded draws at sample_rate 0.5 over 12 requests: some sampled, some not
     assert 0 < sampled < n
     assert sum(s.samples for _, s in stack.app.store.items()) == sampled

@@ -18,8 +18,9 @@ whole or counted.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ import httpx
 import orjson
 import pytest
 
-from tests.e2e.harness import REPO, three_pool_stack, wait_for_metric
+from devstack.inprocess import InProcessStack
+from tests.e2e.harness import REPO, router_caught_up, three_pool_stack, wait_for_metric
 
 pytestmark = pytest.mark.envoy
 
@@ -78,28 +80,23 @@ async def _ask(c: httpx.AsyncClient, base_url: str, name: str, rid: str) -> tupl
     return r.headers["x-served-by-pool"], reason, prompt, completion
 
 
-async def _drained(stack: Any, timeout_s: float = 20.0) -> None:
-    """Wait until the router has no ext_proc stream open: every answer of the round has been read
-    off the request path (the observability streams end after the answer's last chunk)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while stack.app.metrics.registry.get_sample_value("tbr_inflight_streams") != 0:
-        assert asyncio.get_running_loop().time() < deadline, "router streams still open"
-        await asyncio.sleep(0.02)
-
-
-async def test_a_5000_token_answer_cut_by_the_short_pool_is_counted(tmp_path: Path) -> None:
-    log_path = tmp_path / "decisions.jsonl"
-    # the reserve of earlier releases: a fixed 1,024 tokens without max_tokens, nothing learned
+@contextlib.asynccontextmanager
+async def _natural_stack(
+    work_dir: Path, *, learned: bool
+) -> AsyncIterator[tuple[InProcessStack, httpx.AsyncClient]]:
+    """Short (8,192) and long pools whose model answers :data:`NATURAL` tokens, the router with its
+    decision log at ``work_dir/decisions.jsonl`` and ``estimator.output_reserve.learned``, Envoy on
+    envoy/envoy.yaml; with an HTTP client."""
     router = {
         "server": {"grace_period_s": 0.5},
-        "decision_log_path": str(log_path),
-        "estimator": {"output_reserve": {"learned": False}},
+        "decision_log_path": str(work_dir / "decisions.jsonl"),
+        "estimator": {"output_reserve": {"learned": learned}},
     }
     # any model name: "m" is no reasoning model, so its class starts from the chat prior
     natural = {"natural_output_tokens": f"fixed:{NATURAL}", "strict_model": False}
     async with (
         three_pool_stack(
-            tmp_path,
+            work_dir,
             router_overrides=router,
             pool_limits={"short": SHORT, "long": LONG},
             pool_overrides={"short": natural, "long": natural},
@@ -107,15 +104,25 @@ async def test_a_5000_token_answer_cut_by_the_short_pool_is_counted(tmp_path: Pa
         ) as stack,
         httpx.AsyncClient(timeout=120.0) as c,
     ):
+        yield stack, c
+
+
+def _records(log_path: Path) -> dict[str, dict[str, Any]]:
+    """The decision records by request id (records without one left out)."""
+    rows = map(orjson.loads, log_path.read_bytes().splitlines())
+    return {r["request_id"]: r for r in rows if r["request_id"]}
+
+
+async def test_a_5000_token_answer_cut_by_the_short_pool_is_counted(tmp_path: Path) -> None:
+    # the reserve of earlier releases: a fixed 1,024 tokens without max_tokens, nothing learned
+    async with _natural_stack(tmp_path, learned=False) as (stack, c):
         first = {name: await _ask(c, stack.base_url, name, f"first-{name}") for name in REPEATS}
         for name, (pool, reason, prompt, completion) in first.items():
             # routed short on the 1,024-token reserve, and cut there exactly as vLLM cuts it
             assert (pool, reason, completion) == ("short", "length", SHORT - prompt), name
         labels = {"from_pool": "short", "to_pool": "short", "outcome": "truncated", "cause": "truncated"}
         assert await wait_for_metric(stack, "tbr_misroutes_total", labels, 3) == 3
-    records = {
-        r["request_id"]: r for r in map(orjson.loads, log_path.read_bytes().splitlines()) if r["request_id"]
-    }
+    records = _records(tmp_path / "decisions.jsonl")
     for name, (_, _, prompt, completion) in first.items():
         rec = records[f"first-{name}"]
         assert (rec["pool"], rec["misroute"], rec["truncated"], rec["finish_reason"]) == (
@@ -136,25 +143,8 @@ async def test_the_output_learner_sends_them_long_after_counted_truncations(tmp_
     steps, truncation controller): the requests start on the short pool on the chat prior's
     reserve; each cut answer is counted and learned as censored, and the class's reserve grows
     until the requests go long and get their 5,000 tokens whole."""
-    log_path = tmp_path / "decisions.jsonl"
-    router = {
-        "server": {"grace_period_s": 0.5},
-        "decision_log_path": str(log_path),
-        "estimator": {"output_reserve": {"learned": True}},
-    }
-    # any model name: "m" is no reasoning model, so its class starts from the chat prior
-    natural = {"natural_output_tokens": f"fixed:{NATURAL}", "strict_model": False}
     rounds: list[dict[str, tuple[str, str | None, int, int]]] = []
-    async with (
-        three_pool_stack(
-            tmp_path,
-            router_overrides=router,
-            pool_limits={"short": SHORT, "long": LONG},
-            pool_overrides={"short": natural, "long": natural},
-            envoy_source=REPO / "envoy" / "envoy.yaml",
-        ) as stack,
-        httpx.AsyncClient(timeout=120.0) as c,
-    ):
+    async with _natural_stack(tmp_path, learned=True) as (stack, c):
         cut = 0
         for i in range(40):
             answers = {name: await _ask(c, stack.base_url, name, f"r{i}-{name}") for name in REPEATS}
@@ -166,7 +156,7 @@ async def test_the_output_learner_sends_them_long_after_counted_truncations(tmp_
                     assert (pool, reason, completion) == ("short", "length", SHORT - prompt), (i, name)
                     cut += 1
             # the router reads each answer off the request path: wait until it has learned them all
-            await _drained(stack)
+            await router_caught_up(stack)
             labels = {"from_pool": "short", "to_pool": "short", "outcome": "truncated", "cause": "truncated"}
             assert stack.app.metrics.registry.get_sample_value("tbr_misroutes_total", labels) == (cut or None)
             if all(a[0] == "long" for a in answers.values()):
@@ -176,7 +166,7 @@ async def test_the_output_learner_sends_them_long_after_counted_truncations(tmp_
         learner = stack.app.output_learner
         assert learner is not None and learner.truncations == cut
         view = [(k, s.truncated, s.reserve_tokens) for k, s in learner.items()]
-    records = {r["request_id"]: r for r in map(orjson.loads, log_path.read_bytes().splitlines())}
+    records = _records(tmp_path / "decisions.jsonl")
     for name in REPEATS:  # the reserve grew from the prior's, and the last budgets did not fit short
         first, last = records[f"r0-{name}"], records[f"r{len(rounds) - 1}-{name}"]
         assert first["output_reserve_tokens"] < last["output_reserve_tokens"]

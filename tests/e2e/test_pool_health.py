@@ -27,6 +27,8 @@ from devstack.envoy_runner import DEFAULT_ENVOY_CONFIG
 from devstack.procs import free_port
 from devstack.stack import Gateway, Stack, StackOptions, router_process
 from tests.e2e.harness import fast_stream_envoy, routes_of
+from tests.stacks import running
+from tests.waiting import until
 
 pytestmark = pytest.mark.envoy
 
@@ -73,10 +75,11 @@ class Fleet:
 
     def wait_pool_up(self, pool: str, up: float, timeout_s: float = 10.0) -> None:
         """Wait until the health-checking router's ``tbr_pool_up{pool}`` is ``up``."""
-        deadline = time.monotonic() + timeout_s
-        while self.stack.router_metric("tbr_pool_up", {"pool": pool}) != up:
-            assert time.monotonic() < deadline, f"tbr_pool_up{{pool={pool}}} never became {up}"
-            time.sleep(0.05)
+        until(
+            lambda: self.stack.router_metric("tbr_pool_up", {"pool": pool}) == up,
+            timeout_s=timeout_s,
+            what=f"tbr_pool_up{{pool={pool}}} at {up}",
+        )
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +90,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         router_overrides={"pool_health": {"check_interval_s": CHECK_INTERVAL_S, "check_timeout_s": 0.5}},
         pool_args=("--inter-token-latency-s", "0.02"),
     )
-    with Stack(work, options) as stack:
+    for stack in running(Stack(work, options)):
         raw = yaml.safe_load(stack.router_config_path.read_text(encoding="utf-8"))
         for pool in raw["pools"]:
             pool.pop("health_url")

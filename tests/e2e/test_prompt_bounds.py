@@ -10,8 +10,6 @@
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +17,9 @@ import httpx
 import pytest
 
 from devstack.stack import Stack, StackOptions
+from tests.e2e.harness import decision_records
+from tests.stacks import running
+from tests.waiting import until
 
 pytestmark = pytest.mark.envoy
 
@@ -36,20 +37,16 @@ PROMPTS = [
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     work = tmp_path_factory.mktemp("bounds")
     options = StackOptions(decision_log=True, router_overrides={"decision_log_flush_interval_s": 0.1})
-    with Stack(work, options) as s:
-        yield s
+    yield from running(Stack(work, options))
 
 
 def records(stack: Stack, request_id: str) -> list[dict[str, Any]]:
-    assert stack.decision_log_path is not None
-    deadline = time.monotonic() + 10
-    while True:
-        text = stack.decision_log_path.read_text() if stack.decision_log_path.exists() else ""
-        found = [r for r in map(json.loads, text.splitlines()) if r.get("request_id") == request_id]
-        if found and all(r.get("prompt_tokens") is not None for r in found):
-            return found
-        assert time.monotonic() < deadline, f"no complete decision record for {request_id}"
-        time.sleep(0.1)
+    """The records of ``request_id`` once each has its usage (``prompt_tokens``)."""
+    return decision_records(
+        stack.decision_log_path,
+        request_id,
+        complete=lambda rs: bool(rs) and all(r.get("prompt_tokens") is not None for r in rs),
+    )
 
 
 def ratio_samples(stack: Stack) -> int:
@@ -103,10 +100,7 @@ def test_completions_prompt_list_is_routed_by_its_longest_member_and_learned_sum
     # learned sum against sum: one observation, whose ratio (modelled / served tokens) is that of
     # ordinary prose; the longest prompt against the sum (~1/6) is outside the learner's
     # reject_factor and would not have been learned at all
-    deadline = time.monotonic() + 10
-    while ratio_samples(stack) == before:
-        assert time.monotonic() < deadline, "the list's usage was not learned"
-        time.sleep(0.1)
+    until(lambda: ratio_samples(stack) != before, what="the list's usage learned")
     assert ratio_samples(stack) == before + 1
     rows = httpx.get(f"{stack.router_admin_url}/ratios", timeout=5).json()["ratios"]
     (row,) = [r for r in rows if r["model"] == MODEL and r["category"] == rec["category"]]

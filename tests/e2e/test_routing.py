@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import time
-
 import httpx
 import pytest
 
 from devstack.stack import Gateway
 from tbr.demo.workload import long_prompt, short_prompt
 from tests.e2e.client import MODEL, chat
-from tests.e2e.harness import RouterEndpoints, data_dir
+from tests.e2e.harness import RouterEndpoints, data_dir, decision_records
 
 pytestmark = pytest.mark.envoy
 
 
 def _decision(router: RouterEndpoints, request_id: str, timeout_s: float = 5.0) -> dict[str, object]:
     """The router's decision-log record for ``request_id`` (written when the ext_proc stream ends)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if router.decision_log.is_file():
-            for line in router.decision_log.read_text(encoding="utf-8").splitlines():
-                rec = json.loads(line)
-                if rec["request_id"] == request_id:
-                    return rec  # type: ignore[no-any-return]
-        time.sleep(0.05)
-    raise AssertionError(f"no decision logged for {request_id}")
+    return decision_records(router.decision_log, request_id, timeout_s=timeout_s)[0]
 
 
 def _samples(router: RouterEndpoints) -> dict[tuple[str, str], int]:

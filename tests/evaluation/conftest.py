@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from evaluation.corpus import ReplayRequest, load_requests
+from tests.shared_data import SHARED_DATA
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+DATA = SHARED_DATA
 
 
 @pytest.fixture(scope="session")

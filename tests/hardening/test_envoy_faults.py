@@ -19,6 +19,7 @@ import pytest
 from PIL import Image
 
 from devstack.stack import Stack, StackOptions
+from tests.stacks import running
 from tests.waiting import until
 
 pytestmark = pytest.mark.envoy
@@ -33,8 +34,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """Two pools, a restartable router that snapshots its learned ratios, Envoy."""
     work = tmp_path_factory.mktemp("faults")
     overrides = {"calibration": {"snapshot_path": str(work / "ratios.json"), "warmup_samples": 2}}
-    with Stack(work, StackOptions(router_overrides=overrides)) as s:
-        yield s
+    yield from running(Stack(work, StackOptions(router_overrides=overrides)))
 
 
 def url(stack: Stack) -> str:
@@ -142,7 +142,8 @@ def test_router_killed_under_load_fails_open_and_client_cannot_pick_the_pool(sta
     stack.router.proc.send_signal(signal.SIGKILL)
     stack.router.proc.wait(timeout=5)
     t_kill = time.monotonic()
-    time.sleep(1.5)
+    # traffic goes on with the router dead: wait for answers well after the kill, not for a time
+    _wait(lambda: sum(ts > t_kill + 0.5 for ts, _, _ in list(results)) >= 6, timeout_s=30)
     stop.set()
     for t in threads:
         t.join(timeout=30)
@@ -200,9 +201,8 @@ def test_bad_bodies_through_envoy_reach_long_pool_unchanged(stack: Stack, body: 
     r = httpx.post(url(stack), content=body, headers={"content-type": "application/json"}, timeout=30)
     assert served_by(r) == "long"
     assert r.status_code in (400, 422)  # the stand-in pool's own validation error, passed through
-    deadline = time.monotonic() + 10  # the unrouted stream is counted off the request path
-    while stack.router_metric("tbr_unreadable_requests_total") == before and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # the unrouted stream is counted off the request path
+    _wait(lambda: stack.router_metric("tbr_unreadable_requests_total") != before)
     assert stack.router_metric("tbr_unreadable_requests_total") == before + 1
 
 

@@ -23,6 +23,7 @@ from tests.pb import (
     resp_body,
     resp_headers,
 )
+from tests.waiting import until_async
 
 TEXT = "the router must never lose a stream. " * 20
 USAGE_EVENT = b'data: {"choices":[],"usage":{"prompt_tokens":200}}\n\n'
@@ -36,11 +37,11 @@ def _prefix(stream: bool = True) -> list[pb.ProcessingRequest]:
     ]
 
 
-async def _wait_inflight_zero(c: Counts, timeout_s: float = 5.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while c.now("tbr_inflight_streams") != 0.0:
-        assert asyncio.get_running_loop().time() < deadline, "in-flight gauge stuck above zero"
-        await asyncio.sleep(0.01)
+async def _wait_inflight_zero(c: Counts) -> None:
+    """Until every stream has ended: its end is counted (``tbr_streams_total``), its calibration
+    done and the in-flight gauge lowered in one callback (extproc/adapter/server.py
+    ``_finish_stream``), so the counts are final once the gauge is zero."""
+    await until_async(lambda: c.now("tbr_inflight_streams") == 0.0, what="in-flight gauge back to zero")
 
 
 async def _open(app: RouterApp) -> tuple[grpc.aio.Channel, ExtProcCall]:
@@ -66,7 +67,6 @@ async def test_client_aborts_mid_stream_after_usage_calibrates_once(shared_app: 
     call.cancel()
     await ch.close(None)
     await _wait_inflight_zero(c)
-    await asyncio.sleep(0.05)
     # A reset that arrives while the router waits for the next message just ends gRPC's request
     # iterator (grpc.aio does not flag it as cancelled): the stream is counted once, either way.
     assert c.delta("tbr_streams_total") == 1.0

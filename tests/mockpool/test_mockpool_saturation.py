@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mockpool.server import serve_pool
 from mockpool.settings import PoolSettings
+from tests.waiting import until_async
 
 HELLO = [{"role": "user", "content": "Hello"}]
 
@@ -23,15 +24,14 @@ async def gauges(c: httpx.AsyncClient) -> dict[str, float]:
 async def wait_for(c: httpx.AsyncClient, running: int, waiting: int) -> dict[str, float]:
     """Poll /metrics until the running/waiting gauges reach the given values (30 s limit: the
     machine may be loaded; the condition, not the timing, is what is tested)."""
-    deadline = asyncio.get_running_loop().time() + 30.0
-    while True:
-        g = await gauges(c)
-        if (g["vllm:num_requests_running"], g["vllm:num_requests_waiting"]) == (running, waiting):
-            return g
-        if asyncio.get_running_loop().time() > deadline:
-            break
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"gauges never reached running={running} waiting={waiting}: {g}")
+    g: dict[str, float] = {}
+
+    async def reached() -> bool:
+        g.update(await gauges(c))
+        return (g["vllm:num_requests_running"], g["vllm:num_requests_waiting"]) == (running, waiting)
+
+    await until_async(reached, timeout_s=30.0, what=f"gauges at running={running} waiting={waiting}")
+    return g
 
 
 async def test_hold_fills_pool_then_release_drains() -> None:

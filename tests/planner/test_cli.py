@@ -9,18 +9,10 @@ from pathlib import Path
 import pytest
 
 from planner import cmd_plan, cmd_simulate
+from tests.shared_data import AZURE_CONV
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTER_3POOLS = ROOT / "config" / "router-3pools.yaml"
-AZURE_CONV = (
-    Path(__file__).resolve().parents[2]
-    / ".."
-    / "shared"
-    / "data"
-    / "traces"
-    / "azure_llm_2023"
-    / "AzureLLMInferenceTrace_conv.csv"
-)
 
 
 def _parser() -> argparse.ArgumentParser:

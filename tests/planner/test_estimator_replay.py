@@ -11,8 +11,9 @@ import pytest
 
 from planner.estimator_replay import load_prompt_corpus, replay_estimates
 from planner.trace import TraceError, build_trace
+from tests.shared_data import SHARED_DATA
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+DATA = SHARED_DATA
 
 
 def test_planner_imports_no_grpc() -> None:

@@ -13,16 +13,7 @@ from extproc.config import OutputReserveConfig
 from planner import cmd_plan
 from planner.output_reserve import parse_output_reserve, replay_output_reserve
 from planner.trace import Trace, build_trace
-
-AZURE_CONV = (
-    Path(__file__).resolve().parents[2]
-    / ".."
-    / "shared"
-    / "data"
-    / "traces"
-    / "azure_llm_2023"
-    / "AzureLLMInferenceTrace_conv.csv"
-)
+from tests.shared_data import AZURE_CONV
 
 
 def _trace() -> Trace:

@@ -13,22 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from planner import cmd_plan, cmd_simulate
+from tests.shared_data import AZURE_CONV
 
-AZURE_CONV = (
-    Path(__file__).resolve().parents[2]
-    / ".."
-    / "shared"
-    / "data"
-    / "traces"
-    / "azure_llm_2023"
-    / "AzureLLMInferenceTrace_conv.csv"
-)
 VERIFY_REQUESTS = 1_000_000
 
 

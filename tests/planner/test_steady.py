@@ -21,8 +21,9 @@ from planner.steady import pool_load, verdict
 from planner.trace import build_trace, merge_traces
 from planner.trace_loaders import load_trace
 from tests.planner.toy import toy_profile
+from tests.shared_data import AZURE_CONV
 
-AZURE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces" / "azure_llm_2023"
+AZURE = AZURE_CONV.parent
 needs_azure = pytest.mark.skipif(not AZURE.is_dir(), reason=f"Azure 2023 traces not found at {AZURE}")
 
 

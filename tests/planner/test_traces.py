@@ -11,8 +11,9 @@ import pytest
 from planner.costmodel import alpha_at_threshold
 from planner.trace import NormalizationReport, TraceError, normalize
 from planner.trace_loaders import load_trace
+from tests.shared_data import SHARED_DATA
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "traces"
+DATA = SHARED_DATA / "traces"
 AZURE = DATA / "azure_llm_2023"
 MOONCAKE = DATA / "mooncake_fast25" / "conversation_trace.jsonl"
 

@@ -17,6 +17,7 @@ import orjson
 from extproc.config import parse_config
 from extproc.service.app import RouterApp
 from tests.service.streams import POOLS, admin_get, calibrate
+from tests.waiting import until_async
 
 
 def _metric(text: str, name: str) -> float:
@@ -55,7 +56,7 @@ async def test_stalled_decision_log_never_delays_requests_and_drops_are_counted(
         # Unstall: read everything so far; shutdown then writes the queue.
         got = bytearray()
         stop = asyncio.create_task(app.stop())
-        while not stop.done():
+        while not stop.done():  # read what the writer thread writes until shutdown has written all
             try:
                 got += os.read(reader, 1 << 16)
             except BlockingIOError:
@@ -84,9 +85,7 @@ async def test_decision_log_is_flushed_periodically(tmp_path: Path) -> None:
     cfg = parse_config({"pools": POOLS, "decision_log_path": str(path), "decision_log_flush_interval_s": 0.2})
     async with RouterApp(cfg, grpc_port=0, admin_port=0) as app:
         await calibrate(app.grpc_port, "hello there " * 40, prompt_tokens=130, times=3)
-        deadline = time.monotonic() + 5.0
-        while time.monotonic() < deadline and len(path.read_bytes().splitlines()) < 3:  # noqa: ASYNC110 (polls a file)
-            await asyncio.sleep(0.05)
+        await until_async(lambda: len(path.read_bytes().splitlines()) >= 3, what="three flushed records")
         lines = path.read_bytes().splitlines()  # read while the router is still running
     assert [orjson.loads(line)["prompt_tokens"] for line in lines] == [130] * 3
 

@@ -3,10 +3,7 @@ exported on /metrics and GET /advice, summed across replicas through a real redi
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ from extproc.config import ConfigError, parse_config
 from extproc.service.app import RouterApp
 from extproc.service.fleet_advice import FleetAdvisor
 from tests.service.streams import POOLS, TEXT_8000, admin_get, route_of
+from tests.waiting import until_async
 
 SHORT_TEXT = "Summarise the meeting notes in three bullet points. " * 4
 LONG_TEXT = TEXT_8000 * 5  # ~10,000 tokens at the prior ratio: the long pool
@@ -86,14 +84,6 @@ def test_the_advisor_recomputes_only_after_its_interval_on_a_fake_clock() -> Non
     assert short is not None and short.arrival_rate_req_per_s == pytest.approx(100 / 54.5)  # 1000 → 1054.5
 
 
-async def wait_for(cond: Callable[[], Awaitable[bool]], timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
-
-
 @pytest.mark.redis
 async def test_replicas_share_their_windows_through_redis(redis_server: RedisServer) -> None:
     cfg = parse_config(
@@ -117,7 +107,7 @@ async def test_replicas_share_their_windows_through_redis(redis_server: RedisSer
                     return False
             return True
 
-        await wait_for(both_see_all)
+        await until_async(both_see_all, what="both replicas see every decision")
         metrics = (await admin_get(a.admin_port, "/metrics")).text
     assert "tbr_fleet_advice_replicas 2.0" in metrics
     assert re.search(r'^tbr_fleet_window_sync_rows_total\{outcome="applied"\} [1-9]', metrics, flags=re.M)

@@ -5,9 +5,7 @@ protocol). Off by default."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from concurrent import futures
 from typing import Any
 
 import grpc
@@ -17,11 +15,6 @@ pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed
 
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-from opentelemetry.proto.collector.metrics.v1 import (
-    metrics_service_pb2,
-    metrics_service_pb2_grpc,
-)
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -31,6 +24,7 @@ from extproc.config import parse_config
 from extproc.service.app import RouterApp
 from extproc.service.otel import OtelRecorder, otel_enabled
 from tests.pb import CHAT_HEADERS, chat_body, json_response_msgs, open_stream, req_body, req_headers
+from tests.service.otlp_collector import Collector, serve_collector
 from tests.service.streams import POOLS
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -38,35 +32,9 @@ ENVOY_SPAN_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{ENVOY_SPAN_ID}-01"
 
 
-class Collector(trace_service_pb2_grpc.TraceServiceServicer, metrics_service_pb2_grpc.MetricsServiceServicer):
-    """An OTLP/gRPC receiver that keeps what it is sent."""
-
-    def __init__(self) -> None:
-        self.spans: list[Any] = []
-        self.metrics: list[Any] = []
-        self.lock = threading.Lock()
-
-    def Export(self, request: Any, context: Any) -> Any:
-        with self.lock:
-            if isinstance(request, trace_service_pb2.ExportTraceServiceRequest):
-                self.spans += [s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
-                return trace_service_pb2.ExportTraceServiceResponse()
-            self.metrics += [
-                m for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
-            ]
-            return metrics_service_pb2.ExportMetricsServiceResponse()
-
-
 @pytest.fixture
 def collector() -> Iterator[tuple[Collector, str]]:
-    c = Collector()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(c, server)  # type: ignore[no-untyped-call]
-    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(c, server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield c, f"127.0.0.1:{port}"
-    server.stop(0)
+    yield from serve_collector()
 
 
 def attrs(kvs: Any) -> dict[str, Any]:

@@ -3,8 +3,6 @@ stand-in pool servers (the same field real vLLM reports; tests/vllm runs it on v
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
@@ -20,6 +18,7 @@ from extproc.service.pool_check import (
 )
 from mockpool.server import serve_pool
 from mockpool.settings import PoolSettings
+from tests.waiting import until_async
 
 
 def test_models_url_and_served_limit() -> None:
@@ -76,9 +75,6 @@ async def test_the_router_keeps_the_served_limits_for_the_truncation_judgement()
             }
         )
         async with RouterApp(cfg, grpc_port=0, admin_port=0) as app:
-            for _ in range(200):
-                if app.served_limits:
-                    break
-                await asyncio.sleep(0.02)
+            await until_async(lambda: app.served_limits, what="the served max_model_len read")
             assert app.served_limits == {"short": 4096}
             assert app.current_router().served_limits is app.served_limits  # seen by every stream

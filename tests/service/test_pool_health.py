@@ -18,6 +18,7 @@ from extproc.service.pool_health import PoolHealthChecker, PoolHealthMetrics, cl
 from mockpool.server import serve_pool
 from mockpool.settings import PoolSettings
 from mockpool.state import ENGINE_DEAD_MESSAGE
+from tests.waiting import until_async
 
 CHAT = {"model": "Qwen/Qwen3-8B", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
@@ -80,10 +81,9 @@ async def test_engine_dead_pool_is_down_until_it_answers_200_again() -> None:
         # restarted: the periodic checks bring it back by themselves
         await client.post(f"{base}/admin/engine-alive")
         checker.start()
-        for _ in range(100):
-            if tracker.unavailable("short", cfg.max_staleness_s) is None:
-                break
-            await asyncio.sleep(0.02)
+        await until_async(
+            lambda: tracker.unavailable("short", cfg.max_staleness_s) is None, what="pool back up"
+        )
         await checker.stop()
         assert tracker.health("short").up  # type: ignore[union-attr]
         ok = await client.post(f"{base}/v1/chat/completions", json=CHAT, timeout=5)
@@ -109,6 +109,8 @@ async def test_a_stopped_engine_stops_streams_and_keeps_health_200() -> None:
                     rest.append(line)
 
             drained = asyncio.create_task(drain())
+            # the behaviour under test is that nothing comes: a bounded look (0.5 s, 25 tokens'
+            # worth at 0.01 s each), the one interval wait left here; the resume below is an event
             done, _ = await asyncio.wait({drained}, timeout=0.5)
             assert not done and "data: [DONE]" not in rest
             await client.post(f"{base}/admin/engine-resume")

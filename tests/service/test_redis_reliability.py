@@ -3,7 +3,6 @@ or restarts without its data."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from devstack.redis import RedisServer, redis_binary
 from extproc.core.calibration import LearnerParams
 from extproc.service.metrics import RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.redis
 
@@ -50,17 +50,26 @@ async def test_server_closing_idle_clients_is_not_reported_down(
         await store.start()
         try:
             ups = []
+
+            def synced(pushed: int) -> bool:  # a sync pushed the observation, or one failed
+                errors = sum(
+                    _value(metrics, "tbr_ratio_store_errors_total", {"operation": op})
+                    for op in ("seed", "push", "pull")
+                )
+                return errors > 0 or _value(metrics, "tbr_ratio_store_pushed_observations_total") >= pushed
+
             for i in range(5):  # ~15 s: 5 syncs, each after an idle gap longer than the timeout
                 store.observe(KEY_A, 4.0 + 0.1 * i)
-                await asyncio.sleep(3.0)
+                # the next periodic sync (3 s on) pushes it: wait for that sync, not for 3 s
+                await until_async(lambda: synced(i + 1), what=f"periodic sync {i + 1}")  # noqa: B023
                 ups.append(_value(metrics, "tbr_ratio_store_up"))
-            await asyncio.sleep(0.5)
         finally:
             await store.close()
     assert ups == [1.0] * 5
     assert _value(metrics, "tbr_ratio_store_errors_total", {"operation": "push"}) == 0
     assert _value(metrics, "tbr_ratio_store_errors_total", {"operation": "pull"}) == 0
-    assert _value(metrics, "tbr_ratio_store_pushed_observations_total") >= 4
+    assert _value(metrics, "tbr_ratio_store_errors_total", {"operation": "seed"}) == 0
+    assert _value(metrics, "tbr_ratio_store_pushed_observations_total") == 5
     assert not [
         r for r in caplog.records if "unreachable" in r.getMessage() or "reachable again" in r.getMessage()
     ]

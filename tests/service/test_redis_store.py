@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable
 
 import pytest
 import redis.asyncio as aioredis
@@ -16,6 +14,7 @@ from extproc.service.app import RouterApp
 from extproc.service.metrics import RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
 from tests.service.streams import FAST_LEARNING, POOLS, TEXT_LONG, calibrate, ratios, route_of, usage_at
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.redis
 
@@ -26,14 +25,6 @@ def redis_config(url: str) -> dict[str, object]:
         "estimator": FAST_LEARNING,
         "calibration": {"warmup_samples": 3, "redis_url": url, "redis_sync_interval_s": 0.05},
     }
-
-
-async def wait_for(cond: Callable[[], Awaitable[bool]], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
 
 
 async def test_calibration_learned_on_one_replica_routes_the_other(redis_server: RedisServer) -> None:
@@ -51,7 +42,7 @@ async def test_calibration_learned_on_one_replica_routes_the_other(redis_server:
         async def b_learned() -> bool:
             return any(r["samples"] == 3 for r in await ratios(b.admin_port))
 
-        await wait_for(b_learned)
+        await until_async(b_learned, timeout_s=5.0, what="replica b learned")
         (row_a,) = await ratios(a.admin_port)
         (row_b,) = await ratios(b.admin_port)
         assert row_b == row_a
@@ -111,14 +102,14 @@ async def test_redis_down_keeps_routing_counts_and_recovers(redis_server: RedisS
             text = await _metrics(app.admin_port)
             return "tbr_ratio_store_up 0.0" in text and "tbr_ratio_store_errors_total{" in text
 
-        await wait_for(down_counted)
+        await until_async(down_counted, timeout_s=5.0, what="Redis down counted")
         assert app.redis.queue_length == 3
         redis_server.start()  # same port, empty data set: the queued observations are replayed
 
         async def recovered() -> bool:
             return app.redis is not None and app.redis.up and app.redis.queue_length == 0
 
-        await wait_for(recovered, timeout_s=8.0)
+        await until_async(recovered, timeout_s=8.0, what="Redis back")
         client = aioredis.from_url(redis_server.url, decode_responses=True)
         value = await client.hget("tbr:ratios", "latin:m")
         await client.aclose()

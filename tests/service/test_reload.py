@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from tests.service.streams import (
     route_of,
     usage_at,
 )
+from tests.waiting import until_async
 
 
 def write_config(path: Path, short_max_model_len: int) -> None:
@@ -52,10 +51,11 @@ async def test_file_change_reroutes_without_restart_and_keeps_ratios(tmp_path: P
             await call.read()
 
             write_config(cfg_path, 16384)  # the short pool now takes 16k-token budgets
-            deadline = time.monotonic() + 5.0
-            while await route_of(app.grpc_port, TEXT_LONG) != "short":
-                assert time.monotonic() < deadline, "reload not applied within 5 s"
-                await asyncio.sleep(0.05)
+
+            async def routed_short() -> bool:
+                return await route_of(app.grpc_port, TEXT_LONG) == "short"
+
+            await until_async(routed_short, timeout_s=5.0, what="the reload applied")
 
             await call.write(msgs[1])  # the old stream still decides with the old config
             body = await read_response(call)

@@ -12,6 +12,7 @@ from extproc.core.response_ids import ResponsePools
 from extproc.service.app import RouterApp
 from extproc.service.response_sync import ResponsePoolSync
 from tests.service.streams import POOLS
+from tests.waiting import until_async
 
 pytestmark = pytest.mark.redis
 
@@ -22,10 +23,7 @@ async def test_entry_learned_on_one_replica_is_known_to_the_other(redis_server: 
     )
     async with RouterApp(cfg, grpc_port=0, admin_port=0) as a, RouterApp(cfg, grpc_port=0, admin_port=0) as b:
         a.response_pools.put("resp_abc", "long")
-        for _ in range(200):
-            if b.response_pools.get("resp_abc") is not None:
-                break
-            await asyncio.sleep(0.02)
+        await until_async(lambda: b.response_pools.get("resp_abc") is not None, what="the entry on replica b")
         assert b.response_pools.get("resp_abc") == "long"
 
 
@@ -68,7 +66,7 @@ async def test_close_returns_when_a_sync_swallows_the_cancellation(redis_server:
     async def swallowing_sync() -> bool:
         started.set()
         try:
-            await asyncio.sleep(0.2)
+            await asyncio.Event().wait()  # a Redis command that answers only by being cancelled
         except asyncio.CancelledError:
             return False
         return True

@@ -16,6 +16,7 @@ from extproc.service.load_metrics import LoadCollector, LoadMetrics
 from extproc.service.scrape import MetricsParseError, PoolScraper, parse_vllm_metrics
 from mockpool.server import serve_pool
 from mockpool.settings import PoolSettings
+from tests.waiting import until_async
 
 
 def test_parse_sums_waiting_over_engines_and_reads_legacy_kv_name() -> None:
@@ -70,11 +71,11 @@ async def test_scrape_real_pool_while_held_then_failures_go_stale() -> None:
             asyncio.create_task(client.post(f"{base}/v1/chat/completions", json=req, timeout=20))
             for _ in range(3)
         ]
-        for _ in range(200):
-            stats = (await client.get(f"{base}/admin/stats")).json()
-            if stats["waiting"] == 2:
-                break
-            await asyncio.sleep(0.02)
+
+        async def two_queued() -> bool:
+            return bool((await client.get(f"{base}/admin/stats")).json()["waiting"] == 2)
+
+        await until_async(two_queued, what="two requests queued behind the held one")
         await scraper.poll_all()
         sig = tracker.signals("short")
         assert sig is not None and sig.waiting == 2.0  # 1 running (held), 2 queued
@@ -99,10 +100,7 @@ async def test_scrape_real_pool_while_held_then_failures_go_stale() -> None:
 
         # the periodic task runs: wait for its scrapes (an event), not for an interval
         scraper.start()
-        for _ in range(1000):
-            if scrapes("short", "ok") >= 4:
-                break
-            await asyncio.sleep(sp.scrape_interval_s)
+        await until_async(lambda: scrapes("short", "ok") >= 4, what="two scrapes by the periodic task")
         await scraper.stop()
         assert scrapes("short", "ok") >= 4  # two by hand above, at least two by the task
     now[0] += sp.max_staleness_s + 0.01  # pool gone: its last values age past max_staleness_s

@@ -9,26 +9,22 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 
-import grpc
 import pytest
 import yaml
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from extproc.config import parse_config
 from extproc.service.app import RouterApp
 from tests.pb import json_response_msgs, request_msgs, routed_pool, run_stream
 from tests.service.contracts import REPO
+from tests.service.otlp_collector import Collector, serve_collector
 from tests.service.streams import POOLS, admin_get
-from tests.service.test_otel import Collector
+from tests.waiting import until
 
 FULL_DISK = Path("/dev/full")
 pytestmark = pytest.mark.skipif(not FULL_DISK.exists(), reason="no /dev/full on this system")
@@ -36,14 +32,7 @@ pytestmark = pytest.mark.skipif(not FULL_DISK.exists(), reason="no /dev/full on 
 
 @pytest.fixture
 def collector() -> Iterator[tuple[Collector, str]]:
-    c = Collector()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(c, server)  # type: ignore[no-untyped-call]
-    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(c, server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield c, f"127.0.0.1:{port}"
-    server.stop(0)
+    yield from serve_collector()
 
 
 def test_sigterm_with_the_decision_log_on_a_full_disk_exits_0_and_flushes_otel(
@@ -83,12 +72,13 @@ def test_sigterm_with_the_decision_log_on_a_full_disk_exits_0_and_flushes_otel(
         for i in range(3):
             out = asyncio.run(run_stream(grpc_port, request_msgs("hello", f"r{i}") + json_response_msgs(5)))
             assert routed_pool(out[1]) == "short"  # routing is fine
-        deadline = time.monotonic() + 10
-        while "tbr_decision_log_dropped_records_total 0.0" in (
-            metrics := asyncio.run(admin_get(admin_port, "/metrics")).text
-        ):
-            assert time.monotonic() < deadline, "drops on the full disk not counted"
-            time.sleep(0.1)
+
+        def drops_counted() -> bool:
+            metrics = asyncio.run(admin_get(admin_port, "/metrics")).text
+            assert "tbr_decision_log_dropped_records_total" in metrics
+            return "tbr_decision_log_dropped_records_total 0.0" not in metrics
+
+        until(drops_counted, what="drops on the full disk counted")
         assert not sink.spans  # nothing exported before shutdown
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
@@ -96,7 +86,6 @@ def test_sigterm_with_the_decision_log_on_a_full_disk_exits_0_and_flushes_otel(
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert "tbr_decision_log_dropped_records_total" in metrics
     assert proc.returncode == 0, err
     assert "cannot serve" not in err, err
     assert "shutdown step decision_log failed" in err and "No space left on device" in err, err

@@ -7,7 +7,6 @@ so a crash loses at most one interval. A corrupt or foreign snapshot is reported
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -23,6 +22,7 @@ import yaml
 from extproc.config import parse_config
 from extproc.service.app import RouterApp
 from tests.service.streams import POOLS, TEXT_8000, admin_get, calibrate, ratios
+from tests.waiting import until_async
 
 INTERVAL_S = 0.5
 
@@ -60,14 +60,15 @@ async def test_sigkill_loses_at_most_one_snapshot_interval(tmp_path: Path) -> No
         await calibrate(grpc_port, TEXT_8000, prompt_tokens=1800, times=5)
         learned = await ratios(admin_port)
         assert learned and learned[0]["samples"] == 5
-        # wait for the event, a periodic write holding the last sample (not for a number of intervals)
-        for _ in range(2000):
+
+        def last_sample_written() -> bool:
             rows = json.loads(snap.read_text())["ratios"] if snap.exists() else []
-            if rows and rows[0]["samples"] == 5:
-                break
-            await asyncio.sleep(INTERVAL_S / 4)
-        else:
-            raise AssertionError("no periodic snapshot write after the last sample")
+            return bool(rows) and rows[0]["samples"] == 5
+
+        # wait for the event, a periodic write holding the last sample (not for a number of intervals)
+        await until_async(
+            last_sample_written, timeout_s=30.0, what="a periodic snapshot write after the last sample"
+        )
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     assert snap.exists()

@@ -28,15 +28,16 @@ def test_context_switches_count_a_sleeping_thread() -> None:
     import threading
     import time
 
-    done = threading.Event()
+    slept, done = threading.Event(), threading.Event()
 
     def sleeper() -> None:
-        time.sleep(0.01)
+        time.sleep(0.01)  # the behaviour measured: a thread that sleeps gives up the CPU
+        slept.set()
         done.wait(5)
 
     t = threading.Thread(target=sleeper)
     t.start()
-    time.sleep(0.05)  # the thread has slept once and waits: voluntary switches
+    assert slept.wait(10)  # the thread has slept once and waits: voluntary switches
     during = context_switches(os.getpid())
     done.set()
     t.join()

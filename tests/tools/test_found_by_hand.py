@@ -4,7 +4,6 @@ traceback, and the counters that say what happened."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -22,6 +21,7 @@ from extproc.config import load_config
 from extproc.service.app import RouterApp
 from tests.service.contracts import REPO
 from tests.service.streams import POOLS, admin_get, route_of
+from tests.waiting import until, until_async
 
 NOT_UTF8 = b"pools:\n  - {name: short, max_model_len: 8192, header_value: short}\n# caf\xe9 \xff\n"
 
@@ -70,19 +70,25 @@ async def test_non_utf8_config_is_counted_invalid_and_the_watcher_survives(tmp_p
     write_pools(cfg_path)
     app = RouterApp(load_config(cfg_path), grpc_port=0, admin_port=0, config_path=cfg_path, watch_config=True)
     async with app:
-        deadline = time.monotonic() + 10.0
-        while (invalid := await reloads(app.admin_port, "invalid")) == 0:
-            assert time.monotonic() < deadline, "the watcher did not count the invalid file"
+
+        async def invalid_counted() -> bool:
+            if await reloads(app.admin_port, "invalid"):
+                return True
             cfg_path.write_bytes(NOT_UTF8)  # again until the watcher (started just now) sees it
-            await asyncio.sleep(0.3)
+            return False
+
+        # poll_s above the watcher's 200 ms debounce: each write is seen as its own change
+        await until_async(invalid_counted, poll_s=0.3, what="the watcher counted the invalid file")
+        invalid = await reloads(app.admin_port, "invalid")
         assert app.request_reload() == "invalid"  # SIGHUP's path: no exception
         assert await reloads(app.admin_port, "invalid") == invalid + 1
         assert await route_of(app.grpc_port, "hello") == "short"  # the running config still routes
         write_pools(cfg_path, short_len=4)  # the watcher is still alive: a good file is applied
-        deadline = time.monotonic() + 5.0
-        while await route_of(app.grpc_port, "hello") != "long":
-            assert time.monotonic() < deadline, "the watcher stopped after the invalid file"
-            await asyncio.sleep(0.05)
+
+        async def routed_long() -> bool:
+            return await route_of(app.grpc_port, "hello") == "long"
+
+        await until_async(routed_long, timeout_s=5.0, what="the good file applied after the invalid one")
 
 
 def test_sighup_on_non_utf8_config_does_not_raise(tmp_path: Path) -> None:
@@ -99,15 +105,14 @@ def test_sighup_on_non_utf8_config_does_not_raise(tmp_path: Path) -> None:
         admin = int(line.rsplit("admin_port=", 1)[1])
         cfg_path.write_bytes(NOT_UTF8)
         proc.send_signal(signal.SIGHUP)
-        deadline = time.monotonic() + 10.0
         import httpx
 
-        while (
-            'tbr_config_reloads_total{outcome="invalid"} 1.0'
-            not in httpx.get(f"http://127.0.0.1:{admin}/metrics", timeout=5).text
-        ):
-            assert time.monotonic() < deadline and proc.poll() is None, "SIGHUP reload not counted"
-            time.sleep(0.05)
+        def reload_counted() -> bool:
+            assert proc.poll() is None, "the router exited on SIGHUP"
+            metrics = httpx.get(f"http://127.0.0.1:{admin}/metrics", timeout=5).text
+            return 'tbr_config_reloads_total{outcome="invalid"} 1.0' in metrics
+
+        until(reload_counted, what="the SIGHUP reload counted invalid")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -10,8 +10,9 @@ import pytest
 
 from tbr.demo.builtin_sample import generated_long_document
 from tbr.demo.workload import DEMO_CATEGORIES, build_workload, long_prompt, short_prompt
+from tests.shared_data import SHARED_DATA
 
-DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA_DIR = SHARED_DATA
 
 
 def test_builtin_sample_when_data_is_absent(tmp_path: Path) -> None:

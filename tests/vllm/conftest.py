@@ -13,21 +13,16 @@ Without ``../shared/data`` or the vLLM venv the tests skip with the reason, unle
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from devstack.procs import ManagedProcess
-from devstack.stack import Stack
 from devstack.vllm_pool import VllmSetup, prepare_vllm, vllm_python
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("TBR_DATA_DIR", REPO.parent / "shared" / "data"))
-
-_TRACKED: list[list[ManagedProcess]] = []
 
 
 def _unavailable(reason: str) -> None:
@@ -46,31 +41,6 @@ def vllm_setup(tmp_path_factory: pytest.TempPathFactory) -> VllmSetup:
         _unavailable("no vLLM venv: run `make test-vllm` (or set TBR_VLLM_PYTHON)")
     assert python is not None
     return prepare_vllm(python, DATA_DIR, tmp_path_factory.mktemp("models"))
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
-    report = yield
-    if report.failed:  # type: ignore[attr-defined]
-        for processes in _TRACKED:
-            for proc in processes:
-                report.sections.append((f"log of {proc.name}", proc.log_tail(60)))  # type: ignore[attr-defined]
-    return report
-
-
-def track_any(processes: list[ManagedProcess]) -> Iterator[None]:
-    """Yield once with the logs of ``processes`` attached to failing tests' reports."""
-    _TRACKED.append(processes)
-    try:
-        yield
-    finally:
-        _TRACKED.remove(processes)
-
-
-def track(stack: Stack) -> Iterator[Stack]:
-    """Yield ``stack`` with its logs attached to failing tests' reports."""
-    for _ in track_any(stack.processes):
-        yield stack
 
 
 def vllm_metric(base_url: str, name: str) -> float:

