@@ -43,9 +43,7 @@ from extproc.core.chat_messages import (
 )
 from extproc.core.request_body import (
     RequestFeatures,
-    features_of,
     int_field,
-    load_object,
     reasoning_request_of,
     rendered_bytes,
     stream_flags,
@@ -53,32 +51,9 @@ from extproc.core.request_body import (
     utf8_bytes,
 )
 
-__all__ = ["parse_body"]
+__all__ = ["chat_batch_features", "messages_features", "responses_features"]
 
 _TEXT_BLOCKS = ("text", "input_text", "output_text", "summary_text", "reasoning_text")
-
-
-def parse_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> RequestFeatures:
-    """Parse the body of any budgeted endpoint (see :func:`extproc.core.request_body.endpoint_for_path`).
-
-    Raises:
-        UnreadableRequest: the body cannot be budgeted (``reason`` is a bounded label; ``model``
-            is set when the body was a JSON object with a ``model``).
-    """
-    parsed = load_object(body)
-    try:
-        if endpoint in ("chat", "completions"):
-            return features_of(parsed, endpoint, sample_bytes)
-        if endpoint == "responses":
-            return _responses(parsed, sample_bytes)
-        if endpoint == "messages":
-            return _anthropic(parsed, sample_bytes)
-        if endpoint == "chat_batch":
-            return _batch(parsed, sample_bytes)
-        raise UnreadableRequest("unsupported_path")
-    except UnreadableRequest as exc:
-        exc.model = parsed.get("model") or None
-        raise
 
 
 def _features(
@@ -128,7 +103,8 @@ def _features(
 # -- Responses API ----------------------------------------------------------------------------
 
 
-def _responses(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
+def responses_features(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
+    """The features of a ``/v1/responses`` body (module docstring); raises :class:`UnreadableRequest`."""
     text = _Text(sample_bytes)
     counts = [0, 0, 0, 0]
     images: list[MediaItem] = []
@@ -195,7 +171,8 @@ def _response_item(item: Any, text: _Text, counts: list[int], images: list[Media
 # -- Anthropic Messages API --------------------------------------------------------------------
 
 
-def _anthropic(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
+def messages_features(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
+    """The features of a ``/v1/messages`` body (module docstring); raises :class:`UnreadableRequest`."""
     text = _Text(sample_bytes)
     counts = [0, 0, 0, 0]
     images: list[MediaItem] = []
@@ -266,7 +243,9 @@ def _blocks(blocks: list[Any], text: _Text, counts: list[int], images: list[Medi
 # -- chat batch --------------------------------------------------------------------------------
 
 
-def _batch(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
+def chat_batch_features(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
+    """The features of a ``/v1/chat/completions/batch`` body (module docstring); raises
+    :class:`UnreadableRequest`."""
     conversations = parsed.get("messages")
     if not isinstance(conversations, list):
         raise UnreadableRequest("bad_field_type", "messages")
