@@ -46,6 +46,7 @@ __all__ = [
     "utf8_bytes",
 ]
 
+
 @dataclass(frozen=True, slots=True)
 class RequestFeatures:
     """What the estimator needs from one request (no prompt text beyond a bounded sample).
