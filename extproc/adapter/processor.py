@@ -151,7 +151,7 @@ class StreamProcessor(ResponsePhases):
         :data:`CALIB_HEADER`) is an observability stream; so is one that brings ``calib_metadata``
         (forwarded from dynamic metadata in the one-message design, whatever ``off_path`` says: a
         client cannot write dynamic metadata)."""
-        if self.unrouted:
+        if self.kind is StreamKind.UNROUTED:
             return self._observe_unrouted(msg)
         r = self.router
         h = plain_headers(
@@ -392,7 +392,7 @@ class StreamProcessor(ResponsePhases):
         if self.counted_pool is not None:
             counted, self.counted_pool = self.retried_to or self.counted_pool, None
             r.load.release(counted)
-        if self.silent:  # releases its claim also when there is nothing to write
+        if self.kind is StreamKind.OFF_PATH:  # releases its claim also when there is nothing to write
             self._complete_held_record(end)
             return
         if not self.pool and self.exchange is Exchange.REQUEST_BODY:

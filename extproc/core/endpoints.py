@@ -83,12 +83,16 @@ class EndpointSpec:
     sums_conversations: bool = False
 
 
+_CHAT: str = Endpoint.CHAT.value
+_COMPLETIONS: str = Endpoint.COMPLETIONS.value
+
+
 def _chat(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
-    return features_of(parsed, Endpoint.CHAT.value, sample_bytes)
+    return features_of(parsed, _CHAT, sample_bytes)
 
 
 def _completions(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
-    return features_of(parsed, Endpoint.COMPLETIONS.value, sample_bytes)
+    return features_of(parsed, _COMPLETIONS, sample_bytes)
 
 
 ENDPOINTS: tuple[EndpointSpec, ...] = (
