@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["Exchange", "StreamKind"]
+__all__ = ["OFF_PATH", "ONE_MESSAGE", "TWO_MESSAGE", "UNROUTED", "Exchange", "StreamKind"]
 
 
 class Exchange(enum.Enum):
@@ -39,3 +39,13 @@ class StreamKind(enum.Enum):
     read silently (Envoy waits for no answer)."""
     UNROUTED = "unrouted"
     """A stream of Envoy's ``tbr_unrouted`` observability filter: a request no routing answer reached."""
+
+
+TWO_MESSAGE, ONE_MESSAGE, OFF_PATH, UNROUTED = (
+    StreamKind.TWO_MESSAGE,
+    StreamKind.ONE_MESSAGE,
+    StreamKind.OFF_PATH,
+    StreamKind.UNROUTED,
+)
+"""Module aliases of the :class:`StreamKind` members for the request path: CPython 3.11 resolves
+``StreamKind.ONE_MESSAGE`` through the enum class in ~0.1 µs, a module global in a few ns."""

@@ -32,7 +32,7 @@ import time
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter import responses as R
-from extproc.adapter.exchange import Exchange, StreamKind
+from extproc.adapter.exchange import OFF_PATH, ONE_MESSAGE, UNROUTED, Exchange
 from extproc.adapter.headers import plain_headers, request_attributes
 from extproc.adapter.held_records import new_record_key
 from extproc.adapter.off_path import (
@@ -85,7 +85,7 @@ class StreamProcessor(ResponsePhases):
         """True while a finished exchange may still get response phases the router cannot turn
         off: a one-message stream (request headers SKIPped) before its response headers, whose
         body answer carries no ``mode_override`` (docs/design/004-one-message.md)."""
-        return self.kind is StreamKind.ONE_MESSAGE and self.status == 0
+        return self.kind is ONE_MESSAGE and self.status == 0
 
     def handle(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
         """Answer one message; always returns a response for the phase that was sent."""
@@ -151,7 +151,7 @@ class StreamProcessor(ResponsePhases):
         :data:`CALIB_HEADER`) is an observability stream; so is one that brings ``calib_metadata``
         (forwarded from dynamic metadata in the one-message design, whatever ``off_path`` says: a
         client cannot write dynamic metadata)."""
-        if self.kind is StreamKind.UNROUTED:
+        if self.kind is UNROUTED:
             return self._observe_unrouted(msg)
         r = self.router
         h = plain_headers(
@@ -209,7 +209,7 @@ class StreamProcessor(ResponsePhases):
     def _start_off_path(self, value: str) -> pb.ProcessingResponse:
         """Request headers of an off-path calibration stream (observability mode): read the
         router's payload; the response phases follow and are read silently."""
-        self.kind = StreamKind.OFF_PATH
+        self.kind = OFF_PATH
         payload = decode_payload(value)
         if payload is None:
             self.router.observer.calibration("bad_payload")
@@ -238,7 +238,7 @@ class StreamProcessor(ResponsePhases):
         mutation can no longer reach the headers. Response phases, if configured, re-set the state.
         """
         self.exchange = Exchange.DONE
-        self.kind = StreamKind.ONE_MESSAGE
+        self.kind = ONE_MESSAGE
         self._route_answers = self.router.metadata_responses
         a = request_attributes(req, _REQUEST_ATTRIBUTES)
         self.path = a.get("request.path", "")
@@ -251,7 +251,7 @@ class StreamProcessor(ResponsePhases):
         """What follows ``request_body``: nothing when the response phases were turned off at
         ``request_headers`` (an unsampled request with ``skip_unsampled_responses``), or when
         there were no request headers (one message: nothing more is announced)."""
-        if self.kind is StreamKind.ONE_MESSAGE or self.router.config.calibration.off_path:
+        if self.kind is ONE_MESSAGE or self.router.config.calibration.off_path:
             return Exchange.DONE
         if self.sampled is False and self.router.config.calibration.skip_unsampled_responses:
             return Exchange.DONE
@@ -265,7 +265,7 @@ class StreamProcessor(ResponsePhases):
             # chunks or a duplicate). Routing again would double-count the decision.
             return R.CONTINUE_REQUEST_BODY
         if self.endpoint is None:
-            if self.kind is StreamKind.ONE_MESSAGE:
+            if self.kind is ONE_MESSAGE:
                 # One message: no request_headers answer could route it; route it here.
                 return self._route_fallback("unsupported_path", body=True)
             return R.CONTINUE_REQUEST_BODY
@@ -308,7 +308,7 @@ class StreamProcessor(ResponsePhases):
     def _routing_answer(self) -> pb.ProcessingResponse:
         """The prebuilt answer routing a budgeted request to :attr:`pool`; in the one-message design a
         streaming request's says so (``tbr.stream``: envoy/envoy.yaml's streaming routes)."""
-        if self.streamed and self.kind is StreamKind.ONE_MESSAGE:
+        if self.streamed and self.kind is ONE_MESSAGE:
             return self.router.metadata_stream_responses[self.pool]
         return self._route_answers[self.pool]
 
@@ -317,7 +317,7 @@ class StreamProcessor(ResponsePhases):
         """Sampled responses come through the observability filter: with ``calibration.off_path``,
         and always in the one-message design, whose routing stream cannot turn response phases on
         (docs/design/004-one-message.md)."""
-        return self.router.config.calibration.off_path or self.kind is StreamKind.ONE_MESSAGE
+        return self.router.config.calibration.off_path or self.kind is ONE_MESSAGE
 
     def _sample_off_path(self, budget: TokenBudget) -> pb.ProcessingResponse:
         """The routing answer plus the payload (the ``x-tbr-calib`` header, or dynamic metadata in the
@@ -392,7 +392,7 @@ class StreamProcessor(ResponsePhases):
         if self.counted_pool is not None:
             counted, self.counted_pool = self.retried_to or self.counted_pool, None
             r.load.release(counted)
-        if self.kind is StreamKind.OFF_PATH:  # releases its claim also when there is nothing to write
+        if self.kind is OFF_PATH:  # releases its claim also when there is nothing to write
             self._complete_held_record(end)
             return
         if not self.pool and self.exchange is Exchange.REQUEST_BODY:

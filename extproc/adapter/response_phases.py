@@ -25,6 +25,9 @@ from extproc.core.misroute_cause import UNKNOWN, cause_of_failed_retry
 from extproc.core.recovery import parse_attempt_count
 from extproc.core.usage_reader import ReadKind, UsageReader
 
+_SSE, _ERROR_BODY = ReadKind.SSE, ReadKind.ERROR_BODY
+"""Module aliases (an enum member through its class costs ~0.1 µs in CPython 3.11)."""
+
 __all__ = ["ResponsePhases"]
 
 
@@ -93,7 +96,7 @@ class ResponsePhases(StreamState):
             return R.CONTINUE_RESPONSE_HEADERS
         self.reader = answer
         self.exchange = Exchange.RESPONSE_BODY
-        return R.READ_SSE_RESPONSE if answer.kind is ReadKind.SSE else R.READ_JSON_RESPONSE
+        return R.READ_SSE_RESPONSE if answer.kind is _SSE else R.READ_JSON_RESPONSE
 
     def on_response_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
         """Read usage from the body copy; learn at end of stream. The body passes unchanged."""
@@ -101,7 +104,7 @@ class ResponsePhases(StreamState):
             self.exchange = Exchange.DONE
         reader = self.reader
         decoded = reader is None or not reader.decoding or self.calibrated or reader.feed(msg.body)
-        if not decoded and reader is not None and reader.kind is not ReadKind.ERROR_BODY:
+        if not decoded and reader is not None and reader.kind is not _ERROR_BODY:
             self.router.observer.calibration("decode_error")  # nothing more is read
             self.reader = None
         if msg.end_of_stream:
@@ -111,7 +114,7 @@ class ResponsePhases(StreamState):
     def finish_response(self) -> None:
         """Read the final usage and learn from it; idempotent (exactly once per request)."""
         reader = self.reader
-        if reader is not None and reader.kind is ReadKind.ERROR_BODY:  # a failed retry's error answer
+        if reader is not None and reader.kind is _ERROR_BODY:  # a failed retry's error answer
             self.settle_pending_retry()
             return
         if self.calibrated or self.budget is None or self.decision is None or reader is None:
@@ -179,7 +182,7 @@ class ResponsePhases(StreamState):
         with what its answer showed: the error body of a failed retry, else ``unknown`` (a 2xx whose
         usage was not read)."""
         reader = self.reader
-        error_reader = reader if reader is not None and reader.kind is ReadKind.ERROR_BODY else None
+        error_reader = reader if reader is not None and reader.kind is _ERROR_BODY else None
         if error_reader is not None:
             self.reader = None
         if self.retry_outcome is None:

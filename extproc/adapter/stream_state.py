@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 
-from extproc.adapter.exchange import Exchange, StreamKind
+from extproc.adapter.exchange import OFF_PATH, TWO_MESSAGE, UNROUTED, Exchange
 from extproc.adapter.runtime import Runtime
 from extproc.core.budget import TokenBudget
 from extproc.core.endpoints import EndpointSpec
@@ -70,7 +70,7 @@ class StreamState:
     def __init__(self, router: Runtime, rng: random.Random | None = None) -> None:
         self.router = router
         self.rng = rng
-        self.kind = StreamKind.TWO_MESSAGE
+        self.kind = TWO_MESSAGE
         """Which stream this is (:class:`StreamKind`); set by the first message that tells."""
         self.path = ""
         self.method = ""
@@ -120,26 +120,26 @@ class StreamState:
     @property
     def silent(self) -> bool:
         """An off-path calibration stream (``extproc.adapter.off_path``): Envoy waits for no answer."""
-        return self.kind is StreamKind.OFF_PATH
+        return self.kind is OFF_PATH
 
     @property
     def unrouted(self) -> bool:
         """A stream of Envoy's ``tbr_unrouted`` observability filter (gRPC metadata
         ``UNROUTED_STREAM``): a request no routing answer reached."""
-        return self.kind is StreamKind.UNROUTED
+        return self.kind is UNROUTED
 
     @unrouted.setter
     def unrouted(self, value: bool) -> None:
         if value:
-            self.kind = StreamKind.UNROUTED
-        elif self.kind is StreamKind.UNROUTED:
-            self.kind = StreamKind.TWO_MESSAGE
+            self.kind = UNROUTED
+        elif self.kind is UNROUTED:
+            self.kind = TWO_MESSAGE
 
     @property
     def routed_pool(self) -> str | None:
         """The pool the router sent this request to, while the stream can still see its response:
         the in-flight pool on the routing stream, the payload's pool on an off-path stream."""
-        return self.pool if self.kind is StreamKind.OFF_PATH and self.pool else self.counted_pool
+        return self.pool if self.kind is OFF_PATH and self.pool else self.counted_pool
 
     def sample_at_request(self) -> bool | None:
         """Whether the response is read, as far as the request line tells: True for an endpoint whose

@@ -151,10 +151,6 @@ class CoreState:
             estimator=self.estimator,
         )
 
-    def served_max_model_len(self, pool: str, configured: int) -> int:
-        """Where ``pool``'s server cuts an answer: its reported ``max_model_len`` when known."""
-        return self.served_limits.get(pool, configured)
-
 
 @dataclass(slots=True)
 class Decision:
@@ -326,7 +322,7 @@ def _decide_read(
         prompt_tokens=budget.prompt_tokens,
         output_reserve_tokens=budget.output_reserve_tokens,
         client_max_output_tokens=client_max_output_tokens,
-        pool_max_model_len=core.served_max_model_len(pool.name, pool.max_model_len),
+        pool_max_model_len=core.served_limits.get(pool.name, pool.max_model_len),
         larger_pool=larger is not None,
         reserve_factor=core.truncation_reserve_factor,
     )
@@ -532,8 +528,8 @@ def _judge_answer(
     models = core.models
     pool, larger = models.pool(served), models.next_larger(served)
     # where the server really cuts: its reported max_model_len when the pool check read it
-    served_len = core.served_max_model_len(served, pool.max_model_len) if pool is not None else None
-    larger_len = core.served_max_model_len(larger.name, larger.max_model_len) if larger is not None else None
+    served_len = core.served_limits.get(served, pool.max_model_len) if pool is not None else None
+    larger_len = core.served_limits.get(larger.name, larger.max_model_len) if larger is not None else None
     report = judge_output(
         api=_usage_shape(decision),
         finish_reasons=usage.finish_reasons,
