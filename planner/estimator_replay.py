@@ -9,10 +9,13 @@ borrow long documents and short ones short chats.
 
 The borrowed body (compact UTF-8 JSON, ``model`` = the served model name) is parsed by the
 router's :func:`extproc.core.request_body.parse_request_body` once, and every trace request is then
-estimated by the router's :class:`extproc.core.estimator.Estimator` in arrival order, exactly as the
-ext_proc server does (store: :meth:`extproc.core.calibration.InMemoryRatioStore.from_config`). After
-each request the estimator observes the true ``usage.prompt_tokens`` of the borrowed request
-(:meth:`Estimator.observe`, the server's calibration path; feedback delay ignored).
+decided by the router's own :func:`extproc.core.facade.decide` in arrival order, exactly as the
+ext_proc server does for a request whose answer it reads (the exact estimate; store:
+:meth:`extproc.core.calibration.InMemoryRatioStore.from_config`). After each request
+:func:`extproc.core.facade.learn` learns from the true ``usage.prompt_tokens`` of the borrowed request
+(the server's calibration path; feedback delay ignored). The pool choice is not used here: the
+simulator routes the trace's own tokens (:mod:`planner.routers`), so the replay's router has one
+pool as large as the configuration allows.
 
 The estimate's relative error is carried over to the trace request:
 ``est_input = max(1, round(input_tokens · estimated / true))`` (tokens). The output reserve is the
@@ -38,15 +41,19 @@ from evaluation.corpus import (
     load_requests,
     request_body,
 )
-from extproc.config import CalibrationConfig, EstimatorConfig
-from extproc.core.calibration import InMemoryRatioStore
-from extproc.core.estimator import Estimator
+from extproc.config import CalibrationConfig, EstimatorConfig, PoolConfig, RouterConfig
+from extproc.core.endpoints import Endpoint, spec_of
+from extproc.core.facade import CoreState, decide, learn
 from extproc.core.request_body import RequestFeatures, UnreadableRequest, parse_request_body
+from extproc.core.usage_reader import ResponseUsage
 from planner.trace import Trace, TraceError
 
 __all__ = ["PromptCorpus", "ReplayStats", "load_prompt_corpus", "replay_estimates"]
 
 TOKENIZERS = ("llama3", "qwen3", "cl100k")
+
+REPLAY_POOL = PoolConfig(name="replay", max_model_len=16_777_216, header_value="replay")
+"""The replay router's one pool: estimates are what the replay keeps, not pool choices."""
 
 
 @dataclass(frozen=True)
@@ -147,7 +154,10 @@ def replay_estimates(
     """
     est_cfg = estimator if estimator is not None else EstimatorConfig()
     cal_cfg = calibration if calibration is not None else CalibrationConfig()
-    est = Estimator(estimator=est_cfg, calibration=cal_cfg, store=InMemoryRatioStore.from_config(cal_cfg))
+    core = CoreState(
+        RouterConfig.model_validate({"pools": [REPLAY_POOL], "estimator": est_cfg, "calibration": cal_cfg})
+    )
+    chat = spec_of(Endpoint.CHAT.value)
     rng = random.Random(seed)
     tokens = corpus.prompt_tokens
     m = len(tokens)
@@ -160,9 +170,17 @@ def replay_estimates(
         lo = min(max(0, pos - k // 2), m - k)
         j = lo + rng.randrange(k)
         true = tokens[j]
-        budget = est.estimate(corpus.features[j])
-        est.observe(budget, true)
-        ratio = budget.prompt_tokens / true
+        decision = decide(core, corpus.features[j], chat, read=True, exact_estimate=True, clock=lambda: 0.0)
+        learn(
+            core,
+            decision,
+            ResponseUsage(true, None, None, ()),
+            routed_pool=decision.pool,
+            retried_to=None,
+            retry_pending=False,
+            clock=lambda: 0.0,
+        )
+        ratio = decision.budget.prompt_tokens / true
         rel[i] = ratio - 1.0
         out[i] = max(1, round(want * ratio))
         src = corpus.sources[j]

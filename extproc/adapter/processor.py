@@ -31,9 +31,8 @@ import time
 
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from extproc.adapter import response_phases
 from extproc.adapter import responses as R
-from extproc.adapter.exchange import Exchange
+from extproc.adapter.exchange import OFF_PATH, ONE_MESSAGE, UNROUTED, Exchange
 from extproc.adapter.headers import plain_headers, request_attributes
 from extproc.adapter.held_records import new_record_key
 from extproc.adapter.off_path import (
@@ -43,19 +42,14 @@ from extproc.adapter.off_path import (
     payload_from_metadata,
     route_and_sample,
 )
-from extproc.adapter.runtime import Runtime
-from extproc.core.api_bodies import parse_body
+from extproc.adapter.response_phases import ResponsePhases
 from extproc.core.batch import batch_budget
 from extproc.core.decision import DecisionRecord
-from extproc.core.encoding import StreamDecoder
+from extproc.core.endpoints import parse_body, spec_for_path, spec_of
 from extproc.core.estimator import TokenBudget
-from extproc.core.misroute_cause import ErrorBodyReader
-from extproc.core.output_reserve import ALL_BANDS
+from extproc.core.facade import Decision, decide, fallback_pool
 from extproc.core.policy import PoolDecision
-from extproc.core.read_decision import truncation_possible
-from extproc.core.request_body import RequestFeatures, UnreadableRequest, endpoint_for_path
-from extproc.core.screen import route_budget
-from extproc.core.sse import JSONUsageReader, SSEUsageReader
+from extproc.core.request_body import UnreadableRequest
 
 __all__ = ["Exchange", "StreamProcessor"]
 
@@ -67,106 +61,17 @@ _REQUEST_ATTRIBUTES = ("request.path", "request.method", "request.id")
 """What the one-message design's ext_proc filter lists in ``request_attributes``."""
 
 
-class StreamProcessor:
-    """Handles the messages of one ext_proc stream (one HTTP request/response exchange).
+class StreamProcessor(ResponsePhases):
+    """Handles the messages of one ext_proc stream (one HTTP request/response exchange): translates
+    Envoy's messages to the core's :func:`~extproc.core.facade.decide` /
+    :func:`~extproc.core.facade.learn` and their results back to Envoy's answers.
 
     Args:
         router: the runtime the stream started with (a reload does not affect this stream).
         rng: source for calibration sampling (seeded in tests).
     """
 
-    __slots__ = (
-        "_decoder",
-        "_error",
-        "_json",
-        "_route_answers",
-        "_sse",
-        "batch_budgets",
-        "budget",
-        "calibrated",
-        "category",
-        "client_max_output_tokens",
-        "completion_tokens",
-        "counted_pool",
-        "endpoint",
-        "exchange",
-        "finish_reason",
-        "learn",
-        "method",
-        "misroute",
-        "misroute_cause",
-        "path",
-        "pool",
-        "prompt_tokens",
-        "reason",
-        "record_key",
-        "request_id",
-        "response_id",
-        "retried_to",
-        "retry_outcome",
-        "rng",
-        "router",
-        "sampled",
-        "silent",
-        "status",
-        "streamed",
-        "t_start",
-        "traceparent",
-        "truncated",
-        "unrouted",
-    )
-
-    def __init__(self, router: Runtime, rng: random.Random | None = None) -> None:
-        self.router = router
-        self.rng = rng
-        self.path = ""
-        self.method = ""
-        self.request_id = ""
-        self.traceparent = ""
-        self.endpoint: str | None = None
-        self.budget: TokenBudget | None = None
-        self.batch_budgets: list[TokenBudget] | None = None
-        self.learn = True
-        self.response_id: str | None = None
-        self.pool = ""
-        self.reason = ""
-        self.category = ""
-        self.status = 0
-        self.prompt_tokens: int | None = None
-        self.completion_tokens: int | None = None
-        self.client_max_output_tokens: int | None = None
-        """The client's own output maximum (``max_completion_tokens`` / ``max_tokens`` /
-        ``max_output_tokens``), None when it sent none."""
-        self.finish_reason: str | None = None
-        self.truncated: bool | None = None
-        """Whether the serving pool cut the answer (None when the answer was not judged)."""
-        self.calibrated = False
-        self.sampled: bool | None = None
-        self.exchange = Exchange.REQUEST_HEADERS
-        self._route_answers = router.body_responses
-        self.counted_pool: str | None = None
-        self.retried_to: str | None = None
-        self.misroute: str | None = None
-        self.streamed = False
-        """The budgeted request asked for SSE (``stream: true``)."""
-        self.misroute_cause: str | None = None
-        """Why the request is a misroute (:mod:`extproc.core.misroute_cause`), None when it is not."""
-        self.retry_outcome: str | None = None
-        """Envoy's retry of this request (``recovered``, ``retry_failed``) until it is counted with
-        its cause (:func:`extproc.adapter.response_phases.settle_retry`)."""
-        self._error: ErrorBodyReader | None = None
-        self._sse: SSEUsageReader | None = None
-        self._json: JSONUsageReader | None = None
-        self._decoder: StreamDecoder | None = None
-        self.record_key = ""
-        """Pairs this request's decision record across its two streams (off-path calibration); set
-        on a routing stream once the payload went out, on an observability stream from it."""
-        self.silent = False
-        self.unrouted = False
-        """A stream of Envoy's ``tbr_unrouted`` observability filter (gRPC metadata
-        :data:`UNROUTED_STREAM`): a request no routing answer reached (:meth:`_observe_unrouted`)."""
-        """An off-path calibration stream (``extproc.adapter.off_path``): Envoy waits for no answer."""
-        self.t_start = time.time()
+    __slots__ = ()
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -180,7 +85,7 @@ class StreamProcessor:
         """True while a finished exchange may still get response phases the router cannot turn
         off: a one-message stream (request headers SKIPped) before its response headers, whose
         body answer carries no ``mode_override`` (docs/design/004-one-message.md)."""
-        return self._route_answers is self.router.metadata_responses and self.status == 0
+        return self.kind is ONE_MESSAGE and self.status == 0
 
     def handle(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
         """Answer one message; always returns a response for the phase that was sent."""
@@ -246,7 +151,7 @@ class StreamProcessor:
         :data:`CALIB_HEADER`) is an observability stream; so is one that brings ``calib_metadata``
         (forwarded from dynamic metadata in the one-message design, whatever ``off_path`` says: a
         client cannot write dynamic metadata)."""
-        if self.unrouted:
+        if self.kind is UNROUTED:
             return self._observe_unrouted(msg)
         r = self.router
         h = plain_headers(
@@ -259,7 +164,7 @@ class StreamProcessor:
         self.method = h.get(":method", "")
         self.request_id = h.get("x-request-id", "")[:128]
         self.traceparent = h.get("traceparent", "")[:64]  # W3C trace context (55 characters)
-        self.endpoint = endpoint_for_path(self.path) if self.method == "POST" else None
+        self.endpoint = spec_for_path(self.path) if self.method == "POST" else None
         if self.endpoint is None or msg.end_of_stream:
             # Routed now; the override turns the body and response phases off.
             self.exchange = Exchange.DONE
@@ -268,7 +173,7 @@ class StreamProcessor:
             )
         self.exchange = Exchange.REQUEST_BODY
         # Responses API answers are always read: their id → pool entry serves previous_response_id.
-        self.sampled = self._sample_at_request()
+        self.sampled = self.sample_at_request()
         cal = r.config.calibration
         # off path, the response comes through the observability filter, never this stream; an
         # adaptive decision (sampled None until the body is routed) keeps the response phases on
@@ -292,9 +197,9 @@ class StreamProcessor:
         self.path, self.method = h.get(":path", ""), h.get(":method", "")
         self.request_id = h.get("x-request-id", "")[:128]
         self.traceparent = h.get("traceparent", "")[:64]
-        budgeted = self.method == "POST" and endpoint_for_path(self.path) is not None
+        budgeted = self.method == "POST" and spec_for_path(self.path) is not None
         self.reason = "body_empty" if budgeted else "unsupported_path"
-        self.pool = r.models.fallback_for(None).name
+        self.pool = fallback_pool(r.core, None)
         self.category = "unknown"
         r.observer.decision(self.pool, "unknown", self.reason, None)
         if budgeted:
@@ -304,13 +209,20 @@ class StreamProcessor:
     def _start_off_path(self, value: str) -> pb.ProcessingResponse:
         """Request headers of an off-path calibration stream (observability mode): read the
         router's payload; the response phases follow and are read silently."""
-        self.silent = True
+        self.kind = OFF_PATH
         payload = decode_payload(value)
         if payload is None:
             self.router.observer.calibration("bad_payload")
             self.exchange = Exchange.DONE
             return R.CONTINUE_REQUEST_HEADERS
-        self.budget, self.pool, self.endpoint = payload.budget, payload.pool, payload.endpoint
+        self.budget, self.pool, self.endpoint = payload.budget, payload.pool, spec_of(payload.endpoint)
+        self.decision = Decision.routed_elsewhere(
+            payload.budget,
+            payload.pool,
+            payload.endpoint,
+            learn=payload.learn,
+            client_max_output_tokens=payload.client_max_output_tokens,
+        )
         self.client_max_output_tokens = payload.client_max_output_tokens
         self.learn, self.request_id, self.sampled = payload.learn, payload.request_id, True
         self.record_key = payload.record_key
@@ -326,29 +238,20 @@ class StreamProcessor:
         mutation can no longer reach the headers. Response phases, if configured, re-set the state.
         """
         self.exchange = Exchange.DONE
+        self.kind = ONE_MESSAGE
         self._route_answers = self.router.metadata_responses
         a = request_attributes(req, _REQUEST_ATTRIBUTES)
         self.path = a.get("request.path", "")
         self.method = a.get("request.method", "")
         self.request_id = a.get("request.id", "")[:128]
-        self.endpoint = endpoint_for_path(self.path) if self.method == "POST" else None
-        self.sampled = self._sample_at_request()
-
-    def _sample_at_request(self) -> bool | None:
-        """Whether the response is read, as far as the request line tells: True for a Responses API
-        request (its id → pool entry serves ``previous_response_id``), a ``sample_rate`` draw, or None
-        under ``response_reads.mode: adaptive`` (decided once the body is routed: :meth:`_decide_read`)."""
-        if self.endpoint == "responses":
-            return True
-        if self.router.config.calibration.response_reads.mode == "adaptive":
-            return None
-        return self._draw_sample()
+        self.endpoint = spec_for_path(self.path) if self.method == "POST" else None
+        self.sampled = self.sample_at_request()
 
     def _after_request_body(self) -> Exchange:
         """What follows ``request_body``: nothing when the response phases were turned off at
         ``request_headers`` (an unsampled request with ``skip_unsampled_responses``), or when
         there were no request headers (one message: nothing more is announced)."""
-        if self._route_answers is self.router.metadata_responses or self.router.config.calibration.off_path:
+        if self.kind is ONE_MESSAGE or self.router.config.calibration.off_path:
             return Exchange.DONE
         if self.sampled is False and self.router.config.calibration.skip_unsampled_responses:
             return Exchange.DONE
@@ -362,7 +265,7 @@ class StreamProcessor:
             # chunks or a duplicate). Routing again would double-count the decision.
             return R.CONTINUE_REQUEST_BODY
         if self.endpoint is None:
-            if self._route_answers is self.router.metadata_responses:
+            if self.kind is ONE_MESSAGE:
                 # One message: no request_headers answer could route it; route it here.
                 return self._route_fallback("unsupported_path", body=True)
             return R.CONTINUE_REQUEST_BODY
@@ -374,36 +277,38 @@ class StreamProcessor:
             # parses: it is routed to the largest pool like any body we cannot read.
             reason = exc.reason if msg.end_of_stream else "body_incomplete"
             return self._route_fallback(reason, body=True, model=exc.model)
-        if features.conversations:
-            # chat batch: each conversation is its own sequence; the longest decides the fit
-            self.batch_budgets = [r.estimator.estimate(c) for c in features.conversations]
-            budget = max(self.batch_budgets, key=lambda b: b.total_tokens)
-        else:
-            budget = self._estimate(features)
-        decision = self._decide(features.model, features.previous_response_id, budget.total_tokens)
-        self.client_max_output_tokens = features.max_output_tokens
-        self.pool = decision.pool.name
-        self.reason = decision.reason
-        routed_budget = budget
-        if self.sampled is None:
-            self.sampled = self._decide_read(budget)
-            if self.sampled and budget.screened:
-                budget = r.estimator.estimate(features)  # learned against the exact estimate
-        self.budget = budget
-        self.category = budget.key[1]
+        d = decide(
+            r.core,
+            features,
+            self.endpoint,
+            read=self.sampled,
+            exact_estimate=r.decision_log is not None or r.observer.records_requests,
+            draw=(self.rng or random).random,
+        )
+        self.decision = d
+        self.batch_budgets = d.batch_budgets
+        self.learn = d.learn
+        self.client_max_output_tokens = d.client_max_output_tokens
+        self.pool = d.pool
+        self.reason = d.reason
+        if d.read_reason is not None:
+            r.observer.response_read(bool(d.read), d.read_reason)
+        self.sampled = d.read
+        self.budget = d.budget
+        self.category = d.budget.key[1]
         self._count_inflight()
-        if decision.saturated:
-            self._report_saturation(decision)
-        r.observer.decision(self.pool, routed_budget.key[1], self.reason, routed_budget.total_tokens)
+        if d.pool_decision is not None and d.pool_decision.saturated:
+            self._report_saturation(d.pool_decision)
+        r.observer.decision(self.pool, d.routed_budget.key[1], self.reason, d.routed_budget.total_tokens)
         self.streamed = features.stream
         if self.sampled and self.samples_off_path:
-            return self._sample_off_path(budget)
+            return self._sample_off_path(d.budget)
         return self._routing_answer()
 
     def _routing_answer(self) -> pb.ProcessingResponse:
         """The prebuilt answer routing a budgeted request to :attr:`pool`; in the one-message design a
         streaming request's says so (``tbr.stream``: envoy/envoy.yaml's streaming routes)."""
-        if self.streamed and self._route_answers is self.router.metadata_responses:
+        if self.streamed and self.kind is ONE_MESSAGE:
             return self.router.metadata_stream_responses[self.pool]
         return self._route_answers[self.pool]
 
@@ -412,15 +317,13 @@ class StreamProcessor:
         """Sampled responses come through the observability filter: with ``calibration.off_path``,
         and always in the one-message design, whose routing stream cannot turn response phases on
         (docs/design/004-one-message.md)."""
-        return (
-            self.router.config.calibration.off_path or self._route_answers is self.router.metadata_responses
-        )
+        return self.router.config.calibration.off_path or self.kind is ONE_MESSAGE
 
     def _sample_off_path(self, budget: TokenBudget) -> pb.ProcessingResponse:
         """The routing answer plus the payload (the ``x-tbr-calib`` header, or dynamic metadata in the
         one-message design) that brings this request's response to the router through the
         observability filter (``extproc.adapter.off_path``)."""
-        learned = budget if self.batch_budgets is None else batch_budget(self.batch_budgets)
+        learned = budget if self.batch_budgets is None else batch_budget(list(self.batch_budgets))
         if learned is None:
             self.router.observer.calibration("batch_mixed_keys")
             return self._route_answers[self.pool]
@@ -428,7 +331,7 @@ class StreamProcessor:
         payload = CalibPayload(
             learned,
             self.pool,
-            self.endpoint or "",
+            self.endpoint.endpoint.value if self.endpoint is not None else "",
             self.learn,
             self.request_id,
             self.record_key,
@@ -438,35 +341,6 @@ class StreamProcessor:
         # phases configured on a one-message filter), it would be learned twice.
         self.calibrated = True
         return route_and_sample(self._routing_answer(), payload)
-
-    def _estimate(self, features: RequestFeatures) -> TokenBudget:
-        """The exact estimate when someone reads it (calibration, decision log, request records),
-        else the screened budget: same pool, bounded work (:mod:`extproc.core.screen`)."""
-        r = self.router
-        read = self.sampled or r.decision_log is not None or r.observer.records_requests
-        if read or not r.config.estimator.screen or features.previous_response_id is not None:
-            return r.estimator.estimate(features)
-        policy = r.models.select(features.model)
-        return route_budget(r.estimator, features, policy.limits_tokens if policy is not None else ())
-
-    def _decide(self, model: str, previous_response_id: str | None, total_tokens: int) -> PoolDecision:
-        """Pool set by ``model``, then pool by budget; a ``previous_response_id`` pins the pool
-        that stored that response (docs/endpoints.md)."""
-        models = self.router.models
-        if previous_response_id is not None:
-            self.learn = False  # usage counts stored turns the router never saw
-            name = self.router.response_pools.get(previous_response_id)
-            pool = models.pool(name) if name is not None else None
-            if pool is not None:
-                return PoolDecision(pool, "previous_response")
-            return PoolDecision(models.fallback_for(model), "previous_response_unknown")
-        policy = models.select(model)
-        if policy is None:
-            return PoolDecision(models.largest, "unknown_model")
-        decision = policy.choose(total_tokens)
-        if not models.known(model):
-            return dataclasses.replace(decision, reason="unknown_model")
-        return decision
 
     def _report_saturation(self, decision: PoolDecision) -> None:
         """Report the saturated pools a spillover decision saw, and the spillover itself."""
@@ -478,7 +352,7 @@ class StreamProcessor:
 
     def _route_fallback(self, reason: str, *, body: bool, model: str | None = None) -> pb.ProcessingResponse:
         r = self.router
-        self.pool = r.models.fallback_for(model).name
+        self.pool = fallback_pool(r.core, model)
         self.reason = reason
         self.category = "unknown"
         self._count_inflight()
@@ -491,17 +365,11 @@ class StreamProcessor:
         """A request the router never answered: counted against the largest pool (where Envoy's
         catch-all sent it) with ``reason``, and recorded like a routed one."""
         r = self.router
-        self.pool = r.models.fallback_for(None).name
+        self.pool = fallback_pool(r.core, None)
         self.reason = reason
         self.category = "unknown"
         r.observer.decision(self.pool, "unknown", reason, None)
         r.observer.unreadable(reason)
-
-    @property
-    def routed_pool(self) -> str | None:
-        """The pool the router sent this request to, while the stream can still see its response:
-        the in-flight pool on the routing stream, the payload's pool on an off-path stream."""
-        return self.pool if self.silent and self.pool else self.counted_pool
 
     def _count_inflight(self) -> None:
         """Count this request against its pool until :meth:`finish` (once per stream)."""
@@ -509,65 +377,7 @@ class StreamProcessor:
             self.counted_pool = self.pool
             self.router.load.acquire(self.pool)
 
-    # -- response path ----------------------------------------------------------------------
-
-    def _decide_read(self, budget: TokenBudget) -> bool:
-        """The adaptive read decision for a request routed with ``budget`` to :attr:`pool`
-        (:class:`extproc.core.read_decision.ResponseReadPolicy`), counted with its reason."""
-        r = self.router
-        rr = r.config.calibration.response_reads
-        pool, larger = r.models.pool(self.pool), r.models.next_larger(self.pool)
-        truncation = pool is not None and truncation_possible(
-            prompt_tokens=budget.prompt_tokens,
-            output_reserve_tokens=budget.output_reserve_tokens,
-            client_max_output_tokens=self.client_max_output_tokens,
-            pool_max_model_len=r.served_limits.get(pool.name, pool.max_model_len),
-            larger_pool=larger is not None,
-            reserve_factor=rr.truncation_reserve_factor,
-        )
-        learner = r.estimator.output_learner
-        output_samples: int | None = None
-        if learner is not None and budget.output_class is not None:
-            # a bound's prompt band is not the request's (reads teach the exact estimate's class):
-            # the all-bands parent, which learns from every band, says whether the output is cold
-            key = budget.output_class
-            state = learner.get(key._replace(prompt_band=ALL_BANDS) if budget.screened else key)
-            output_samples = state.samples if state is not None else 0
-        ratio = r.store.get(budget.key) if not budget.screened else None
-        read, reason = r.read_policy.decide(
-            budget.key,
-            ratio_samples=ratio.samples if ratio is not None else 0,
-            output_samples=output_samples,
-            truncation=truncation,
-            required=False,  # a Responses API request was marked at the request line
-            now_s=time.monotonic(),
-            draw=(self.rng or random).random(),
-        )
-        r.observer.response_read(read, reason)
-        return read
-
-    def _draw_sample(self) -> bool:
-        """Whether this request's response is read for calibration (``calibration.sample_rate``)."""
-        rate = self.router.config.calibration.sample_rate
-        if rate >= 1.0:
-            return True
-        if rate <= 0.0:
-            return False
-        return (self.rng or random).random() < rate
-
-    def on_response_headers(self, msg: pb.HttpHeaders) -> pb.ProcessingResponse:
-        """On 2xx, ask Envoy for the body in the mode that suits its content type
-        (:func:`extproc.adapter.response_phases.on_response_headers`)."""
-        return response_phases.on_response_headers(self, msg)
-
-    def on_response_body(self, msg: pb.HttpBody) -> pb.ProcessingResponse:
-        """Read usage from the body copy; calibrate at end of stream. The body passes unchanged
-        (:func:`extproc.adapter.response_phases.on_response_body`)."""
-        return response_phases.on_response_body(self, msg)
-
-    def finish_response(self) -> None:
-        """Read the final usage and calibrate; idempotent (exactly once per request)."""
-        response_phases.finish_response(self)
+    # -- end of stream ----------------------------------------------------------------------
 
     def finish(self, end: str) -> None:
         """The stream ended (``end``: ``complete``, ``cancelled`` or ``error``); record the decision.
@@ -575,14 +385,14 @@ class StreamProcessor:
         A usage already read from a stream the client aborted still calibrates (it is a true
         count of the prompt). Called exactly once by the server.
         """
-        if self._sse is not None and (self._sse.prompt_tokens is not None or self._sse.error is not None):
+        if self.reader is not None and self.reader.stream_usage_seen:
             self.finish_response()
-        response_phases.settle_pending_retry(self)
+        self.settle_pending_retry()
         r = self.router
         if self.counted_pool is not None:
             counted, self.counted_pool = self.retried_to or self.counted_pool, None
             r.load.release(counted)
-        if self.silent:  # releases its claim also when there is nothing to write
+        if self.kind is OFF_PATH:  # releases its claim also when there is nothing to write
             self._complete_held_record(end)
             return
         if not self.pool and self.exchange is Exchange.REQUEST_BODY:

@@ -17,18 +17,15 @@ from extproc.adapter.held_records import HeldRecords
 from extproc.adapter.observer import NullObserver, StreamObserver
 from extproc.adapter.responses import route_by_metadata, route_request_body, route_request_headers
 from extproc.config import RouterConfig
-from extproc.core.calibration import InMemoryRatioStore, RatioStore
+from extproc.core.calibration import RatioStore
 from extproc.core.decision import DecisionRecord
-from extproc.core.estimator import Estimator
+from extproc.core.facade import CoreState
 from extproc.core.load import LoadTracker
-from extproc.core.model_sets import ModelRouting
 from extproc.core.output_reserve import OutputClassKey, OutputLengthLearner
-from extproc.core.policy import Policy
-from extproc.core.read_decision import ReadPolicyParams, ResponseReadPolicy
-from extproc.core.recovery import MisrouteRecovery
+from extproc.core.read_decision import ResponseReadPolicy
 from extproc.core.response_ids import ResponsePools
 
-__all__ = ["DecisionSink", "OutputSink", "Runtime", "read_params"]
+__all__ = ["DecisionSink", "OutputSink", "Runtime"]
 
 log = logging.getLogger(__name__)
 
@@ -46,22 +43,10 @@ class OutputSink(Protocol):
     def add(self, key: OutputClassKey, completion_tokens: int, *, truncated: bool, capped: bool) -> None: ...
 
 
-def read_params(config: RouterConfig) -> ReadPolicyParams:
-    """The read policy's parameters from ``calibration.response_reads``."""
-    rr = config.calibration.response_reads
-    return ReadPolicyParams(
-        cold_samples=rr.cold_samples,
-        output_cold_samples=rr.output_cold_samples,
-        drift_rel_error=rr.drift_rel_error,
-        drift_reads=rr.drift_reads,
-        floor_rate=rr.floor_rate,
-        reads_per_key_per_s=rr.reads_per_key_per_s,
-        burst_reads=rr.burst_reads,
-    )
-
-
 class Runtime:
-    """Runtime objects shared by all streams: config, estimator, policy, observer, prebuilt replies.
+    """Runtime objects shared by all streams: config, the core's state (:class:`CoreState`, what
+    :func:`extproc.core.facade.decide` and :func:`~extproc.core.facade.learn` read and teach),
+    observer, decision log, prebuilt replies.
 
     Args:
         config: the validated configuration.
@@ -99,34 +84,27 @@ class Runtime:
         read_policy: ResponseReadPolicy | None = None,
     ) -> None:
         self.config = config
-        self.store: RatioStore = (
-            store if store is not None else InMemoryRatioStore.from_config(config.calibration)
-        )
-        self.observer: StreamObserver = observer if observer is not None else NullObserver()
-        self.estimator = Estimator(
-            estimator=config.estimator,
-            calibration=config.calibration,
-            store=self.store,
+        self.core = CoreState(
+            config,
+            store=store,
+            load=load,
+            response_pools=response_pools,
             output_learner=output_learner,
-            max_model_len_tokens=max(p.max_model_len for p in config.pools),
-            # names the model sets serve take key slots at once (others after a 2xx with usage)
-            reserved_models=[name for ms in config.models for name in ms.models],
-            reserved_patterns=[ms.pattern for ms in config.models if ms.pattern is not None],
+            served_limits=served_limits,
+            read_policy=read_policy,
         )
+        core = self.core
+        # the core's parts, by the names the service and the tests use
+        self.store: RatioStore = core.store
+        self.estimator = core.estimator
+        self.served_limits: Mapping[str, int] = core.served_limits
+        self.read_policy = core.read_policy
+        self.load = core.load
+        self.models = core.models
+        self.response_pools = core.response_pools
+        self.recovery = core.recovery
+        self.observer: StreamObserver = observer if observer is not None else NullObserver()
         self.output_sink = output_sink
-        self.served_limits: Mapping[str, int] = served_limits if served_limits is not None else {}
-        self.read_policy = (
-            read_policy
-            if read_policy is not None and read_policy.params == read_params(config)
-            else ResponseReadPolicy(read_params(config))
-        )
-        self.load = load if load is not None else LoadTracker()
-        self.policy = Policy(
-            config.pools, spillover=config.spillover, load=self.load, health=config.pool_health
-        )
-        self.models = ModelRouting(config, self.load)
-        self.response_pools = response_pools if response_pools is not None else ResponsePools()
-        self.recovery = MisrouteRecovery(config.recovery, self.models, self.load, self.estimator)
         self.routing_header = config.routing_header
         self.decision_log = decision_log
         self.held_records = held_records if held_records is not None else HeldRecords(self.write_record)
@@ -164,13 +142,6 @@ class Runtime:
         learner.observe(key, completion_tokens, truncated=truncated, capped=capped)
         if self.output_sink is not None:
             self.output_sink.add(key, completion_tokens, truncated=truncated, capped=capped)
-
-    def output_unjudged(self, reason: str) -> None:
-        """Count one served answer the output learner cannot learn from
-        (:data:`~extproc.core.output_reserve.UNJUDGED_REASONS`); nothing without a learner."""
-        learner = self.estimator.output_learner
-        if learner is not None:
-            learner.count_unjudged(reason)
 
     def write_record(self, record: DecisionRecord, traceparent: str) -> None:
         """One finished request: to the decision log and, when it records requests, the observer."""

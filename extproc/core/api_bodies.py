@@ -43,9 +43,7 @@ from extproc.core.chat_messages import (
 )
 from extproc.core.request_body import (
     RequestFeatures,
-    features_of,
     int_field,
-    load_object,
     reasoning_request_of,
     rendered_bytes,
     stream_flags,
@@ -53,32 +51,9 @@ from extproc.core.request_body import (
     utf8_bytes,
 )
 
-__all__ = ["parse_body"]
+__all__ = ["chat_batch_features", "messages_features", "responses_features"]
 
 _TEXT_BLOCKS = ("text", "input_text", "output_text", "summary_text", "reasoning_text")
-
-
-def parse_body(body: bytes, endpoint: str) -> RequestFeatures:
-    """Parse the body of any budgeted endpoint (see :func:`extproc.core.request_body.endpoint_for_path`).
-
-    Raises:
-        UnreadableRequest: the body cannot be budgeted (``reason`` is a bounded label; ``model``
-            is set when the body was a JSON object with a ``model``).
-    """
-    parsed = load_object(body)
-    try:
-        if endpoint in ("chat", "completions"):
-            return features_of(parsed, endpoint)
-        if endpoint == "responses":
-            return _responses(parsed)
-        if endpoint == "messages":
-            return _anthropic(parsed)
-        if endpoint == "chat_batch":
-            return _batch(parsed)
-        raise UnreadableRequest("unsupported_path")
-    except UnreadableRequest as exc:
-        exc.model = parsed.get("model") or None
-        raise
 
 
 def _features(
@@ -127,7 +102,8 @@ def _features(
 # -- Responses API ----------------------------------------------------------------------------
 
 
-def _responses(parsed: dict[str, Any]) -> RequestFeatures:
+def responses_features(parsed: dict[str, Any]) -> RequestFeatures:
+    """The features of a ``/v1/responses`` body (module docstring); raises :class:`UnreadableRequest`."""
     text = _Text()
     counts = [0, 0, 0, 0]
     images: list[MediaItem] = []
@@ -194,7 +170,8 @@ def _response_item(item: Any, text: _Text, counts: list[int], images: list[Media
 # -- Anthropic Messages API --------------------------------------------------------------------
 
 
-def _anthropic(parsed: dict[str, Any]) -> RequestFeatures:
+def messages_features(parsed: dict[str, Any]) -> RequestFeatures:
+    """The features of a ``/v1/messages`` body (module docstring); raises :class:`UnreadableRequest`."""
     text = _Text()
     counts = [0, 0, 0, 0]
     images: list[MediaItem] = []
@@ -265,7 +242,9 @@ def _blocks(blocks: list[Any], text: _Text, counts: list[int], images: list[Medi
 # -- chat batch --------------------------------------------------------------------------------
 
 
-def _batch(parsed: dict[str, Any]) -> RequestFeatures:
+def chat_batch_features(parsed: dict[str, Any]) -> RequestFeatures:
+    """The features of a ``/v1/chat/completions/batch`` body (module docstring); raises
+    :class:`UnreadableRequest`."""
     conversations = parsed.get("messages")
     if not isinstance(conversations, list):
         raise UnreadableRequest("bad_field_type", "messages")

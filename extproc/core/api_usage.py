@@ -22,7 +22,6 @@ from typing import Any
 import orjson
 
 __all__ = [
-    "API_OF_ENDPOINT",
     "MAX_FINISH_REASONS",
     "finish_reasons_of",
     "json_usage",
@@ -32,15 +31,6 @@ __all__ = [
 
 MAX_FINISH_REASONS = 128
 """Choices whose finish reason a reader keeps (more is not a real answer: the judgement is skipped)."""
-
-API_OF_ENDPOINT = {
-    "chat": "openai",
-    "completions": "openai",
-    "chat_batch": "openai",
-    "responses": "responses",
-    "messages": "anthropic",
-}
-"""Usage shape of each budgeted endpoint."""
 
 
 def _count(usage: dict[str, Any], key: str, minimum: int) -> int | None:

@@ -1,6 +1,6 @@
 """Read what the token budget needs from an OpenAI request body, and nothing more.
 
-Five endpoints (:func:`endpoint_for_path`): ``/v1/chat/completions`` (``messages``) and
+Five endpoints (the table of :mod:`extproc.core.endpoints`): ``/v1/chat/completions`` (``messages``) and
 ``/v1/completions`` (``prompt``: a string, a list of strings, a list of token ids, or a list of
 token-id lists) are read here; ``/v1/responses``, ``/v1/messages`` and
 ``/v1/chat/completions/batch`` by :mod:`extproc.core.api_bodies`, into the same
@@ -36,14 +36,8 @@ from extproc.core.images import ImageSize
 from extproc.core.runs import RunCounts, count_runs
 
 __all__ = [
-    "CHAT_BATCH_PATH",
-    "CHAT_PATH",
-    "COMPLETIONS_PATH",
-    "MESSAGES_PATH",
-    "RESPONSES_PATH",
     "RequestFeatures",
     "UnreadableRequest",
-    "endpoint_for_path",
     "parse_request_body",
     "reasoning_request_of",
     "rendered_bytes",
@@ -52,19 +46,6 @@ __all__ = [
     "utf8_bytes",
 ]
 
-CHAT_PATH = "/v1/chat/completions"
-COMPLETIONS_PATH = "/v1/completions"
-RESPONSES_PATH = "/v1/responses"
-MESSAGES_PATH = "/v1/messages"
-CHAT_BATCH_PATH = "/v1/chat/completions/batch"
-_ENDPOINTS = {
-    CHAT_PATH: "chat",
-    COMPLETIONS_PATH: "completions",
-    RESPONSES_PATH: "responses",
-    MESSAGES_PATH: "messages",
-    CHAT_BATCH_PATH: "chat_batch",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class RequestFeatures:
@@ -72,7 +53,7 @@ class RequestFeatures:
 
     Attributes:
         endpoint: the endpoint the body was read as, one of ``"chat"``, ``"completions"``,
-            ``"responses"``, ``"messages"`` and ``"chat_batch"`` (:func:`endpoint_for_path`).
+            ``"responses"``, ``"messages"`` and ``"chat_batch"`` (:data:`extproc.core.endpoints.ENDPOINTS`).
         model: the ``model`` field ('' when absent).
         text_bytes: UTF-8 bytes of all prompt text (message contents, tool results, tool-call
             arguments, completion prompts).
@@ -187,16 +168,6 @@ class RequestFeatures:
         return self._count("tools", self.tools_json[0]), self._count("tools_spaced", self.tools_json[1])
 
 
-def endpoint_for_path(path: str) -> str | None:
-    """Map a request ``:path`` to ``"chat"``, ``"completions"``, ``"responses"``, ``"messages"``
-    or ``"chat_batch"`` (the last three parsed by :mod:`extproc.core.api_bodies`); None for
-    anything else.
-
-    The query string is ignored; a trailing slash is tolerated.
-    """
-    return _ENDPOINTS.get(path.split("?", 1)[0].rstrip("/"))
-
-
 def load_object(body: bytes) -> dict[str, Any]:
     """The request body as a JSON object.
 
@@ -295,8 +266,8 @@ def parse_request_body(body: bytes, endpoint: str) -> RequestFeatures:
 
     Args:
         body: the raw HTTP request body (UTF-8 JSON).
-        endpoint: ``"chat"`` or ``"completions"`` (see :func:`endpoint_for_path`; the other
-            endpoints are parsed by :func:`extproc.core.api_bodies.parse_body`).
+        endpoint: ``"chat"`` or ``"completions"`` (see :mod:`extproc.core.endpoints`; the other
+            endpoints are parsed by :mod:`extproc.core.api_bodies`).
 
     Raises:
         UnreadableRequest: empty, not JSON, not an object, wrong field types, or no prompt.

@@ -23,7 +23,7 @@ __all__ = ["LENGTH_REASONS", "OutputReport", "judge_output"]
 
 LENGTH_REASONS = {"openai": "length", "responses": "max_output_tokens", "anthropic": "max_tokens"}
 """The finish reason that says "stopped by a token limit", per usage shape
-(:data:`extproc.core.api_usage.API_OF_ENDPOINT`): chat / completions ``finish_reason``, the
+(:data:`extproc.core.endpoints.ENDPOINTS`): chat / completions ``finish_reason``, the
 Responses API's ``incomplete_details.reason`` (status ``incomplete``), Anthropic ``stop_reason``."""
 
 _CATCH_ALL = {"responses": "completed"}

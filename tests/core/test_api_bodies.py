@@ -9,9 +9,9 @@ import orjson
 import pytest
 from PIL import Image
 
-from extproc.core.api_bodies import parse_body
+from extproc.core.endpoints import endpoint_for_path, parse_body
 from extproc.core.images import ImageSize
-from extproc.core.request_body import UnreadableRequest, endpoint_for_path
+from extproc.core.request_body import UnreadableRequest
 
 
 def body(obj: object) -> bytes:

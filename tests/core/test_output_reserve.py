@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from extproc.config import CalibrationConfig, EstimatorConfig, OutputReserveConfig
-from extproc.core.api_bodies import parse_body
 from extproc.core.calibration import InMemoryRatioStore
+from extproc.core.endpoints import parse_body
 from extproc.core.estimator import Estimator
 from extproc.core.output_reserve import (
     ALL_BANDS,

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from extproc.core.request_body import UnreadableRequest, endpoint_for_path, parse_request_body
+from extproc.core.endpoints import endpoint_for_path
+from extproc.core.request_body import UnreadableRequest, parse_request_body
 
 
 def _chat(messages: list[dict[str, object]], **extra: object) -> bytes:
