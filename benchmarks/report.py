@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-__all__ = ["render"]
+__all__ = ["render", "render_side_by_side"]
 
 TARGETS = {"rps_vs_floor": 0.9, "cpu_vs_floor": 1.2, "p99_ms": 1.5, "l80_p99_vs_floor": 1.2}
 """Issue 15: the router against the do-nothing floor with the same number of messages (1 KB body)."""
@@ -276,18 +276,11 @@ def _levers(res: dict[str, Any]) -> list[str]:
     return out
 
 
-def render(res: dict[str, Any]) -> str:
-    """The whole BENCHMARKS.md."""
+def _header(res: dict[str, Any]) -> list[str]:
+    """Machine, software, setup, load and bodies of a run."""
     m = res["machine"]
-    e2e = res["e2e"]
     p = res["params"]
-    lines = [
-        "# Benchmarks",
-        "",
-        f"Written by `make bench` (`{res['command']}`) on {res['date']}, {res['elapsed_s'] / 60:.1f} min"
-        + (" (**--quick**: 1 repetition, short runs)" if res["quick"] else "")
-        + ". Do not edit by hand; see docs/performance.md for how to read it.",
-        "",
+    return [
         f"- machine: `{m['host']}`, {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, Linux {m['kernel']};"
         f" load average at start {' '.join(m['loadavg_start'])}, at end {' '.join(m.get('loadavg_end', []))}"
         " (the box is shared: compare ratios measured side by side, not absolute figures)",
@@ -304,6 +297,20 @@ def render(res: dict[str, Any]) -> str:
         " wrk run (saturation) and during the 200 req/s hey run (no batching: each request wakes the process)",
         f"- bodies: {res['bodies'][0]['source']}",
         "",
+    ]
+
+
+def render(res: dict[str, Any]) -> str:
+    """The whole BENCHMARKS.md."""
+    e2e = res["e2e"]
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `make bench` (`{res['command']}`) on {res['date']}, {res['elapsed_s'] / 60:.1f} min"
+        + (" (**--quick**: 1 repetition, short runs)" if res["quick"] else "")
+        + ". Do not edit by hand; see docs/performance.md for how to read it.",
+        "",
+        *_header(res),
         *_shipped_targets(e2e),
         "## Targets (issue 15; 1 KB body; the router against the do-nothing floor with the same messages, per repetition)",
         "",
@@ -344,6 +351,51 @@ def render(res: dict[str, Any]) -> str:
     for _, text in res.get("external", []):
         lines += [text.rstrip(), ""]
     return "\n".join(lines) + "\n"
+
+
+def render_side_by_side(res: dict[str, Any]) -> str:
+    """The report of a run of a few variants (``python -m benchmarks.run --variants …``): each
+    router against the one-message floor per repetition, the side-by-side tables and each router's
+    time per message."""
+    e2e = res["e2e"]
+    lines = [
+        "# Side by side",
+        "",
+        f"Written by `{res['command']}` on {res['date']}, {res['elapsed_s'] / 60:.1f} min.",
+        "",
+        *_header(res),
+        *_shipped_targets(e2e),
+        *_per_repetition(res),
+        *_e2e_section(res),
+        *_phase_time(res),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _per_repetition(res: dict[str, Any]) -> list[str]:
+    """Every router variant's req/s and router CPU per request ÷ its body's ``floor_1msg``, in each
+    throughput repetition (the spread shows how noisy the box was)."""
+    e2e = res["e2e"]
+    out = [
+        "## Per repetition, against `floor_1msg` (req/s ratio; router CPU per request ratio)",
+        "",
+        "| variant | body | per repetition: req/s ÷ floor | median | per repetition: CPU ÷ floor | median |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v in res["variants"]:
+        name, size = v["name"], v["sizes"][0] if len(v["sizes"]) == 1 else "1KB"
+        floor = "floor_1msg" if size == "1KB" else f"floor_1msg_{size}"
+        if name in ("bare", floor) or not any(m["variant"] == floor for m in e2e):
+            continue
+        a, b = _rows(e2e, "throughput", name, size), _rows(e2e, "throughput", floor, size)
+        reps = [r for r in sorted(a) if r in b and b[r]["rps"] and b[r]["router_cpu_ms_per_req"]]
+        rps = [a[r]["rps"] / b[r]["rps"] for r in reps]
+        cpu = [a[r]["router_cpu_ms_per_req"] / b[r]["router_cpu_ms_per_req"] for r in reps]
+        out.append(
+            f"| `{name}` | {size} | {', '.join(_f(x) for x in rps)} | {_f(_med(rps))} | "
+            f"{', '.join(_f(x) for x in cpu)} | {_f(_med(cpu))} |"
+        )
+    return [*out, ""]
 
 
 def _event_loop(res: dict[str, Any]) -> list[str]:

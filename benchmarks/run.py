@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,7 +39,7 @@ from benchmarks.memory import run_memory
 from benchmarks.micro import run_micro
 from benchmarks.procs import rss_bytes
 from benchmarks.profile_spy import profile_during, summarize
-from benchmarks.report import render
+from benchmarks.report import render, render_side_by_side
 from benchmarks.stack import Stack, Variant
 from benchmarks.wakeups import measure_wakeups
 
@@ -46,15 +47,32 @@ SIZES = {"1KB": 1024, "32KB": 32 * 1024, "512KB": 512 * 1024}
 ALL = tuple(SIZES)
 
 
-def variants() -> list[Variant]:
-    """Every configuration measured, side by side.
+def variants(names: Sequence[str] | None = None, sizes: Sequence[str] | None = None) -> list[Variant]:
+    """Every configuration measured, side by side (or only ``names``, with bare Envoy always, on
+    ``sizes``).
 
     A router variant measured on several body sizes gets its own process per size (named
     ``<name>_<size>`` beyond 1 KB), so that no process's history (heap grown by 512 KB bodies,
     learned ratios) biases another size or the 1 KB lever comparisons.
+
+    Raises:
+        ValueError: a name that is no variant, or a size that is not in :data:`SIZES`.
     """
+    chosen = _variants()
+    if names is not None:
+        known = {v.name for v in chosen}
+        unknown = sorted(set(names) - known)
+        if unknown:
+            raise ValueError(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        chosen = [v for v in chosen if v.kind == "bare" or v.name in names]
+    if sizes is not None:
+        bad = sorted(set(sizes) - set(SIZES))
+        if bad:
+            raise ValueError(f"unknown size(s) {', '.join(bad)}; known: {', '.join(SIZES)}")
+        chosen = [replace(v, sizes=tuple(s for s in v.sizes if s in sizes)) for v in chosen]
+        chosen = [v for v in chosen if v.sizes]
     out = []
-    for v in _variants():
+    for v in chosen:
         if v.kind == "bare" or len(v.sizes) == 1:
             out.append(v)
             continue
@@ -222,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run everything and write the report."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 repetition, shorter runs (≈4 min)")
-    ap.add_argument("--out", default="BENCHMARKS.md")
+    ap.add_argument("--out", default=None, help="the report (default BENCHMARKS.md)")
     ap.add_argument("--json", default=None, help="also write the raw measurements here")
     ap.add_argument("--skip-external", action="store_true", help="do not run other branches' modules")
     ap.add_argument(
@@ -235,7 +253,42 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="unloaded and 80 %% load latency repetitions (default 3; --quick 1)",
     )
+    ap.add_argument(
+        "--variants",
+        default=None,
+        help="comma-separated variant names (e.g. floor_1msg,route_1msg,shipped_1msg): measure only these,"
+        " with bare Envoy, end to end (throughput, CPU, latency, each router's time per message) and write"
+        " only those tables (default --out benchmarks/results/side_by_side.md)",
+    )
+    ap.add_argument(
+        "--sizes", default=None, help=f"comma-separated body sizes among {','.join(SIZES)} (default: all)"
+    )
+    ap.add_argument(
+        "--cprofile",
+        default=None,
+        metavar="DIR",
+        help="profile each ext_proc process's serving thread with cProfile into DIR/<variant>.prof"
+        " (diagnosis: it slows the routers, so their figures are not comparable)",
+    )
     args = ap.parse_args(argv)
+    names = args.variants.split(",") if args.variants else None
+    sizes = args.sizes.split(",") if args.sizes else None
+    try:
+        chosen = variants(names, sizes)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if args.cprofile:
+        Path(args.cprofile).mkdir(parents=True, exist_ok=True)
+        chosen = [
+            v
+            if v.kind == "bare"
+            else replace(
+                v, flags=[*v.flags, "--cprofile", str(Path(args.cprofile).resolve() / f"{v.name}.prof")]
+            )
+            for v in chosen
+        ]
+    subset = names is not None or sizes is not None
+    out_path = args.out or ("benchmarks/results/side_by_side.md" if subset else "BENCHMARKS.md")
     quick = args.quick
     reps, wrk_s, hey_s, latency_reps = (1, 2.0, 2.0, 1) if quick else (3, 3.0, 3.0, 3)
     reps = args.reps or reps
@@ -243,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     machine = _machine()
-    bodies = build_bodies(SIZES)
+    bodies = build_bodies({k: v for k, v in SIZES.items() if sizes is None or k in sizes})
     results: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine,
@@ -260,13 +313,13 @@ def main(argv: list[str] | None = None) -> int:
             {"label": b.label, "bytes": len(b.body), "prompt_tokens": b.prompt_tokens, "source": b.source}
             for b in bodies
         ],
-        "variants": [{"name": v.name, "label": v.label, "sizes": list(v.sizes)} for v in variants()],
+        "variants": [{"name": v.name, "label": v.label, "sizes": list(v.sizes)} for v in chosen],
         "command": " ".join(["python -m benchmarks.run", *(argv if argv is not None else sys.argv[1:])]),
     }
     with tempfile.TemporaryDirectory(prefix="tbr-bench-") as tmp:
         work = Path(tmp)
         log(f"starting stack in {work}")
-        with Stack(work, variants(), bodies) as stack:
+        with Stack(work, chosen, bodies) as stack:
             results["e2e"] = run_suite(
                 stack,
                 reps=reps,
@@ -276,6 +329,10 @@ def main(argv: list[str] | None = None) -> int:
                 log=log,
                 unloaded_s=2 * hey_s,
             )
+            if subset:
+                stack.__exit__(None, None, None)  # the routers write their time per message on exit
+                results["phase_time"] = _phase_time(work)
+                return _finish(results, t_start, out_path, args.json, log, render_side_by_side)
             script = work / "wrk_prof.lua"
             write_wrk_script(script, stack.body_files["1KB"], stack.headers("1KB"))
             prof: dict[str, Any] = {}
@@ -298,10 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                 stack, ["floor", "route", "floor_1msg", "route_1msg"], work, duration_s=2.0 if quick else 3.0
             )
             results["growth"] = _growth(stack, log, rounds=3 if quick else 5, dur=2.0 if quick else 3.0)
-        results["phase_time"] = {
-            f.name.removeprefix("router_").removesuffix("_0.phases.json"): json.loads(f.read_text())
-            for f in sorted(work.glob("router_*_0.phases.json"))
-        }
+        results["phase_time"] = _phase_time(work)
         log("micro-benchmarks")
         results["micro"] = run_micro(bodies, quick)
         log("convergence replay")
@@ -320,12 +374,32 @@ def main(argv: list[str] | None = None) -> int:
             mem_dir, concurrency=1000, hold_s=5.0 if quick else 8.0, rounds=2, log=log
         )
     results["external"] = [] if args.skip_external else run_external(quick or args.external_quick, log=log)
+    return _finish(results, t_start, out_path, args.json, log, render)
+
+
+def _phase_time(work: Path) -> dict[str, Any]:
+    """Each router's ``tbr_phase_processing_seconds`` (``{phase: [seconds, messages]}``), written
+    by its first process when it stopped."""
+    return {
+        f.name.removeprefix("router_").removesuffix("_0.phases.json"): json.loads(f.read_text())
+        for f in sorted(work.glob("router_*_0.phases.json"))
+    }
+
+
+def _finish(
+    results: dict[str, Any],
+    t_start: float,
+    out: str,
+    json_path: str | None,
+    log: Any,
+    render_fn: Callable[[dict[str, Any]], str],
+) -> int:
     results["elapsed_s"] = time.monotonic() - t_start
     results["machine"]["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
-    Path(args.out).write_text(render(results))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
-    log(f"wrote {args.out} in {results['elapsed_s']:.0f}s")
+    Path(out).write_text(render_fn(results))
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=1, default=str))
+    log(f"wrote {out} in {results['elapsed_s']:.0f}s")
     return 0
 
 
