@@ -50,7 +50,7 @@ from extproc.core.decision import DecisionRecord
 from extproc.core.encoding import StreamDecoder
 from extproc.core.estimator import TokenBudget
 from extproc.core.misroute_cause import ErrorBodyReader
-from extproc.core.output_reserve import ALL_BANDS
+from extproc.core.output_reserve import ALL_BANDS, OutputClassKey
 from extproc.core.policy import PoolDecision
 from extproc.core.read_decision import truncation_possible
 from extproc.core.request_body import RequestFeatures, UnreadableRequest, endpoint_for_path
@@ -515,23 +515,25 @@ class StreamProcessor:
         """The adaptive read decision for a request routed with ``budget`` to :attr:`pool`
         (:class:`extproc.core.read_decision.ResponseReadPolicy`), counted with its reason."""
         r = self.router
-        rr = r.config.calibration.response_reads
-        pool, larger = r.models.pool(self.pool), r.models.next_larger(self.pool)
-        truncation = pool is not None and truncation_possible(
+        name = self.pool
+        # the largest pool's cuts are not misroutes: no truncation to look for there
+        truncation = name in r.pools_with_larger and truncation_possible(
             prompt_tokens=budget.prompt_tokens,
             output_reserve_tokens=budget.output_reserve_tokens,
             client_max_output_tokens=self.client_max_output_tokens,
-            pool_max_model_len=r.served_limits.get(pool.name, pool.max_model_len),
-            larger_pool=larger is not None,
-            reserve_factor=rr.truncation_reserve_factor,
+            pool_max_model_len=r.served_limits.get(name, r.pool_max_model_len_tokens[name]),
+            larger_pool=True,
+            reserve_factor=r.config.calibration.response_reads.truncation_reserve_factor,
         )
         learner = r.estimator.output_learner
         output_samples: int | None = None
-        if learner is not None and budget.output_class is not None:
+        key = budget.output_class
+        if learner is not None and key is not None:
             # a bound's prompt band is not the request's (reads teach the exact estimate's class):
             # the all-bands parent, which learns from every band, says whether the output is cold
-            key = budget.output_class
-            state = learner.get(key._replace(prompt_band=ALL_BANDS) if budget.screened else key)
+            if budget.screened:
+                key = OutputClassKey(key.model, key.endpoint, key.reasoning, key.tools, ALL_BANDS)
+            state = learner.get(key)
             output_samples = state.samples if state is not None else 0
         ratio = r.store.get(budget.key) if not budget.screened else None
         read, reason = r.read_policy.decide(

@@ -125,6 +125,12 @@ class Runtime:
             config.pools, spillover=config.spillover, load=self.load, health=config.pool_health
         )
         self.models = ModelRouting(config, self.load)
+        self.pool_max_model_len_tokens: dict[str, int] = {p.name: p.max_model_len for p in config.pools}
+        """Pool name → its configured ``max_model_len`` (tokens)."""
+        self.pools_with_larger: frozenset[str] = frozenset(
+            p.name for p in config.pools if self.models.next_larger(p.name) is not None
+        )
+        """Pools whose model set has a larger pool (a request cut there could have been served)."""
         self.response_pools = response_pools if response_pools is not None else ResponsePools()
         self.recovery = MisrouteRecovery(
             config.recovery,
