@@ -23,6 +23,7 @@ from benchmarks.bodies import BenchBody
 from benchmarks.envoy_configs import BODY_HEADER, ListenerSpec, front_bootstrap, upstream_bootstrap
 from devstack.envoy_runner import EnvoyProcess
 from devstack.procs import ManagedProcess, free_port, tcp_open
+from extproc.config import parse_config
 
 __all__ = ["Stack", "Variant", "envoy_proc", "router_proc"]
 
@@ -61,7 +62,8 @@ class Variant:
     off_path: bool = False
     shipped: bool = False
     """Run the router on config/router.yaml as shipped (only its ports, admin server and snapshot
-    file changed: :func:`shipped_router_config`); ``sample_rate`` etc. are then ignored."""
+    file changed: :func:`shipped_router_config`), on the event loop ``tbr serve`` runs for it
+    (``server.event_loop``); ``sample_rate`` etc. are then ignored."""
 
 
 SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "config" / "router.yaml"
@@ -117,6 +119,8 @@ def router_proc(
         shipped_router_config(port) if shipped else router_config(sample_rate, port, skip_unsampled, off_path)
     )
     cfg.write_text(yaml.safe_dump(data))
+    if shipped and parse_config(data).server.event_loop == "uvloop" and "--uvloop" not in flags:
+        flags = [*flags, "--uvloop"]  # the event loop `tbr serve` runs for this config
     argv = [sys.executable, "-m", "benchmarks.router_proc", "--config", str(cfg), "--port", str(port), *flags]
     if "--floor" not in flags:
         argv += ["--stats-out", str(workdir / f"{name}.phases.json")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.report import render_side_by_side
-from benchmarks.run import variants
+from benchmarks.variants import variants
 
 
 def test_selected_variants_keep_bare_and_one_process_per_size() -> None:
@@ -93,5 +93,5 @@ def test_side_by_side_report_pairs_each_repetition_with_its_floor() -> None:
     }
     text = render_side_by_side(res)
     # req/s 1800/2000 and 1100/1000; CPU 0.50/0.40 and 0.33/0.30, medians of the two repetitions
-    assert "| `route_1msg` | 1KB | 0.90, 1.10 | 1.00 | 1.25, 1.10 | 1.18 |" in text
+    assert "| `route_1msg` | 1KB | `floor_1msg` | 0.90, 1.10 | 1.00 | 1.25, 1.10 | 1.18 |" in text
     assert "| `route_1msg` | 10,000 | – | 50.0 |" in text
