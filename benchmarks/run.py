@@ -148,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
         help="profile each ext_proc process's serving thread with cProfile into DIR/<variant>.prof"
         " (diagnosis: it slows the routers, so their figures are not comparable)",
     )
+    ap.add_argument(
+        "--baseline",
+        default=None,
+        metavar="DIR",
+        help="also run every selected router variant from the source tree DIR (a previous commit:"
+        " `git worktree add DIR <commit>`, C extension built there) as <variant>_base, side by side",
+    )
     args = ap.parse_args(argv)
     names = args.variants.split(",") if args.variants else None
     sizes = args.sizes.split(",") if args.sizes else None
@@ -155,6 +162,17 @@ def main(argv: list[str] | None = None) -> int:
         chosen = variants(names, sizes)
     except ValueError as exc:
         ap.error(str(exc))
+    if args.baseline:
+        chosen += [
+            replace(
+                v,
+                name=f"{v.name}_base",
+                label=f"as `{v.name}`, from {args.baseline}",
+                source_dir=args.baseline,
+            )
+            for v in chosen
+            if v.kind == "router"
+        ]
     if args.cprofile:
         Path(args.cprofile).mkdir(parents=True, exist_ok=True)
         chosen = [
