@@ -95,3 +95,15 @@ def test_side_by_side_report_pairs_each_repetition_with_its_floor() -> None:
     # req/s 1800/2000 and 1100/1000; CPU 0.50/0.40 and 0.33/0.30, medians of the two repetitions
     assert "| `route_1msg` | 1KB | `floor_1msg` | 0.90, 1.10 | 1.00 | 1.25, 1.10 | 1.18 |" in text
     assert "| `route_1msg` | 10,000 | – | 50.0 |" in text
+
+
+def test_hot_path_times_every_part_of_a_request_and_refuses_unknown_configs() -> None:
+    from benchmarks.hot_path import measure
+
+    shipped = measure("shipped", "1KB", number=20, repeat=1)
+    route = measure("route", "1KB", number=20, repeat=1)
+    assert "read decision (incl. its counter)" in shipped  # adaptive reads are shipped
+    assert "read decision (incl. its counter)" not in route  # routing only: nothing read
+    assert all(us > 0 for us in [*shipped.values(), *route.values()])
+    with pytest.raises(ValueError, match="shipped or route"):
+        measure("calib_all")
