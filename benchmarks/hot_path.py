@@ -70,7 +70,6 @@ def measure(
     app = RouterApp(cfg)
     app._install(cfg)  # the runtime start() installs, without serving
     router = app.current_router()
-    router.observer.on_decision = None
     body = build_bodies({size: SIZES[size]})[0].body
     attrs = struct_pb2.Struct()
     attrs.update(_ATTRIBUTES)
@@ -98,6 +97,13 @@ def measure(
     limits = policy.limits_tokens if policy is not None else ()
     budget = route_budget(router.estimator, features, limits)
     obs = router.observer
+
+    def metrics() -> None:
+        obs.decision(proc.pool, budget.key[1], "fits", budget.total_tokens)
+        obs.phase_timing("request_body", 5e-5)
+        obs.stream_started()
+        obs.stream_ended("complete")
+
     parts: dict[str, Callable[[], Any]] = {
         "request message from wire": lambda: pb.ProcessingRequest.FromString(wire),
         "stream processor": lambda: StreamProcessor(router, rng),
@@ -107,12 +113,7 @@ def measure(
         ),
         "budget (byte bound, else exact estimate)": lambda: route_budget(router.estimator, features, limits),
         "pool (model set, policy)": lambda: proc._decide(features.model, None, budget.total_tokens),
-        "metrics (decision, phase time, stream start/end)": lambda: (
-            obs.decision(proc.pool, budget.key[1], "fits", budget.total_tokens),
-            obs.phase_timing("request_body", 5e-5),
-            obs.stream_started(),
-            obs.stream_ended("complete"),
-        ),
+        "metrics (decision, phase time, stream start/end)": metrics,
     }
     if cfg.calibration.response_reads.mode == "adaptive":
         parts["read decision (incl. its counter)"] = lambda: proc._decide_read(budget)
