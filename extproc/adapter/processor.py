@@ -531,8 +531,8 @@ class StreamProcessor:
         if learner is not None and key is not None:
             # a bound's prompt band is not the request's (reads teach the exact estimate's class):
             # the all-bands parent, which learns from every band, says whether the output is cold
-            if budget.screened:
-                key = OutputClassKey(key.model, key.endpoint, key.reasoning, key.tools, ALL_BANDS)
+            if budget.screened:  # prompt_band is the key's last field: key._replace(prompt_band=ALL_BANDS)
+                key = OutputClassKey(*key[:-1], ALL_BANDS)
             state = learner.get(key)
             output_samples = state.samples if state is not None else 0
         ratio = r.store.get(budget.key) if not budget.screened else None
