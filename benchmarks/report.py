@@ -187,7 +187,7 @@ def _shipped_targets(e2e: list[dict[str, Any]]) -> list[str]:
         ),
     ]
     out = [
-        "## Targets of the shipped default (issue 35; one message; against `floor_1msg`, per repetition)",
+        "## Targets of the shipped default (issue 35; one message; against the one-message floors, per repetition)",
         "",
         "| target | **shipped default** (config/router.yaml, uvloop as it sets): `shipped_1msg` vs `floor_1msg`"
         " | the same against the floor on the same loop: vs `floor_1msg_uvloop` | before issue 35"
