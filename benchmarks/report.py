@@ -4,9 +4,10 @@ latencies are computed per repetition against bare Envoy measured in the same re
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["render"]
+__all__ = ["render", "render_side_by_side"]
 
 TARGETS = {"rps_vs_floor": 0.9, "cpu_vs_floor": 1.2, "p99_ms": 1.5, "l80_p99_vs_floor": 1.2}
 """Issue 15: the router against the do-nothing floor with the same number of messages (1 KB body)."""
@@ -152,15 +153,15 @@ def _shipped_targets(e2e: list[dict[str, Any]]) -> list[str]:
     def name(v: str, size: str) -> str:
         return v if size == "1KB" else f"{v}_{size}"
 
-    def pair(v: str, size: str, key: str) -> float:
+    def pair(v: str, size: str, key: str, floor: str = "floor_1msg") -> float:
         if not any(m["variant"] == name(v, size) for m in e2e):
             return float("nan")
-        return paired(e2e, name(v, size), name("floor_1msg", size), size, key)
+        return paired(e2e, name(v, size), name(floor, size), size, key)
 
     def add_p99(v: str) -> float:
         return summarize(e2e, v, "1KB")["add_p99"] if any(m["variant"] == v for m in e2e) else float("nan")
 
-    rows = [
+    rows: list[tuple[str, str, str, Callable[[float], bool], bool]] = [
         (f"1 KB: throughput ÷ floor ≥ {t['rps_1KB']}", "rps", "1KB", lambda x: x >= t["rps_1KB"], False),
         (
             f"1 KB: router CPU per request ÷ floor ≤ {t['cpu_1KB']}",
@@ -186,19 +187,29 @@ def _shipped_targets(e2e: list[dict[str, Any]]) -> list[str]:
         ),
     ]
     out = [
-        "## Targets of the shipped default (issue 35; one message; against `floor_1msg`, per repetition)",
+        "## Targets of the shipped default (issue 35; one message; against the one-message floors, per repetition)",
         "",
-        "| target | **shipped default** (config/router.yaml): `shipped_1msg` vs `floor_1msg` | before issue 35"
-        " (every response read): `calib_all_1msg` | routing only: `route_1msg` | verdict (shipped) |",
-        "|---|---|---|---|---|",
+        "| target | **shipped default** (config/router.yaml, uvloop as it sets): `shipped_1msg` vs `floor_1msg`"
+        " | the same against the floor on the same loop: vs `floor_1msg_uvloop` | before issue 35"
+        " (every response read): `calib_all_1msg` | routing only (asyncio): `route_1msg` | verdict (shipped"
+        " vs `floor_1msg` / vs `floor_1msg_uvloop`) |",
+        "|---|---|---|---|---|---|",
     ]
     for title, key, size, ok, latency in rows:
         vals = [
-            add_p99(name(v, size)) if latency else pair(v, size, key)
-            for v in ("shipped_1msg", "calib_all_1msg", "route_1msg")
+            add_p99(name(v, size)) if latency else pair(v, size, key, floor)
+            for v, floor in (
+                ("shipped_1msg", "floor_1msg"),
+                ("shipped_1msg", "floor_1msg_uvloop"),
+                ("calib_all_1msg", "floor_1msg"),
+                ("route_1msg", "floor_1msg"),
+            )
         ]
+        if latency:  # added over bare Envoy: one figure, whatever the floor
+            vals[1] = float("nan")
         cells = " | ".join(_f(x, 2, latency) for x in vals)
-        out.append(f"| {title} | {cells} | {_ok(ok(vals[0]) if vals[0] == vals[0] else False)} |")
+        verdicts = " / ".join(_ok(ok(x)) if x == x else "–" for x in vals[:2])
+        out.append(f"| {title} | {cells} | {verdicts} |")
     return [*out, ""]
 
 
@@ -276,18 +287,11 @@ def _levers(res: dict[str, Any]) -> list[str]:
     return out
 
 
-def render(res: dict[str, Any]) -> str:
-    """The whole BENCHMARKS.md."""
+def _header(res: dict[str, Any]) -> list[str]:
+    """Machine, software, setup, load and bodies of a run."""
     m = res["machine"]
-    e2e = res["e2e"]
     p = res["params"]
-    lines = [
-        "# Benchmarks",
-        "",
-        f"Written by `make bench` (`{res['command']}`) on {res['date']}, {res['elapsed_s'] / 60:.1f} min"
-        + (" (**--quick**: 1 repetition, short runs)" if res["quick"] else "")
-        + ". Do not edit by hand; see docs/performance.md for how to read it.",
-        "",
+    return [
         f"- machine: `{m['host']}`, {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, Linux {m['kernel']};"
         f" load average at start {' '.join(m['loadavg_start'])}, at end {' '.join(m.get('loadavg_end', []))}"
         " (the box is shared: compare ratios measured side by side, not absolute figures)",
@@ -304,6 +308,20 @@ def render(res: dict[str, Any]) -> str:
         " wrk run (saturation) and during the 200 req/s hey run (no batching: each request wakes the process)",
         f"- bodies: {res['bodies'][0]['source']}",
         "",
+    ]
+
+
+def render(res: dict[str, Any]) -> str:
+    """The whole BENCHMARKS.md."""
+    e2e = res["e2e"]
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Written by `make bench` (`{res['command']}`) on {res['date']}, {res['elapsed_s'] / 60:.1f} min"
+        + (" (**--quick**: 1 repetition, short runs)" if res["quick"] else "")
+        + ". Do not edit by hand; see docs/performance.md for how to read it.",
+        "",
+        *_header(res),
         *_shipped_targets(e2e),
         "## Targets (issue 15; 1 KB body; the router against the do-nothing floor with the same messages, per repetition)",
         "",
@@ -344,6 +362,52 @@ def render(res: dict[str, Any]) -> str:
     for _, text in res.get("external", []):
         lines += [text.rstrip(), ""]
     return "\n".join(lines) + "\n"
+
+
+def render_side_by_side(res: dict[str, Any]) -> str:
+    """The report of a run of a few variants (``python -m benchmarks.run --variants …``): each
+    router against the one-message floor per repetition, the side-by-side tables and each router's
+    time per message."""
+    e2e = res["e2e"]
+    lines = [
+        "# Side by side",
+        "",
+        f"Written by `{res['command']}` on {res['date']}, {res['elapsed_s'] / 60:.1f} min.",
+        "",
+        *_header(res),
+        *_shipped_targets(e2e),
+        *_per_repetition(res),
+        *_e2e_section(res),
+        *_phase_time(res),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _per_repetition(res: dict[str, Any]) -> list[str]:
+    """Every router variant's req/s and router CPU per request ÷ its body's ``floor_1msg``, in each
+    throughput repetition (the spread shows how noisy the box was)."""
+    e2e = res["e2e"]
+    out = [
+        "## Per repetition, against the one-message floors (req/s ratio; router CPU per request ratio)",
+        "",
+        "| variant | body | floor | per repetition: req/s ÷ floor | median | per repetition: CPU ÷ floor | median |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for v in res["variants"]:
+        name, size = v["name"], v["sizes"][0] if len(v["sizes"]) == 1 else "1KB"
+        for base in ("floor_1msg", "floor_1msg_uvloop"):
+            floor = base if size == "1KB" else f"{base}_{size}"
+            if name == "bare" or name.startswith("floor") or not any(m["variant"] == floor for m in e2e):
+                continue
+            a, b = _rows(e2e, "throughput", name, size), _rows(e2e, "throughput", floor, size)
+            reps = [r for r in sorted(a) if r in b and b[r]["rps"] and b[r]["router_cpu_ms_per_req"]]
+            rps = [a[r]["rps"] / b[r]["rps"] for r in reps]
+            cpu = [a[r]["router_cpu_ms_per_req"] / b[r]["router_cpu_ms_per_req"] for r in reps]
+            out.append(
+                f"| `{name}` | {size} | `{floor}` | {', '.join(_f(x) for x in rps)} | {_f(_med(rps))} | "
+                f"{', '.join(_f(x) for x in cpu)} | {_f(_med(cpu))} |"
+            )
+    return [*out, ""]
 
 
 def _event_loop(res: dict[str, Any]) -> list[str]:

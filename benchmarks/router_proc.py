@@ -158,7 +158,20 @@ def main() -> None:
     ap.add_argument("--no-gc-freeze", action="store_true", help="skip gc.freeze() after start (lever off)")
     ap.add_argument("--grpc-option", action="append", default=[])
     ap.add_argument("--stats-out", default=None, help="router: write the per-phase handle time here on exit")
+    ap.add_argument(
+        "--cprofile",
+        default=None,
+        help="write a cProfile of the serving thread here on exit (pstats format; diagnosis only: the"
+        " profiler slows Python code several times)",
+    )
     args = ap.parse_args()
+    profiler = None
+    if args.cprofile:
+        import cProfile
+        import time
+
+        profiler = cProfile.Profile(time.thread_time)  # CPU of the serving thread, not wall time
+        profiler.enable()
     if args.await_last_write:
         server_module.EAGER_LAST_WRITE = False
     if args.uvloop:
@@ -167,6 +180,9 @@ def main() -> None:
         phases = uvloop.run(_serve(args))
     else:
         phases = asyncio.run(_serve(args))
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(args.cprofile)
     if args.stats_out and phases is not None:
         Path(args.stats_out).write_text(json.dumps(phases))
 

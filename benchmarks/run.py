@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,115 +39,10 @@ from benchmarks.memory import run_memory
 from benchmarks.micro import run_micro
 from benchmarks.procs import rss_bytes
 from benchmarks.profile_spy import profile_during, summarize
-from benchmarks.report import render
-from benchmarks.stack import Stack, Variant
+from benchmarks.report import render, render_side_by_side
+from benchmarks.stack import Stack
+from benchmarks.variants import SIZES, variants
 from benchmarks.wakeups import measure_wakeups
-
-SIZES = {"1KB": 1024, "32KB": 32 * 1024, "512KB": 512 * 1024}
-ALL = tuple(SIZES)
-
-
-def variants() -> list[Variant]:
-    """Every configuration measured, side by side.
-
-    A router variant measured on several body sizes gets its own process per size (named
-    ``<name>_<size>`` beyond 1 KB), so that no process's history (heap grown by 512 KB bodies,
-    learned ratios) biases another size or the 1 KB lever comparisons.
-    """
-    out = []
-    for v in _variants():
-        if v.kind == "bare" or len(v.sizes) == 1:
-            out.append(v)
-            continue
-        for size in v.sizes:
-            name = v.name if size == "1KB" else f"{v.name}_{size}"
-            label = v.label if size == "1KB" else f"as `{v.name}`, own process for {size} bodies"
-            out.append(replace(v, name=name, label=label, sizes=(size,)))
-    return out
-
-
-def _variants() -> list[Variant]:
-    one = "one message (request headers SKIP, body BUFFERED, decision in dynamic metadata, buffer filter)"
-    return [
-        Variant("bare", "Envoy without ext_proc (the floor of Envoy itself)", kind="bare", sizes=ALL),
-        Variant(
-            "floor",
-            "do-nothing grpc.aio ext_proc, 2 msgs/req (the Python+gRPC floor)",
-            kind="floor",
-            sizes=ALL,
-        ),
-        Variant(
-            "floor_end",
-            "do-nothing floor as `floor`, ending its call after the body answer as the router does"
-            " (issue 12's leak-free stream end; the answer and the status sent together)",
-            kind="floor",
-            flags=["--end-call"],
-        ),
-        Variant(
-            "floor_1msg",
-            f"do-nothing grpc.aio ext_proc, {one}",
-            kind="floor",
-            one_message=True,
-            sizes=ALL,
-        ),
-        Variant(
-            "route",
-            "router, routing only (`sample_rate: 0`, `skip_unsampled_responses: true` → 2 msgs/req)",
-            sample_rate=0.0,
-            sizes=ALL,
-        ),
-        Variant("route_1msg", f"router, routing only, {one}", one_message=True, sizes=ALL),
-        Variant(
-            "calib_10",
-            "router, routing + calibration sampled at 10 % (decided at request_headers, ≈2.2 msgs/req)",
-            sample_rate=0.1,
-            sizes=ALL,
-        ),
-        Variant(
-            "calib_10_1msg",
-            "router, one message (envoy/envoy.yaml as deployed), calibration sampled at 10 % off the"
-            " request path (sampled responses through the observability-mode filter, selected by the"
-            " answer's dynamic metadata)",
-            sample_rate=0.1,
-            one_message=True,
-            sizes=ALL,
-        ),
-        Variant(
-            "calib_all_1msg",
-            "router, one message, every response read off the request path (`sample_rate: 1`, the"
-            " shipped default before issue 35)",
-            sample_rate=1.0,
-            one_message=True,
-        ),
-        Variant(
-            "shipped_1msg",
-            "**the shipped default**: config/router.yaml as shipped (learning everything it learns by"
-            " default; responses read by the adaptive decision, `response_reads.mode: adaptive`), one"
-            " message (envoy/envoy.yaml)",
-            one_message=True,
-            shipped=True,
-            sizes=ALL,
-        ),
-        Variant(
-            "calib_10_off",
-            "router, routing + calibration sampled at 10 % off the request path (`off_path`: sampled"
-            " responses through the observability-mode filter, 2 msgs/req on the routing filter)",
-            sample_rate=0.1,
-            off_path=True,
-            sizes=ALL,
-        ),
-        Variant("calib_all", "router, routing + calibration of every response (4 msgs/req)", sample_rate=1.0),
-        Variant(
-            "route_await",
-            "router as `route`, awaiting its body answer's write before ending the call (before issue 15's"
-            " eager last write)",
-            flags=["--await-last-write"],
-        ),
-        Variant("uvloop", "router as `route`, event loop uvloop", flags=["--uvloop"]),
-        Variant(
-            "floor_uvloop", "do-nothing floor as `floor`, event loop uvloop", kind="floor", flags=["--uvloop"]
-        ),
-    ]
 
 
 def _machine() -> dict[str, Any]:
@@ -222,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run everything and write the report."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 repetition, shorter runs (≈4 min)")
-    ap.add_argument("--out", default="BENCHMARKS.md")
+    ap.add_argument("--out", default=None, help="the report (default BENCHMARKS.md)")
     ap.add_argument("--json", default=None, help="also write the raw measurements here")
     ap.add_argument("--skip-external", action="store_true", help="do not run other branches' modules")
     ap.add_argument(
@@ -235,7 +131,60 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="unloaded and 80 %% load latency repetitions (default 3; --quick 1)",
     )
+    ap.add_argument(
+        "--variants",
+        default=None,
+        help="comma-separated variant names (e.g. floor_1msg,route_1msg,shipped_1msg): measure only these,"
+        " with bare Envoy, end to end (throughput, CPU, latency, each router's time per message) and write"
+        " only those tables (default --out benchmarks/results/side_by_side.md)",
+    )
+    ap.add_argument(
+        "--sizes", default=None, help=f"comma-separated body sizes among {','.join(SIZES)} (default: all)"
+    )
+    ap.add_argument(
+        "--cprofile",
+        default=None,
+        metavar="DIR",
+        help="profile each ext_proc process's serving thread with cProfile into DIR/<variant>.prof"
+        " (diagnosis: it slows the routers, so their figures are not comparable)",
+    )
+    ap.add_argument(
+        "--baseline",
+        default=None,
+        metavar="DIR",
+        help="also run every selected router variant from the source tree DIR (a previous commit:"
+        " `git worktree add DIR <commit>`, C extension built there) as <variant>_base, side by side",
+    )
     args = ap.parse_args(argv)
+    names = args.variants.split(",") if args.variants else None
+    sizes = args.sizes.split(",") if args.sizes else None
+    try:
+        chosen = variants(names, sizes)
+    except ValueError as exc:
+        ap.error(str(exc))
+    if args.baseline:
+        chosen += [
+            replace(
+                v,
+                name=f"{v.name}_base",
+                label=f"as `{v.name}`, from {args.baseline}",
+                source_dir=args.baseline,
+            )
+            for v in chosen
+            if v.kind == "router"
+        ]
+    if args.cprofile:
+        Path(args.cprofile).mkdir(parents=True, exist_ok=True)
+        chosen = [
+            v
+            if v.kind == "bare"
+            else replace(
+                v, flags=[*v.flags, "--cprofile", str(Path(args.cprofile).resolve() / f"{v.name}.prof")]
+            )
+            for v in chosen
+        ]
+    subset = names is not None or sizes is not None
+    out_path = args.out or ("benchmarks/results/side_by_side.md" if subset else "BENCHMARKS.md")
     quick = args.quick
     reps, wrk_s, hey_s, latency_reps = (1, 2.0, 2.0, 1) if quick else (3, 3.0, 3.0, 3)
     reps = args.reps or reps
@@ -243,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.monotonic()
     log = lambda msg: print(msg, flush=True)  # noqa: E731
     machine = _machine()
-    bodies = build_bodies(SIZES)
+    bodies = build_bodies({k: v for k, v in SIZES.items() if sizes is None or k in sizes})
     results: dict[str, Any] = {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine,
@@ -260,13 +209,13 @@ def main(argv: list[str] | None = None) -> int:
             {"label": b.label, "bytes": len(b.body), "prompt_tokens": b.prompt_tokens, "source": b.source}
             for b in bodies
         ],
-        "variants": [{"name": v.name, "label": v.label, "sizes": list(v.sizes)} for v in variants()],
+        "variants": [{"name": v.name, "label": v.label, "sizes": list(v.sizes)} for v in chosen],
         "command": " ".join(["python -m benchmarks.run", *(argv if argv is not None else sys.argv[1:])]),
     }
     with tempfile.TemporaryDirectory(prefix="tbr-bench-") as tmp:
         work = Path(tmp)
         log(f"starting stack in {work}")
-        with Stack(work, variants(), bodies) as stack:
+        with Stack(work, chosen, bodies) as stack:
             results["e2e"] = run_suite(
                 stack,
                 reps=reps,
@@ -276,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
                 log=log,
                 unloaded_s=2 * hey_s,
             )
+            if subset:
+                stack.__exit__(None, None, None)  # the routers write their time per message on exit
+                results["phase_time"] = _phase_time(work)
+                return _finish(results, t_start, out_path, args.json, log, render_side_by_side)
             script = work / "wrk_prof.lua"
             write_wrk_script(script, stack.body_files["1KB"], stack.headers("1KB"))
             prof: dict[str, Any] = {}
@@ -298,10 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                 stack, ["floor", "route", "floor_1msg", "route_1msg"], work, duration_s=2.0 if quick else 3.0
             )
             results["growth"] = _growth(stack, log, rounds=3 if quick else 5, dur=2.0 if quick else 3.0)
-        results["phase_time"] = {
-            f.name.removeprefix("router_").removesuffix("_0.phases.json"): json.loads(f.read_text())
-            for f in sorted(work.glob("router_*_0.phases.json"))
-        }
+        results["phase_time"] = _phase_time(work)
         log("micro-benchmarks")
         results["micro"] = run_micro(bodies, quick)
         log("convergence replay")
@@ -320,12 +270,32 @@ def main(argv: list[str] | None = None) -> int:
             mem_dir, concurrency=1000, hold_s=5.0 if quick else 8.0, rounds=2, log=log
         )
     results["external"] = [] if args.skip_external else run_external(quick or args.external_quick, log=log)
+    return _finish(results, t_start, out_path, args.json, log, render)
+
+
+def _phase_time(work: Path) -> dict[str, Any]:
+    """Each router's ``tbr_phase_processing_seconds`` (``{phase: [seconds, messages]}``), written
+    by its first process when it stopped."""
+    return {
+        f.name.removeprefix("router_").removesuffix("_0.phases.json"): json.loads(f.read_text())
+        for f in sorted(work.glob("router_*_0.phases.json"))
+    }
+
+
+def _finish(
+    results: dict[str, Any],
+    t_start: float,
+    out: str,
+    json_path: str | None,
+    log: Any,
+    render_fn: Callable[[dict[str, Any]], str],
+) -> int:
     results["elapsed_s"] = time.monotonic() - t_start
     results["machine"]["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
-    Path(args.out).write_text(render(results))
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
-    log(f"wrote {args.out} in {results['elapsed_s']:.0f}s")
+    Path(out).write_text(render_fn(results))
+    if json_path:
+        Path(json_path).write_text(json.dumps(results, indent=1, default=str))
+    log(f"wrote {out} in {results['elapsed_s']:.0f}s")
     return 0
 
 

@@ -23,6 +23,7 @@ from benchmarks.bodies import BenchBody
 from benchmarks.envoy_configs import BODY_HEADER, ListenerSpec, front_bootstrap, upstream_bootstrap
 from devstack.envoy_runner import EnvoyProcess
 from devstack.procs import ManagedProcess, free_port, tcp_open
+from extproc.config import parse_config
 
 __all__ = ["Stack", "Variant", "envoy_proc", "router_proc"]
 
@@ -59,9 +60,13 @@ class Variant:
     one_message: bool = False
     processing_mode: dict[str, str] = field(default_factory=dict)
     off_path: bool = False
+    source_dir: str | None = None
+    """Run the router from this source tree instead of the checkout's (a previous commit, e.g. from
+    ``git worktree add``): before and after measured side by side in one run."""
     shipped: bool = False
     """Run the router on config/router.yaml as shipped (only its ports, admin server and snapshot
-    file changed: :func:`shipped_router_config`); ``sample_rate`` etc. are then ignored."""
+    file changed: :func:`shipped_router_config`), on the event loop ``tbr serve`` runs for it
+    (``server.event_loop``); ``sample_rate`` etc. are then ignored."""
 
 
 SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "config" / "router.yaml"
@@ -107,6 +112,7 @@ def router_proc(
     off_path: bool = False,
     flags: Sequence[str] = (),
     shipped: bool = False,
+    source_dir: str | None = None,
 ) -> tuple[ManagedProcess, int]:
     """An unstarted ``benchmarks.router_proc`` (the real RouterApp, or ``--floor`` in ``flags``)
     on a free port with :func:`router_config`; ready when the port accepts connections.
@@ -117,13 +123,24 @@ def router_proc(
         shipped_router_config(port) if shipped else router_config(sample_rate, port, skip_unsampled, off_path)
     )
     cfg.write_text(yaml.safe_dump(data))
-    argv = [sys.executable, "-m", "benchmarks.router_proc", "--config", str(cfg), "--port", str(port), *flags]
+    if shipped and parse_config(data).server.event_loop == "uvloop" and "--uvloop" not in flags:
+        flags = [*flags, "--uvloop"]  # the event loop `tbr serve` runs for this config
+    module = ["-m", "benchmarks.router_proc"]
+    if source_dir is not None:  # that tree's packages first on sys.path, then its router_proc as __main__
+        module = ["-c", _RUN_FROM.format(source=str(Path(source_dir).resolve()))]
+    argv = [sys.executable, *module, "--config", str(cfg), "--port", str(port), *flags]
     if "--floor" not in flags:
         argv += ["--stats-out", str(workdir / f"{name}.phases.json")]
     proc = ManagedProcess(
         name, argv, log_path=workdir / f"{name}.log", ready=lambda: tcp_open(port), ready_timeout_s=180.0
     )
     return proc, port
+
+
+_RUN_FROM = (
+    "import runpy, sys; sys.path.insert(0, {source!r}); runpy.run_module('benchmarks.router_proc',"
+    " run_name='__main__', alter_sys=True)"
+)
 
 
 def envoy_proc(name: str, workdir: Path, bootstrap: dict[str, Any], admin_port: int) -> EnvoyProcess:
@@ -207,6 +224,7 @@ class Stack:
                     off_path=v.off_path,
                     flags=flags + v.flags,
                     shipped=v.shipped,
+                    source_dir=v.source_dir,
                 )
                 self._exit.callback(proc.stop)
                 proc.launch()

@@ -141,6 +141,12 @@ class CoreState:
         self.truncation_reserve_factor = config.calibration.response_reads.truncation_reserve_factor
         self.load = load if load is not None else LoadTracker()
         self.models = ModelRouting(config, self.load)
+        self.pool_max_model_len_tokens: dict[str, int] = {p.name: p.max_model_len for p in config.pools}
+        """Pool name → its configured ``max_model_len`` (tokens)."""
+        self.pools_with_larger: frozenset[str] = frozenset(
+            p.name for p in config.pools if self.models.next_larger(p.name) is not None
+        )
+        """Pools whose model set has a larger pool (a request cut there could have been served)."""
         self.response_pools = response_pools if response_pools is not None else ResponsePools()
         self.recovery = MisrouteRecovery(config.recovery, self.models, self.load, self.estimator)
 
@@ -309,23 +315,24 @@ def _decide_read(
 ) -> tuple[bool, str]:
     """The adaptive read decision for a request routed with ``budget`` to ``pool_name``
     (:class:`extproc.core.read_decision.ResponseReadPolicy`): (read, reason)."""
-    models = core.models
-    pool, larger = models.pool(pool_name), models.next_larger(pool_name)
-    truncation = pool is not None and truncation_possible(
+    # the largest pool's cuts are not misroutes: no truncation to look for there
+    truncation = pool_name in core.pools_with_larger and truncation_possible(
         prompt_tokens=budget.prompt_tokens,
         output_reserve_tokens=budget.output_reserve_tokens,
         client_max_output_tokens=client_max_output_tokens,
-        pool_max_model_len=core.served_limits.get(pool.name, pool.max_model_len),
-        larger_pool=larger is not None,
+        pool_max_model_len=core.served_limits.get(pool_name, core.pool_max_model_len_tokens[pool_name]),
+        larger_pool=True,
         reserve_factor=core.truncation_reserve_factor,
     )
     learner = core.estimator.output_learner
     output_samples: int | None = None
-    if learner is not None and budget.output_class is not None:
+    key = budget.output_class
+    if learner is not None and key is not None:
         # a bound's prompt band is not the request's (reads teach the exact estimate's class):
         # the all-bands parent, which learns from every band, says whether the output is cold
-        key = budget.output_class
-        state = learner.get(key._replace(prompt_band=ALL_BANDS) if budget.screened else key)
+        if budget.screened:  # prompt_band is the key's last field: key._replace(prompt_band=ALL_BANDS)
+            key = OutputClassKey(*key[:-1], ALL_BANDS)
+        state = learner.get(key)
         output_samples = state.samples if state is not None else 0
     ratio = core.store.get(budget.key) if not budget.screened else None
     decision = core.read_policy.decide(

@@ -30,6 +30,7 @@ from extproc.service.load_metrics import LoadMetrics
 from extproc.service.otel import OtelRecorder
 from extproc.service.pool_check import PoolCheckMetrics
 from extproc.service.pool_health import PoolHealthMetrics
+from extproc.service.request_metrics import CountedCounter, CountedHistogram
 
 __all__ = ["PrometheusObserver", "RouterMetrics", "build_version"]
 
@@ -85,7 +86,7 @@ class RouterMetrics:
         self.pool_health = PoolHealthMetrics(r)
         """``tbr_pool_health_checks_total``: pool ``GET /health`` outcomes (issue 34)."""
         """``tbr_pool_config_mismatch``: configured vs served ``max_model_len`` (checked at start)."""
-        self.decisions = Counter(
+        self.decisions = CountedCounter(
             "tbr_routing_decisions",
             "Routing decisions by chosen pool, content category and reason.",
             ["pool", "category", "reason"],
@@ -104,7 +105,7 @@ class RouterMetrics:
             buckets=_REL_ERROR_BUCKETS,
             registry=r,
         )
-        self.budget_tokens = Histogram(
+        self.budget_tokens = CountedHistogram(
             "tbr_budget_tokens",
             "Estimated total token budget (prompt + output reserve) of routed requests.",
             ["pool"],
@@ -149,7 +150,7 @@ class RouterMetrics:
             ["outcome"],
             registry=r,
         )
-        self.response_reads = Counter(
+        self.response_reads = CountedCounter(
             "tbr_response_reads",
             "Adaptive read decisions (calibration.response_reads.mode: adaptive): decision read or skip, "
             "and why (extproc/core/read_decision.py); read rate = read / all.",
@@ -157,13 +158,13 @@ class RouterMetrics:
             registry=r,
         )
         self.inflight = Gauge("tbr_inflight_streams", "ext_proc streams currently open.", registry=r)
-        self.streams = Counter(
+        self.streams = CountedCounter(
             "tbr_streams",
             "ext_proc streams ended, by how they ended.",
             ["end"],
             registry=r,
         )
-        self.phase_seconds = Histogram(
+        self.phase_seconds = CountedHistogram(
             "tbr_phase_processing_seconds",
             "Router CPU time spent answering one ext_proc message, by phase.",
             ["phase"],
@@ -281,9 +282,16 @@ class PrometheusObserver:
         """Also told every decision's pool and budget (the fleet advice window); None = nobody."""
         self.records_requests = otel is not None
         self._children: dict[tuple[str, ...], Any] = {}
-        m = metrics
-        self._inflight_inc = m.inflight.inc
-        self._inflight_dec = m.inflight.dec
+        # The per-request calls below look their bound ``inc`` / ``observe`` up in one dict keyed by
+        # the label values alone (no key tuple built with the metric's name, no attribute lookups).
+        self._decided: dict[tuple[str, str, str], tuple[Callable[[], None], Callable[[float], None]]] = {}
+        self._ended: dict[str, Callable[[], None]] = {}
+        self._phase: dict[str, Callable[[float], None]] = {}
+        self._read: dict[tuple[bool, str], Callable[[], None]] = {}
+        self.open_streams = 0
+        """ext_proc streams open now; ``tbr_inflight_streams`` reads it when scraped (a plain int on
+        the event loop instead of a locked gauge update twice per request)."""
+        metrics.inflight.set_function(lambda: self.open_streams)
 
     def _child(self, name: str, metric: Any, *labels: str) -> Any:
         key = (name, *labels)
@@ -294,19 +302,29 @@ class PrometheusObserver:
 
     def stream_started(self) -> None:
         """``tbr_inflight_streams`` + 1."""
-        self._inflight_inc()
+        self.open_streams += 1
 
     def stream_ended(self, end: str) -> None:
         """``tbr_inflight_streams`` − 1 and ``tbr_streams_total{end}``."""
-        self._inflight_dec()
-        self._child("streams", self.metrics.streams, end).inc()
+        self.open_streams -= 1
+        inc = self._ended.get(end)
+        if inc is None:
+            inc = self._ended[end] = self._child("streams", self.metrics.streams, end).inc
+        inc()
 
     def decision(self, pool: str, category: str, reason: str, budget_tokens: int | None) -> None:
         """``tbr_routing_decisions_total`` and, when budgeted, ``tbr_budget_tokens``."""
-        m = self.metrics
-        self._child("decisions", m.decisions, pool, category, reason).inc()
+        key = (pool, category, reason)
+        record = self._decided.get(key)
+        if record is None:
+            m = self.metrics
+            record = self._decided[key] = (
+                self._child("decisions", m.decisions, pool, category, reason).inc,
+                self._child("budget", m.budget_tokens, pool).observe,
+            )
+        record[0]()
         if budget_tokens is not None:
-            self._child("budget", m.budget_tokens, pool).observe(budget_tokens)
+            record[1](budget_tokens)
         if self.on_decision is not None:
             self.on_decision(pool, budget_tokens)
 
@@ -320,7 +338,13 @@ class PrometheusObserver:
 
     def response_read(self, read: bool, reason: str) -> None:
         """``tbr_response_reads_total{decision,reason}``."""
-        self._child("response_read", self.metrics.response_reads, "read" if read else "skip", reason).inc()
+        inc = self._read.get((read, reason))
+        if inc is None:
+            decision = "read" if read else "skip"
+            inc = self._read[(read, reason)] = self._child(
+                "response_read", self.metrics.response_reads, decision, reason
+            ).inc
+        inc()
 
     def estimate_error(self, category: str, rel_error: float) -> None:
         """``tbr_prompt_estimate_relative_error{category}``."""
@@ -345,7 +369,10 @@ class PrometheusObserver:
 
     def phase_timing(self, phase: str, seconds: float) -> None:
         """``tbr_phase_processing_seconds{phase}``."""
-        self._child("phase", self.metrics.phase_seconds, phase).observe(seconds)
+        observe = self._phase.get(phase)
+        if observe is None:
+            observe = self._phase[phase] = self._child("phase", self.metrics.phase_seconds, phase).observe
+        observe(seconds)
 
     def phase_error(self, phase: str) -> None:
         """``tbr_processing_errors_total{phase}``."""

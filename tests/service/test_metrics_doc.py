@@ -13,6 +13,7 @@ from extproc.service.fleet_advice import AdviceCollector, FleetAdvisor
 from extproc.service.load_metrics import LoadCollector
 from extproc.service.metrics import RouterMetrics
 from extproc.service.output_metrics import OutputCollector
+from extproc.service.request_metrics import CountedCounter, CountedHistogram
 from tests.service.contracts import documented
 from tests.service.streams import POOLS, admin_get, calibrate
 
@@ -26,6 +27,11 @@ def test_every_metric_object_is_documented_with_its_type_and_labels() -> None:
         for w in vars(group).values()
         if isinstance(w, MetricWrapperBase)
     }
+    # per-request series counted in plain cells, exposed by their own collector
+    for w in vars(metrics).values():
+        if isinstance(w, CountedCounter | CountedHistogram):
+            for fam in w.describe():
+                code[fam.name] = (fam.type, frozenset(w.labelnames))
     # series a collector reads from the load tracker at scrape time
     for fam in LoadCollector(LoadTracker()).collect():
         code[fam.name] = (fam.type, frozenset(getattr(fam, "_labelnames", ())))
