@@ -30,7 +30,8 @@ from benchmarks.variants import SIZES
 from extproc.adapter import server
 from extproc.adapter.processor import StreamProcessor
 from extproc.config import parse_config
-from extproc.core.api_bodies import parse_body
+from extproc.core import facade
+from extproc.core.endpoints import parse_body
 from extproc.core.screen import route_budget
 from extproc.service.app import RouterApp
 
@@ -92,7 +93,7 @@ def measure(
     req = pb.ProcessingRequest.FromString(wire)
     proc = StreamProcessor(router, rng)
     proc.handle(req)
-    features = parse_body(body, "chat", sample_bytes=cfg.estimator.parse_sample_bytes)
+    features = parse_body(body, "chat")
     policy = router.models.select(features.model)
     limits = policy.limits_tokens if policy is not None else ()
     budget = route_budget(router.estimator, features, limits)
@@ -108,15 +109,17 @@ def measure(
         "request message from wire": lambda: pb.ProcessingRequest.FromString(wire),
         "stream processor": lambda: StreamProcessor(router, rng),
         "request line (request_attributes, endpoint)": lambda: proc.on_body_first(req),
-        "body parse (parse_body)": lambda: parse_body(
-            body, "chat", sample_bytes=cfg.estimator.parse_sample_bytes
-        ),
+        "body parse (parse_body)": lambda: parse_body(body, "chat"),
         "budget (byte bound, else exact estimate)": lambda: route_budget(router.estimator, features, limits),
-        "pool (model set, policy)": lambda: proc._decide(features.model, None, budget.total_tokens),
+        "pool (model set, policy)": lambda: facade.choose_pool(
+            router.core, features.model, None, budget.total_tokens
+        ),
         "metrics (decision, phase time, stream start/end)": metrics,
     }
     if cfg.calibration.response_reads.mode == "adaptive":
-        parts["read decision (incl. its counter)"] = lambda: proc._decide_read(budget)
+        parts["read decision (incl. its counter)"] = lambda: facade.decide_read(
+            router.core, budget, proc.pool, None, rng.random(), time.monotonic()
+        )
     out = {name: _best_us(fn, number, repeat) for name, fn in parts.items()}
     out["whole request (handle, plan, answer, stream end)"] = _best_us(request, number, repeat)
     return out

@@ -57,7 +57,9 @@ __all__ = [
     "Decision",
     "LearnOutcome",
     "OutputSeen",
+    "choose_pool",
     "decide",
+    "decide_read",
     "fallback_pool",
     "learn",
     "read_params",
@@ -97,6 +99,8 @@ class CoreState:
         "estimator",
         "load",
         "models",
+        "pool_max_model_len_tokens",
+        "pools_with_larger",
         "read_policy",
         "recovery",
         "response_pools",
@@ -261,12 +265,12 @@ def decide(
         # nobody reads the exact estimate: the screened budget, same pool, bounded work
         policy = core.models.select(features.model)
         budget = route_budget(est, features, policy.limits_tokens if policy is not None else ())
-    pool_decision = _choose_pool(core, features.model, features.previous_response_id, budget.total_tokens)
+    pool_decision = choose_pool(core, features.model, features.previous_response_id, budget.total_tokens)
     pool = pool_decision.pool.name
     routed = budget
     read_reason: str | None = None
     if read is None:
-        read, read_reason = _decide_read(core, budget, pool, features.max_output_tokens, draw(), clock())
+        read, read_reason = decide_read(core, budget, pool, features.max_output_tokens, draw(), clock())
         if read and budget.screened:
             budget = est.estimate(features)  # learned against the exact estimate
     return Decision(
@@ -284,7 +288,7 @@ def decide(
     )
 
 
-def _choose_pool(
+def choose_pool(
     core: CoreState, model: str, previous_response_id: str | None, total_tokens: int
 ) -> PoolDecision:
     """Pool set by ``model``, then pool by budget; a ``previous_response_id`` pins the pool that
@@ -305,7 +309,7 @@ def _choose_pool(
     return decision
 
 
-def _decide_read(
+def decide_read(
     core: CoreState,
     budget: TokenBudget,
     pool_name: str,
