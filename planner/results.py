@@ -21,7 +21,7 @@ from planner.cdf_source import CdfSource
 from planner.costmodel import ttft_floor_s
 from planner.doc_sections import carry_sections
 from planner.plan import PlanInputs, run_plan
-from planner.profiles import PROFILES, PoolProfile
+from planner.profiles import ADMISSION_MODES, PROFILES, PoolProfile, with_admission
 from planner.results_report import render
 from planner.sizing import Slo
 from planner.trace import NormalizationReport, Trace, build_trace, normalize
@@ -184,8 +184,22 @@ def _plan(
     )
 
 
+def scenario_profile(sc: Scenario, admission: str) -> PoolProfile:
+    """The scenario's shipped profile under ``admission`` (one of :data:`ADMISSION_MODES`): ``vllm``
+    (``tbr plan``'s default: vLLM's ``max_num_seqs`` / ``max_num_batched_tokens`` defaults for the GPU,
+    KV on demand) or ``paper`` (the shipped profile as is). Raises ``ValueError`` for another mode."""
+    if admission not in ADMISSION_MODES:
+        raise ValueError(f"unknown admission {admission!r}; choose from {ADMISSION_MODES}")
+    base = PROFILES[sc.profile]
+    return base if admission == base.admission else with_admission(base, admission)
+
+
 def generate(
-    seed: int = 0, progress: bool = True, json_out: str | None = None, only: list[str] | None = None
+    seed: int = 0,
+    progress: bool = True,
+    json_out: str | None = None,
+    only: list[str] | None = None,
+    admission: str = "vllm",
 ) -> dict[str, Any]:
     """Run every scenario (closed form, M/G/c, DES, vllm-sr-sim); returns a JSON-ready dict.
 
@@ -193,12 +207,13 @@ def generate(
     (the largest per-pool P99 TTFT floor x 1.25, rounded up to 0.5 s) under ``relaxed``. With
     ``json_out`` the JSON so far is written after each scenario; when that file already holds
     scenarios of the same seed they are kept and not re-run (resume). ``only`` restricts the run to
-    these scenario keys.
+    these scenario keys. ``admission`` is every fleet's admission (:func:`scenario_profile`); a
+    resumed file must have been written under the same admission.
     """
-    out: dict[str, Any] = {"seed": seed, "scenarios": []}
+    out: dict[str, Any] = {"seed": seed, "admission": admission, "scenarios": []}
     if json_out and Path(json_out).is_file():
         old = json.loads(Path(json_out).read_text(encoding="utf-8"))
-        if old.get("seed") == seed:
+        if old.get("seed") == seed and old.get("admission", "paper") == admission:
             out["scenarios"] = old["scenarios"]
     done = {r["scenario"]["key"] for r in out["scenarios"]}
     for sc in SCENARIOS:
@@ -206,7 +221,7 @@ def generate(
             continue
         t0 = time.perf_counter()
         trace, rep = _load(sc.trace, sc.rate_req_per_s, sc.min_requests, seed)
-        prof = PROFILES[sc.profile]
+        prof = scenario_profile(sc, admission)
         source = _source(sc.trace, sc.rate_req_per_s)
         plan = _plan(trace, prof, 2.0, seed, sc.rate_req_per_s, source)
         row: dict[str, Any] = {"scenario": sc.__dict__, "plan": plan, "normalization": rep.lines()}
@@ -243,7 +258,12 @@ def main_args(args: argparse.Namespace) -> int:
         done = {r["scenario"]["key"] for r in data["scenarios"]}
         data["missing"] = [sc.key for sc in SCENARIOS if sc.key not in done]
     else:
-        data = generate(seed=args.seed, json_out=args.json_out, only=getattr(args, "only", None))
+        data = generate(
+            seed=args.seed,
+            json_out=args.json_out,
+            only=getattr(args, "only", None),
+            admission=getattr(args, "admission", "vllm"),
+        )
         done = {r["scenario"]["key"] for r in data["scenarios"]}
         data["missing"] = [sc.key for sc in SCENARIOS if sc.key not in done]
     order = [sc.key for sc in SCENARIOS]
