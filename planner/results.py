@@ -203,8 +203,10 @@ def generate(
 ) -> dict[str, Any]:
     """Run every scenario (closed form, M/G/c, DES, vllm-sr-sim); returns a JSON-ready dict.
 
-    A scenario whose 2 s SLO is unattainable in some pool is re-run at the smallest attainable SLO
-    (the largest per-pool P99 TTFT floor x 1.25, rounded up to 0.5 s) under ``relaxed``. With
+    A scenario whose 2 s SLO is unattainable in some pool (a P99 TTFT floor above it) is re-run at the
+    smallest attainable SLO (the largest per-pool P99 TTFT floor x 1.25, rounded up to 0.5 s, never
+    below 2 s) under ``relaxed``; a fleet that misses for another reason (a run that cannot converge
+    within the request cap) is reported as it is. With
     ``json_out`` the JSON so far is written after each scenario; when that file already holds
     scenarios of the same seed they are kept and not re-run (resume). ``only`` restricts the run to
     these scenario keys. ``admission`` is every fleet's admission (:func:`scenario_profile`); a
@@ -226,9 +228,10 @@ def generate(
         plan = _plan(trace, prof, 2.0, seed, sc.rate_req_per_s, source)
         row: dict[str, Any] = {"scenario": sc.__dict__, "plan": plan, "normalization": rep.lines()}
         row["ttft_floor_p99_s"] = fl = _floors(trace, prof, 8192)
-        if not (plan["des_homogeneous"]["slo_met"] and plan["des_two_pool"]["slo_met"]):
+        causes = [c for f in (plan["des_homogeneous"], plan["des_two_pool"]) for c in f.get("causes", [])]
+        if any("unattainable" in c for c in causes):
             worst = max(v for k, v in fl.items() if k != "long_share" and v is not None)
-            slo = math.ceil(worst * 1.25 * 2) / 2
+            slo = max(2.0, math.ceil(worst * 1.25 * 2) / 2)
             relaxed = _plan(trace, prof, slo, seed, sc.rate_req_per_s, source)
             row["relaxed"] = {"slo_ttft_p99_s": slo, "plan": relaxed}
         if sc.profile == "a100-simcompat":

@@ -104,7 +104,7 @@ def test_compress_and_route_moves_the_borderline_share() -> None:
     a = fleetopt(inp, out, 10.0, prof, 8000, 100.0, boundaries=(1000,), gammas=(2.0,), p_c=0.5, seed=3)
     b = fleetopt(inp, out, 10.0, prof, 8000, 100.0, boundaries=(1000,), gammas=(2.0,), p_c=0.5, seed=3)
     assert a == b
-    draws = np.random.default_rng(3).random(inp.shape[0]) < 0.5
+    draws = np.asarray(np.random.default_rng(3).random(inp.shape[0]) < 0.5)
     pa = next(p for p in a.sweep if p.gamma == 2.0)
     assert pa.alpha_prime == pytest.approx(0.7 + draws[70:90].sum() / 100)
 
