@@ -37,6 +37,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--jobs", type=positive_int, default=2)
     p.add_argument("--no-srsim", action="store_true", help="leave vllm-sr-sim out")
     p.add_argument("--json-out", default=None, help="also write the numbers as JSON")
+    p.add_argument("--from-json", default=None, help="re-render a previous --json-out (no sizing)")
     p.add_argument(
         "--update-doc", default=None, metavar="MD", help="write the table into this file's anchors section"
     )
@@ -53,11 +54,18 @@ def _command(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the three anchors; print the Markdown table (and write ``--json-out`` / ``--update-doc``)."""
-    from planner.anchors import render_anchors, run_anchors
+    from planner.anchors import run_anchors
 
     if not 0.0 <= args.p_c <= 1.0:
         eprint(f"error: --p-c must be in [0, 1], got {args.p_c}")
         return 2
+    if args.from_json:
+        try:
+            res = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            eprint(f"error: {e}")
+            return 2
+        return _emit(args, res)
     try:
         trace, report = load_normalized(args)
         prof = profile_from_args(args)
@@ -82,6 +90,13 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         eprint(f"error: {e}")
         return 2
+    return _emit(args, res)
+
+
+def _emit(args: argparse.Namespace, res: dict[str, Any]) -> int:
+    """Print the table; write ``--json-out`` and ``--update-doc``."""
+    from planner.anchors import render_anchors
+
     md = render_anchors(res, _command(args) if args.rate else "tbr anchors")
     print(md)
     if args.json_out:

@@ -271,7 +271,11 @@ def main_args(args: argparse.Namespace) -> int:
         data["missing"] = [sc.key for sc in SCENARIOS if sc.key not in done]
     order = [sc.key for sc in SCENARIOS]
     data["scenarios"].sort(key=lambda r: order.index(r["scenario"]["key"]))
-    md = render(data, f"tbr results --out {args.out}")
+    other = None
+    if getattr(args, "compare_json", None):
+        other = json.loads(Path(args.compare_json).read_text(encoding="utf-8"))
+    adm = data.get("admission", "paper")
+    md = render(data, f"tbr results --admission {adm} --out {args.out}", other)
     if Path(args.out).is_file():  # keep the sections other commands write (tbr autoscale)
         md = carry_sections(Path(args.out).read_text(encoding="utf-8"), md)
     Path(args.out).write_text(md, encoding="utf-8")
