@@ -10,9 +10,13 @@ saved ``/metrics`` texts are read); between two scrapes of one instance the coun
   request's first scheduling to its first token;
 - ``L̄`` = Δ``vllm:request_prompt_tokens_sum`` / Δ``_count`` and ``Ō`` the same of
   ``vllm:request_generation_tokens``: the mean prompt and output of the requests that finished;
-- ``n̄``: the mean of the ``vllm:num_requests_running`` gauge at the two scrapes, the batch.
+- ``n̄``, the mean decode batch: Δ``vllm:generation_tokens_total`` / Δ``vllm:iteration_tokens_total_count``
+  (output tokens per engine step; every running sequence makes one per step), or, from a server that
+  does not export the iteration histogram, the mean of the ``vllm:num_requests_running`` gauge at the
+  two scrapes.
 
-Names: vLLM 0.32.0 ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``). Each interval is two
+Names: vLLM 0.32.0 ``vllm/v1/metrics/loggers.py`` (``PrometheusStatLogger``; ``vllm:iteration_tokens_total``
+observes ``computed prompt tokens + generation tokens`` once per engine step). Each interval is two
 rows of the model of :mod:`planner.profile_fit` (``t_iter = W + H·Σc + P·Σprefill``):
 
 - decode: ``ITL = W + H·n̄·(L̄ + Ō/2)`` (the batch's context, every sequence at mid-answer);
@@ -54,20 +58,24 @@ PREFILL = "vllm:request_prefill_time_seconds"
 PROMPT = "vllm:request_prompt_tokens"
 GENERATION = "vllm:request_generation_tokens"
 TTFT = "vllm:time_to_first_token_seconds"
+ITERATIONS = "vllm:iteration_tokens_total"
+GENERATED = "vllm:generation_tokens_total"
 RUNNING = "vllm:num_requests_running"
 CACHE_INFO = "vllm:cache_config_info"
-HISTOGRAMS = (*ITL_NAMES, PREFILL, PROMPT, GENERATION, TTFT)
+HISTOGRAMS = (*ITL_NAMES, PREFILL, PROMPT, GENERATION, TTFT, ITERATIONS)
 
 
 @dataclass(frozen=True)
 class MetricsSnapshot:
     """One scrape of one vLLM server: each histogram's ``_sum`` and ``_count`` (summed over label sets;
-    absent histograms are absent keys), the running-requests gauge, and the KV capacity from
-    ``vllm:cache_config_info`` (``num_gpu_blocks × block_size`` tokens; None when not exported)."""
+    absent histograms are absent keys), the generated-tokens counter (None when absent), the
+    running-requests gauge, and the KV capacity from ``vllm:cache_config_info``
+    (``num_gpu_blocks × block_size`` tokens; None when not exported)."""
 
     source: str
     sums: dict[str, float]
     counts: dict[str, float]
+    generated_tokens: float | None
     running: float
     kv_capacity_tokens: int | None
     block_size_tokens: int | None
@@ -76,7 +84,7 @@ class MetricsSnapshot:
 @dataclass(frozen=True)
 class MetricsInterval:
     """What one instance did between two scrapes (or since its start): ``requests`` finished,
-    ``running`` mean batch, ``prompt_tokens``/``output_tokens`` per finished request, ``itl_s`` mean
+    ``running`` mean decode batch (sequences), ``prompt_tokens``/``output_tokens`` per finished request, ``itl_s`` mean
     inter-token latency and ``prefill_s`` mean prefill time (seconds)."""
 
     source: str
@@ -102,6 +110,7 @@ def parse_exposition(text: str, source: str) -> MetricsSnapshot:
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
     running = 0.0
+    generated: float | None = None
     kv = block = None
     try:
         families = list(text_string_to_metric_families(text))
@@ -116,13 +125,15 @@ def parse_exposition(text: str, source: str) -> MetricsSnapshot:
                     counts[h] = counts.get(h, 0.0) + float(s.value)
             if s.name == RUNNING:
                 running += float(s.value)
+            elif s.name == GENERATED:
+                generated = (generated or 0.0) + float(s.value)
             elif s.name in (CACHE_INFO, f"{CACHE_INFO}_info") and kv is None:
                 blocks, size = s.labels.get("num_gpu_blocks", ""), s.labels.get("block_size", "")
                 if blocks.isdigit() and size.isdigit():
                     kv, block = int(blocks) * int(size), int(size)
     if not counts:
         raise ValueError(f"{source}: no vLLM histogram ({', '.join(HISTOGRAMS)}) in the exposition")
-    return MetricsSnapshot(source, sums, counts, running, kv, block)
+    return MetricsSnapshot(source, sums, counts, generated, running, kv, block)
 
 
 def read_snapshot(spec: str, timeout_s: float = 10.0) -> MetricsSnapshot:
@@ -175,7 +186,12 @@ def intervals(scrapes: Sequence[MetricsSnapshot]) -> list[MetricsInterval]:
         if any(v is None or v < 0 for v in values) or done <= 0:
             continue
         itl, prefill, prompt, gen = (float(v) for v in values if v is not None)
-        running = b.running if a is None else (a.running + b.running) / 2.0
+        steps = _delta(a, b, ITERATIONS, False)
+        gen_now, gen_before = b.generated_tokens, (0.0 if a is None else a.generated_tokens)
+        if steps > 0 and gen_now is not None and gen_before is not None:
+            running = (gen_now - gen_before) / steps
+        else:
+            running = b.running if a is None else (a.running + b.running) / 2.0
         out.append(MetricsInterval(b.source, done, running, prompt, gen, itl, prefill))
     return out
 

@@ -6,6 +6,9 @@ with W = 5 ms, H = 1 µs/token and P = 20 µs/token, prefill chunk 2,048:
 - interval 1: batch 2, 20 requests of 500 + 100 tokens: context 2·550 = 1,100 -> ITL 6.1 ms, prefill
   6.1 + 10 = 16.1 ms;
 - interval 2: batch 10, 30 requests of 1,000 + 200 tokens: context 11,000 -> ITL 16 ms, prefill 36 ms.
+
+Instance A's scrapes carry vLLM's per-step counters (generated tokens / engine steps = the batch);
+instance B's do not, and its batch is the running gauge's mean.
 """
 
 from __future__ import annotations
@@ -31,8 +34,13 @@ def _histogram(name: str, count: float, total: float) -> str:
 
 
 def _exposition(reqs: float, tokens: float, itl_total: float, prompt: float, gen: float, prefill: float,
-                running: float) -> str:  # fmt: skip
-    return (
+                running: float, steps: float | None = None) -> str:  # fmt: skip
+    per_step = "" if steps is None else (
+        _histogram("vllm:iteration_tokens_total", steps, gen + prompt)
+        + f"# HELP vllm:generation_tokens x\n# TYPE vllm:generation_tokens counter\n"
+        f'vllm:generation_tokens_total{{model_name="m"}} {gen}\n'
+    )  # fmt: skip
+    return per_step + (
         "# HELP vllm:num_requests_running x\n# TYPE vllm:num_requests_running gauge\n"
         f'vllm:num_requests_running{{model_name="m"}} {running}\n'
         "# HELP vllm:cache_config_info x\n# TYPE vllm:cache_config_info gauge\n"
@@ -47,12 +55,14 @@ def _exposition(reqs: float, tokens: float, itl_total: float, prompt: float, gen
 def _scrapes(tmp_path: Path) -> list[Path]:
     itl1, pre1 = W + H * 1100, W + H * 1100 + P * 500
     itl2, pre2 = W + H * 11000, W + H * 11000 + P * 1000
-    s0 = _exposition(0, 0, 0, 0, 0, 0, 2)
+    # instance A: 2,000 tokens in 1,000 steps (batch 2); the gauge reads 0 (scraped when idle)
+    s0 = _exposition(0, 0, 0, 0, 0, 0, 0, steps=0)
     # 20 requests x 99 inter-token gaps; then 30 x 199
-    s1 = _exposition(20, 1980, 1980 * itl1, 20 * 500, 20 * 100, 20 * pre1, 2)
+    s1 = _exposition(20, 1980, 1980 * itl1, 20 * 500, 20 * 100, 20 * pre1, 0, steps=1000)
+    s1g = _exposition(20, 1980, 1980 * itl1, 20 * 500, 20 * 100, 20 * pre1, 2)
     s2 = _exposition(50, 1980 + 5970, 1980 * itl1 + 5970 * itl2, 10000 + 30000, 2000 + 6000,
                      20 * pre1 + 30 * pre2, 10)  # fmt: skip
-    s1b = s1.replace(
+    s1b = s1g.replace(
         'vllm:num_requests_running{model_name="m"} 2', 'vllm:num_requests_running{model_name="m"} 10'
     )
     paths = []
@@ -66,7 +76,7 @@ def _scrapes(tmp_path: Path) -> list[Path]:
 def test_intervals_and_fit_recover_the_constants(tmp_path: Path) -> None:
     s0, s1, s1b, s2 = (read_snapshot(str(p)) for p in _scrapes(tmp_path))
     assert s1.kv_capacity_tokens == 16_000 and s1.block_size_tokens == 16
-    # instance A: an interval at batch 2; instance B: its second interval at batch 10
+    # instance A: an interval at batch 2 (from its step counters); instance B: batch 10 (gauge)
     a = intervals([s0, s1])
     assert len(a) == 1 and a[0].requests == 20 and a[0].running == 2
     assert a[0].itl_s == pytest.approx(W + H * 1100)
