@@ -53,9 +53,13 @@ def _fo_point(p: FleetOptPoint | None) -> dict[str, Any] | None:
     }
 
 
-def _fo(r: FleetOptResult, prof: PoolProfile, b: int) -> dict[str, Any]:
+def _fo(r: FleetOptResult, prof: PoolProfile, b: int, long_max_model_len: int) -> dict[str, Any]:
     at_b = next((p for p in r.sweep if p.boundary_tokens == b and p.gamma == 1.0), None)
     return {
+        "max_num_seqs_at_b": prof.max_num_seqs(b),
+        "max_num_seqs_long": prof.max_num_seqs(long_max_model_len),
+        "homogeneous_service_s": r.homogeneous.service_s,
+        "homogeneous_cs2": r.homogeneous.cs2,
         "at_b": _fo_point(at_b),
         "admission": prof.admission,
         "homogeneous_instances": r.homogeneous.instances,
@@ -107,7 +111,7 @@ def run_anchors(
     for prof in (profile, other_admission_profile(profile)):
         r = fleetopt(trace.input_tokens, trace.output_tokens, lam, prof, long_max_model_len, slo_ttft_p99_s,
                      boundaries=bounds, p_c=p_c, seed=seed)  # fmt: skip
-        fo[prof.admission] = _fo(r, prof, short_max_tokens)
+        fo[prof.admission] = _fo(r, prof, short_max_tokens, long_max_model_len)
     sr: dict[str, Any] | None = None
     if srsim:
         try:
@@ -165,6 +169,11 @@ def run_anchors(
     }
 
 
+def _ordered(res: dict[str, Any], key: str) -> list[tuple[str, Any]]:
+    """``res[key]``'s admissions, the plan's own first (JSON files come back key-sorted)."""
+    return sorted(res[key].items(), key=lambda kv: kv[0] != res["admission"])
+
+
 def _saving(h: float, t: float) -> str:
     return "-" if not h else f"{1.0 - t / h:.1%}"
 
@@ -186,7 +195,7 @@ def render_anchors(res: dict[str, Any], command: str) -> str:
     ]
     rows = []
     rec = res.get("plan_recommended")
-    for adm, p in res["plan"].items():
+    for adm, p in _ordered(res, "plan"):
         h = p["homogeneous_instances"] * tp
         two = (p["short_instances"] + p["long_instances"]) * tp
         ok = "" if p["homogeneous_slo_met"] and p["two_pool_slo_met"] else " (SLO not met)"
@@ -200,7 +209,7 @@ def render_anchors(res: dict[str, Any], command: str) -> str:
             f"| `tbr plan` (steady-state DES) | {adm} | {h:,} | {two:,} ({p['short_instances'] * tp:,} + "
             f"{p['long_instances'] * tp:,}){ok} | {_saving(h, two)} | {best} | {best_s} |"
         )
-    for adm, f in res["fleetopt"].items():
+    for adm, f in _ordered(res, "fleetopt"):
         h = f["homogeneous_gpus"]
         at, pts = f["at_b"], f["best"]
         rows.append(
@@ -236,7 +245,7 @@ def render_anchors(res: dict[str, Any], command: str) -> str:
 def _why(res: dict[str, Any]) -> list[str]:
     """Why the numbers differ, each sentence computed from ``res``."""
     out = []
-    for adm, p in res["plan"].items():
+    for adm, p in _ordered(res, "plan"):
         f = res["fleetopt"].get(adm)
         if not f:
             continue
@@ -256,8 +265,7 @@ def _why(res: dict[str, Any]) -> list[str]:
         bv = fv["best"]
         out.append(
             "- **The admission decides the split.** Under the paper's convention a short instance at B holds "
-            f"{(fp['at_b'] or {}).get('short_slots', '-')} sequences and a long one "
-            f"{(fp['at_b'] or {}).get('long_slots', '-')}: "
+            f"{fp['max_num_seqs_at_b']} sequences and a long one {fp['max_num_seqs_long']}: "
             + (
                 f"a request just below B* costs {cp:.1f}x less GPU time in the short pool (FleetOpt's cost cliff "
                 if cp
@@ -265,7 +273,7 @@ def _why(res: dict[str, Any]) -> list[str]:
             )
             + "on this profile, where a full batch of long contexts slows every iteration), so splitting pays "
             f"({_saving(fp['homogeneous_gpus'], fp['at_b']['gpus']) if fp['at_b'] else '-'} at B). Under vLLM's "
-            f"admission both pools run max_num_seqs = {(fv['at_b'] or {}).get('short_slots', '-')} sequences and "
+            f"admission both pools run max_num_seqs = {fv['max_num_seqs_at_b']} sequences and "
             "take KV on demand"
             + (f" (cost cliff {cv:.2f})" if cv else "")
             + f": FleetOpt's best is B = {bv['boundary_tokens']:,} with γ = {bv['gamma']:g} "
@@ -273,17 +281,21 @@ def _why(res: dict[str, Any]) -> list[str]:
         )
     sr = res.get("srsim")
     if sr and fp:
+        best = sr["best_simulated"] or sr["best_analytical"]
         out.append(
             f"- **vllm-sr-sim vs FleetOpt (paper admission), homogeneous {sr['homogeneous_gpus']:,} vs "
             f"{fp['homogeneous_gpus']:,} GPUs.** The same model (its code is FleetOpt's planner) on other inputs: "
-            "its own A100 profile, the trace reduced to a length CDF, and every request split 80 % prompt / 20 % "
-            f"output, where this trace's requests average {res['mean_total_tokens']:,.0f} tokens with "
-            f"{res['output_share']:.0%} output: each decode step holds a slot, so a 20 % output share lengthens "
-            "every service time. Its `optimize` then checks the three cheapest γ in its slot-level DES "
-            f"(P99 TTFT short {((sr['best_simulated'] or sr['best_analytical'])['p99_ttft_short_s']):.2f} s)."
+            "its own A100 profile on the trace reduced to a length CDF, sampled uniformly inside each bin, every "
+            f"request split 80 % prompt / 20 % output (this trace: {res['output_share']:.1%} output of "
+            f"{res['mean_total_tokens']:,.0f} tokens on average), and each sequence charged its whole length of "
+            f"KV for its whole life. Its mean slot-holding time is {sr['homogeneous_service_s']:.2f} s "
+            f"(C_s² {sr['homogeneous_cs2']:.2f}) against {fp['homogeneous_service_s']:.2f} s "
+            f"(C_s² {fp['homogeneous_cs2']:.2f}) on our profile and the trace's own lengths, with "
+            f"{sr['homogeneous_slots']} slots per instance in both. Its `optimize` checks the three cheapest γ in "
+            f"its slot-level DES (P99 TTFT of the short pool {best['p99_ttft_short_s']:.2f} s)."
         )
     cr = []
-    for adm, f in res["fleetopt"].items():
+    for adm, f in _ordered(res, "fleetopt"):
         best, routing = f["best"], f["best_routing"]
         if best and routing:
             cr.append(

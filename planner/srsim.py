@@ -103,7 +103,8 @@ def srsim_optimize(
     from 1.0 to ``gamma_max`` by 0.1, then its slot-level DES on the ``verify_top`` cheapest) with its
     A100 profile, as ``vllm-sr-sim optimize --cdf ... --lam ... --slo ... --b-short ...`` runs it.
 
-    Returns ``{"homogeneous_gpus", "best_analytical", "best_simulated", "best_routing"}``: each best a
+    Returns ``{"homogeneous_gpus", "homogeneous_slots", "homogeneous_service_s" (its mean slot-holding
+    time, s), "homogeneous_cs2", "best_analytical", "best_simulated", "best_routing"}``: each best a
     dict ``{"gamma", "n_s", "n_l", "total_gpus", "usd_per_h", "p99_ttft_short_s", "p99_ttft_long_s",
     "slo_met"}`` (``best_routing`` the analytical γ = 1.0 point; ``best_simulated`` None when nothing
     was verified). Raises ``ImportError`` without the package.
@@ -144,6 +145,9 @@ def srsim_optimize(
     return {
         "homogeneous_gpus": int(homog),
         "homogeneous_usd_per_h": float(homog * A100_80GB.cost_per_hr),
+        "homogeneous_slots": int(ns),
+        "homogeneous_service_s": float(ns / mu),
+        "homogeneous_cs2": float(cv2),
         "best_analytical": row(rep.best_analytical),
         "best_simulated": row(rep.best_simulated),
         "best_routing": row(routing),
