@@ -246,6 +246,15 @@ def _why(rows: list[dict[str, Any]]) -> list[str]:
         if not d["slo_met"] or not h["slo_met"]:
             why = d["causes"] if not d["slo_met"] else h["causes"]
             lines.append("The 2 s SLO is not met here: " + "; ".join(why) + ".")
+        for fleet, f in (("homogeneous", h), ("two-pool", d)):
+            for name, pool in f["pools"].items():
+                ns = (pool.get("block") or {}).get("not_simulated")
+                if ns and not f["slo_met"]:
+                    lines.append(
+                        f"The {fleet} fleet's {name} pool was not simulated at its last size: {ns}; a "
+                        "heavy tail of long requests holds slots for minutes, so its steady state cannot be "
+                        'shown within the run cap (docs/planner.md, "No verdict before steady state").'
+                    )
         sr = r.get("srsim")
         if sr and sr["homogeneous_gpus"] and sr["short_gpus"]:
             rho_sr = sr["homogeneous_gpus"] / sr["short_gpus"] * cf["alpha"]
