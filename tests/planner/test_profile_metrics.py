@@ -120,3 +120,23 @@ def test_cli_writes_a_profile_from_saved_scrapes(tmp_path: Path, capsys: pytest.
     bad = p.parse_args(["profile", "--from-metrics", str(s1), "--out", str(tmp_path / "x.json")])
     assert bad.func(bad) == 1
     assert "different loads" in capsys.readouterr().err
+
+
+REAL = Path(__file__).parent / "data"
+
+
+def test_saved_real_vllm_scrapes() -> None:
+    """Three /metrics scrapes of a real vLLM 0.32 CPU server (tiny Qwen3, max_num_seqs 8, 512 KV blocks of
+    128 tokens), taken before, between and after two bursts: 6 requests one at a time, then 3 rounds of
+    4 at once (511-token prompts, 16 output tokens). Trimmed to the families the fit reads."""
+    snaps = [read_snapshot(str(REAL / f"vllm032_scrape{i}.txt")) for i in range(3)]
+    assert snaps[-1].kv_capacity_tokens == 512 * 128 and snaps[-1].block_size_tokens == 128
+    assert snaps[-1].generated_tokens == 16 * (6 + 12)
+    one, four = intervals(snaps)
+    assert (one.requests, four.requests) == (6, 12)
+    assert one.running == pytest.approx(1.0)  # 96 tokens in 96 steps
+    assert 3.0 < four.running <= 4.0  # 4-wide rounds, each ramping up and draining
+    assert (one.prompt_tokens, one.output_tokens) == (511, 16)
+    fit = fit_from_snapshots([snaps], chunk_tokens=2048)
+    assert fit.w_s > 0 and fit.h_s_per_kv_token >= 0 and fit.p_s_per_prefill_token >= 0
+    assert fit.tpot_max_rel_error < 0.2  # the decode rows; the tiny model's step time barely grows with the batch
