@@ -139,4 +139,6 @@ def test_saved_real_vllm_scrapes() -> None:
     assert (one.prompt_tokens, one.output_tokens) == (511, 16)
     fit = fit_from_snapshots([snaps], chunk_tokens=2048)
     assert fit.w_s > 0 and fit.h_s_per_kv_token >= 0 and fit.p_s_per_prefill_token >= 0
-    assert fit.tpot_max_rel_error < 0.2  # the decode rows; the tiny model's step time barely grows with the batch
+    assert (
+        fit.tpot_max_rel_error < 0.2
+    )  # the decode rows; the tiny model's step time barely grows with the batch

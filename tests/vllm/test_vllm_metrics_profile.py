@@ -66,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def test_profile_from_real_vllm_metrics(server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_profile_from_real_vllm_metrics(
+    server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     model = FAMILY_MODEL_NAMES["qwen3"]
     live = read_snapshot(server)  # the live path: a URL scrape
     assert ITERATIONS in live.counts and live.generated_tokens is not None
