@@ -183,6 +183,8 @@ def render_anchors(res: dict[str, Any], command: str) -> str:
     tp = res["gpus_per_instance"]
     b = res["short_max_tokens"]
     head = [
+        "## Three planners on the same inputs: `tbr plan`, FleetOpt, vllm-sr-sim `optimize` (issue 32)",
+        "",
         f"Same inputs for all three: {res['requests']:,} requests at {res['lambda_req_per_s']:,.0f} req/s, "
         f"profile `{res['profile']}` ({tp} GPU(s) per instance, ${res['price_usd_per_gpu_h']}/GPU-h), "
         f"P99 TTFT <= {res['slo_ttft_p99_s']:g} s in every pool, long pool max_model_len "
