@@ -4,8 +4,8 @@ of routing decisions (issue 33).
 The one function :func:`advise` serves the live router (``tbr serve``, at scrape time, over
 :class:`extproc.core.fleet_window.FleetWindow`) and the simulator's closed loop alike, so the
 autoscaler evaluated offline follows the same advice the router exports. It is pure (no I/O, no
-clock) and imports only the planner's closed-form model (:mod:`planner.costmodel`) and its profile type
-(:mod:`planner.profiles`); import-linter keeps it that way (pyproject: "The live advice model stays
+clock) and imports only the planner's closed-form model (:mod:`planner.costmodel`), its profile type
+(:mod:`planner.profiles`) and the profile reader (:mod:`planner.profile_file`); import-linter keeps it that way (pyproject: "The live advice model stays
 narrow"), because the router's service layer imports this module and nothing else of the planner.
 
 Model (docs/method.md §5, docs/planner.md): each pool is ``N`` M/G/c instances (c = ``max_num_seqs``
@@ -31,18 +31,15 @@ advice only when it beats the configured ``B`` by a margin held for a while.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from typing import Any, cast, overload
-
-import yaml
 
 from extproc.core.fleet_window import BIN_UPPER_TOKENS, N_BINS, WindowSnapshot
 from planner.costmodel import MixStats, full_batch_iteration_s, p99_wait_mgc_s, size_pool_mgc
-from planner.profiles import PROFILES, PoolProfile
+from planner.profile_file import load_profile
+from planner.profiles import PoolProfile
 
 __all__ = [
     "AdvicePool",
@@ -57,38 +54,6 @@ __all__ = [
     "load_profile",
     "mix_from_bins",
 ]
-
-
-def load_profile(spec: str) -> PoolProfile:
-    """A :class:`PoolProfile` by name (``planner.profiles.PROFILES``) or from a JSON/YAML file whose
-    top-level mapping has the profile's fields (``name``, ``tp``, ``w_s``, … as in the dataclass).
-
-    Raises:
-        ValueError: neither a known name nor a readable file with exactly the profile's fields.
-    """
-    if spec in PROFILES:
-        return PROFILES[spec]
-    path = Path(spec).expanduser()
-    if not path.is_file():
-        raise ValueError(f"profile {spec!r}: not one of {', '.join(sorted(PROFILES))} and not a file")
-    try:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
-        raise ValueError(f"profile file {spec}: cannot be read ({exc})") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"profile file {spec}: the top level must be a mapping of the profile's fields")
-    names = {f.name for f in fields(PoolProfile)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ValueError(f"profile file {spec}: unknown fields {', '.join(unknown)}")
-    try:
-        profile = PoolProfile(**data)
-    except TypeError as exc:
-        raise ValueError(f"profile file {spec}: {exc}") from exc
-    if profile.kv_capacity_tokens <= 0 or profile.tp <= 0 or profile.w_s <= 0 or profile.chunk_tokens <= 0:
-        raise ValueError(f"profile file {spec}: kv_capacity_tokens, tp, w_s and chunk_tokens must be > 0")
-    return profile
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,17 @@ token counts, and :func:`planner.profile_fit.fit_iteration_model` fits W, H and 
 
 Bounded: at most ``--max-requests`` requests, each with ``--timeout-s``; any failed request is an
 error (exit 1) that names it, never a silent hole in the fit.
+
+``--from-metrics URL[,URL...]`` (repeat per instance) sends no load: it scrapes each live vLLM server
+``--scrapes`` times ``--interval-s`` apart (a saved ``/metrics`` text file in place of a URL reads
+that scrape instead) and fits the same model to the fleet's own latency histograms
+(:mod:`planner.profile_metrics`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import time
@@ -39,8 +45,22 @@ def add_parser(subparsers: Any) -> None:
         help="fit an iteration-time profile to a running vLLM server (short bounded load sweep)",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--url", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000 (no /v1)")
-    p.add_argument("--model", required=True, help="served model name")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument(
+        "--url", help="the server's base URL for a load sweep, e.g. http://127.0.0.1:8000 (no /v1)"
+    )
+    src.add_argument(
+        "--from-metrics",
+        action="append",
+        metavar="URL_OR_FILE[,...]",
+        help="fit from a live fleet's vLLM Prometheus histograms, no load sent: one option per instance, "
+        "its scrapes in time order (a URL is scraped --scrapes times, a file is one saved scrape)",
+    )
+    p.add_argument("--scrapes", type=positive_int, default=2, help="--from-metrics: scrapes of each URL")
+    p.add_argument(
+        "--interval-s", type=positive_float, default=60.0, help="--from-metrics: seconds between scrapes"
+    )
+    p.add_argument("--model", default=None, help="served model name (required with --url)")
     p.add_argument("--out", required=True, help="profile file to write (JSON)")
     p.add_argument("--name", default=None, help="profile name (default: the model name)")
     p.add_argument("--prompt-tokens", type=positive_int, nargs="+", default=[64, 512, 1536])
@@ -175,8 +195,58 @@ def build_profile(
     )
 
 
+def _run_from_metrics(args: argparse.Namespace) -> int:
+    """``--from-metrics``: scrape (or read) every instance, fit, write; exit 1 on a failed scrape or fit."""
+    from planner.profile_metrics import MetricsSnapshot, fit_from_snapshots, read_snapshot, scrape_series
+
+    instances: list[list[MetricsSnapshot]] = []
+    try:
+        for spec in args.from_metrics:
+            scrapes: list[MetricsSnapshot] = []
+            for item in (x.strip() for x in spec.split(",") if x.strip()):
+                if item.startswith(("http://", "https://")):
+                    eprint(f"scraping {item} {args.scrapes} times, {args.interval_s:g} s apart")
+                    scrapes += scrape_series(item, args.scrapes, args.interval_s)
+                else:
+                    scrapes.append(read_snapshot(item))
+            instances.append(scrapes)
+        fit = fit_from_snapshots(instances, args.chunk_tokens)
+    except ValueError as exc:
+        eprint(f"error: {exc}")
+        return 1
+    info = next((s for ss in instances for s in ss if s.kv_capacity_tokens), None)
+    kv = args.kv_capacity_tokens or (info.kv_capacity_tokens if info else None)
+    if not kv:
+        eprint("error: the metrics have no vllm:cache_config_info; give --kv-capacity-tokens")
+        return 1
+    block = (info.block_size_tokens if info else None) or 16
+    args.model = args.model or args.name or "vllm-fleet"
+    prof = build_profile(args, fit, kv, block)
+    n = sum(len(s) for s in instances)
+    prof = dataclasses.replace(
+        prof,
+        source=(
+            f"tbr profile --from-metrics: {fit.rows // 2} intervals of {len(instances)} instance(s), {n} scrapes; "
+            f"ITL error median {fit.tpot_median_rel_error:.1%} max {fit.tpot_max_rel_error:.1%}, prefill error "
+            f"median {fit.ttft_median_rel_error:.1%} max {fit.ttft_max_rel_error:.1%}"
+        ),
+    )
+    write_profile_file(prof, args.out)
+    print(
+        f"wrote {args.out}: W {fit.w_s * 1e3:.3f} ms, H {fit.h_s_per_kv_token * 1e6:.4f} µs/token, "
+        f"P {fit.p_s_per_prefill_token * 1e6:.3f} µs/token, KV {kv:,} tokens; {prof.source}"
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    """Sweep, fit, write; exit 2 on bad options, 1 when the server fails or the fit is impossible."""
+    """Sweep (or read the fleet's metrics), fit, write; exit 2 on bad options, 1 when the server fails or
+    the fit is impossible."""
+    if args.from_metrics:
+        return _run_from_metrics(args)
+    if not args.model:
+        eprint("error: --url needs --model")
+        return 2
     url = args.url.rstrip("/")
     n_req = len(args.prompt_tokens) * sum(args.concurrency) * args.repeats
     if n_req > args.max_requests:

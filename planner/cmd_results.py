@@ -19,7 +19,18 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--only", nargs="*", default=None, help="run only these scenario keys (e.g. azure-paper)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--admission",
+        choices=("vllm", "paper"),
+        default="vllm",
+        help="every fleet's admission: vllm (default, as tbr plan) or paper (floor(KV / max_model_len) slots)",
+    )
     p.add_argument("--from-json", default=None, help="re-render from a previous --json-out (no simulation)")
+    p.add_argument(
+        "--compare-json",
+        default=None,
+        help="a --json-out of the other admission: section 9 then tables both admissions' fleets",
+    )
     p.set_defaults(func=run)
 
 

@@ -21,8 +21,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
-__all__ = ["Measurement", "ProfileFit", "fit_iteration_model"]
+__all__ = ["Measurement", "ProfileFit", "fit_iteration_model", "fit_rows"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,17 @@ def fit_iteration_model(ms: list[Measurement], chunk_tokens: int) -> ProfileFit:
         raise ValueError(
             "too few measurements to fit: need decode timings at >= 2 concurrencies and >= 1 single-request TTFT"
         )
+    return fit_rows(a, y, kind)
+
+
+def fit_rows(
+    a: npt.NDArray[np.float64], y: npt.NDArray[np.float64], kind: npt.NDArray[np.int64]
+) -> ProfileFit:
+    """Relative-error non-negative least squares of ``a @ [W, H, P] = y`` (``a`` shape ``(m, 3)``, ``y``
+    seconds, ``kind`` 0 for a decode-time row and 1 for a prefill/TTFT row, shape ``(m,)``). Raises
+    ``ValueError`` when W comes out 0 or a kind has no row."""
+    if not ((kind == 0).any() and (kind == 1).any()) or np.any(y <= 0):
+        raise ValueError("the fit needs decode and prefill rows with positive times")
     w = 1.0 / y
     coef = _nonnegative_lstsq(a * w[:, None], y * w)
     if coef[0] <= 0:

@@ -21,7 +21,7 @@ from planner.cdf_source import CdfSource
 from planner.costmodel import ttft_floor_s
 from planner.doc_sections import carry_sections
 from planner.plan import PlanInputs, run_plan
-from planner.profiles import PROFILES, PoolProfile
+from planner.profiles import ADMISSION_MODES, PROFILES, PoolProfile, with_admission
 from planner.results_report import render
 from planner.sizing import Slo
 from planner.trace import NormalizationReport, Trace, build_trace, normalize
@@ -184,21 +184,38 @@ def _plan(
     )
 
 
+def scenario_profile(sc: Scenario, admission: str) -> PoolProfile:
+    """The scenario's shipped profile under ``admission`` (one of :data:`ADMISSION_MODES`): ``vllm``
+    (``tbr plan``'s default: vLLM's ``max_num_seqs`` / ``max_num_batched_tokens`` defaults for the GPU,
+    KV on demand) or ``paper`` (the shipped profile as is). Raises ``ValueError`` for another mode."""
+    if admission not in ADMISSION_MODES:
+        raise ValueError(f"unknown admission {admission!r}; choose from {ADMISSION_MODES}")
+    base = PROFILES[sc.profile]
+    return base if admission == base.admission else with_admission(base, admission)
+
+
 def generate(
-    seed: int = 0, progress: bool = True, json_out: str | None = None, only: list[str] | None = None
+    seed: int = 0,
+    progress: bool = True,
+    json_out: str | None = None,
+    only: list[str] | None = None,
+    admission: str = "vllm",
 ) -> dict[str, Any]:
     """Run every scenario (closed form, M/G/c, DES, vllm-sr-sim); returns a JSON-ready dict.
 
-    A scenario whose 2 s SLO is unattainable in some pool is re-run at the smallest attainable SLO
-    (the largest per-pool P99 TTFT floor x 1.25, rounded up to 0.5 s) under ``relaxed``. With
+    A scenario whose 2 s SLO is unattainable in some pool (a P99 TTFT floor above it) is re-run at the
+    smallest attainable SLO (the largest per-pool P99 TTFT floor x 1.25, rounded up to 0.5 s, never
+    below 2 s) under ``relaxed``; a fleet that misses for another reason (a run that cannot converge
+    within the request cap) is reported as it is. With
     ``json_out`` the JSON so far is written after each scenario; when that file already holds
     scenarios of the same seed they are kept and not re-run (resume). ``only`` restricts the run to
-    these scenario keys.
+    these scenario keys. ``admission`` is every fleet's admission (:func:`scenario_profile`); a
+    resumed file must have been written under the same admission.
     """
-    out: dict[str, Any] = {"seed": seed, "scenarios": []}
+    out: dict[str, Any] = {"seed": seed, "admission": admission, "scenarios": []}
     if json_out and Path(json_out).is_file():
         old = json.loads(Path(json_out).read_text(encoding="utf-8"))
-        if old.get("seed") == seed:
+        if old.get("seed") == seed and old.get("admission", "paper") == admission:
             out["scenarios"] = old["scenarios"]
     done = {r["scenario"]["key"] for r in out["scenarios"]}
     for sc in SCENARIOS:
@@ -206,14 +223,15 @@ def generate(
             continue
         t0 = time.perf_counter()
         trace, rep = _load(sc.trace, sc.rate_req_per_s, sc.min_requests, seed)
-        prof = PROFILES[sc.profile]
+        prof = scenario_profile(sc, admission)
         source = _source(sc.trace, sc.rate_req_per_s)
         plan = _plan(trace, prof, 2.0, seed, sc.rate_req_per_s, source)
         row: dict[str, Any] = {"scenario": sc.__dict__, "plan": plan, "normalization": rep.lines()}
         row["ttft_floor_p99_s"] = fl = _floors(trace, prof, 8192)
-        if not (plan["des_homogeneous"]["slo_met"] and plan["des_two_pool"]["slo_met"]):
+        causes = [c for f in (plan["des_homogeneous"], plan["des_two_pool"]) for c in f.get("causes", [])]
+        if any("unattainable" in c for c in causes):
             worst = max(v for k, v in fl.items() if k != "long_share" and v is not None)
-            slo = math.ceil(worst * 1.25 * 2) / 2
+            slo = max(2.0, math.ceil(worst * 1.25 * 2) / 2)
             relaxed = _plan(trace, prof, slo, seed, sc.rate_req_per_s, source)
             row["relaxed"] = {"slo_ttft_p99_s": slo, "plan": relaxed}
         if sc.profile == "a100-simcompat":
@@ -243,12 +261,21 @@ def main_args(args: argparse.Namespace) -> int:
         done = {r["scenario"]["key"] for r in data["scenarios"]}
         data["missing"] = [sc.key for sc in SCENARIOS if sc.key not in done]
     else:
-        data = generate(seed=args.seed, json_out=args.json_out, only=getattr(args, "only", None))
+        data = generate(
+            seed=args.seed,
+            json_out=args.json_out,
+            only=getattr(args, "only", None),
+            admission=getattr(args, "admission", "vllm"),
+        )
         done = {r["scenario"]["key"] for r in data["scenarios"]}
         data["missing"] = [sc.key for sc in SCENARIOS if sc.key not in done]
     order = [sc.key for sc in SCENARIOS]
     data["scenarios"].sort(key=lambda r: order.index(r["scenario"]["key"]))
-    md = render(data, f"tbr results --out {args.out}")
+    other = None
+    if getattr(args, "compare_json", None):
+        other = json.loads(Path(args.compare_json).read_text(encoding="utf-8"))
+    adm = data.get("admission", "paper")
+    md = render(data, f"tbr results --admission {adm} --out {args.out}", other)
     if Path(args.out).is_file():  # keep the sections other commands write (tbr autoscale)
         md = carry_sections(Path(args.out).read_text(encoding="utf-8"), md)
     Path(args.out).write_text(md, encoding="utf-8")
