@@ -246,11 +246,12 @@ def ttft_floor_s(
     """Shortest possible TTFT of each request (shape ``(n,)``, seconds): alone on an instance, no queue.
 
     ``k = ceil(input / chunk)`` prefill iterations of ``W + H·(input + output/2) + P·input/k`` each —
-    the DES's iteration time for a batch of one (:mod:`planner.des`). No instance count can bring a
-    pool's P99 TTFT below the P99 of this over the pool's requests.
+    the DES's iteration time for a batch of one (:mod:`planner.des`), plus the profile's
+    ``request_overhead_s``. No instance count can bring a pool's P99 TTFT below the P99 of this over
+    the pool's requests.
     """
     inp = np.maximum(input_tokens.astype(np.float64), 1.0)
     k = np.ceil(inp / profile.chunk_tokens)
     ctx = inp + output_tokens.astype(np.float64) / 2.0
     t_iter = profile.w_s + profile.h_s_per_kv_token * ctx + profile.p_s_per_prefill_token * inp / k
-    return np.asarray(k * t_iter, dtype=np.float64)
+    return np.asarray(k * t_iter + profile.request_overhead_s, dtype=np.float64)

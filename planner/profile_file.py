@@ -38,6 +38,7 @@ class _ProfileFile(BaseModel):
     source: str = ""
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     admission: str = "paper"
+    request_overhead_s: float = Field(default=0.0, ge=0)
 
 
 def load_profile_file(path: str | Path) -> PoolProfile:

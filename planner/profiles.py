@@ -93,6 +93,7 @@ class PoolProfile:
     per sequence per iteration; ``kv_capacity_tokens`` = num_gpu_blocks * block_size;
     ``max_num_batched_tokens`` vLLM's chunked-prefill token budget per iteration (None = off);
     ``max_num_seqs_cap`` the scheduler cap (vLLM ``max_num_seqs``) before the KV bound;
+    ``request_overhead_s`` the server's fixed per-request time added to each TTFT;
     ``admission`` one of :data:`ADMISSION_MODES` (``paper`` keeps the shipped profiles' convention;
     :func:`with_admission` makes a ``vllm`` one, which ``tbr plan``/``tbr simulate`` use by default).
     """
@@ -114,6 +115,11 @@ class PoolProfile:
     """vLLM's per-iteration token budget (decode tokens + prefill chunks); None = not enforced."""
     admission: str = "paper"
     """One of :data:`ADMISSION_MODES`."""
+    request_overhead_s: float = 0.0
+    """The server's fixed time per request outside the engine's iterations (HTTP, tokenising, handing
+    the request to the engine, streaming the first token back), seconds; added to every TTFT. 0 for
+    the roofline profiles; ``tbr profile`` fits it (issue 32 item 3: without it a single request's
+    TTFT on real vLLM was 39 % off)."""
 
     def __post_init__(self) -> None:
         if self.admission not in ADMISSION_MODES:

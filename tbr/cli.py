@@ -27,6 +27,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "planner.cmd_autoscale",
     "planner.cmd_results",
     "planner.cmd_profile",
+    "planner.cmd_engine_check",
 ]
 
 
@@ -44,6 +45,7 @@ OPTIONAL_SUBCOMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "planner.cmd_autoscale": ("autoscale", "planner", ("matplotlib",)),
     "planner.cmd_results": ("results", "planner", ("matplotlib", "tqdm")),
     "planner.cmd_profile": ("profile", "planner", ("matplotlib", "tqdm")),
+    "planner.cmd_engine_check": ("engine-check", "planner", ("matplotlib", "tqdm")),
 }
 
 
