@@ -27,7 +27,7 @@ from planner.engine_check import (
     simulate_workload,
 )
 from planner.profile_file import load_profile_file, write_profile_file
-from planner.profile_fit import fit_iteration_model
+from planner.profile_fit import Measurement, fit_iteration_model
 from planner.profiles import PoolProfile
 from planner.trace import TraceError
 from planner.trace_loaders import load_trace
@@ -67,10 +67,10 @@ def add_parser(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _profile(args: argparse.Namespace) -> PoolProfile:
-    """The profile file, or a fresh fit to the server (``tbr profile``'s sweep and fit)."""
+def _profile(args: argparse.Namespace) -> tuple[PoolProfile, list[Measurement]]:
+    """The profile file, or a fresh fit to the server (``tbr profile``'s sweep and fit) and its timings."""
     if args.profile_file:
-        return load_profile_file(args.profile_file)
+        return load_profile_file(args.profile_file), []
     read = kv_capacity_from_metrics(args.url)
     if read is None:
         raise ValueError("/metrics has no vllm:cache_config_info (is this a vLLM server?)")
@@ -93,7 +93,7 @@ def _profile(args: argparse.Namespace) -> PoolProfile:
     prof = build_profile(ns, fit, read[0], read[1])
     if args.profile_out:
         write_profile_file(prof, args.profile_out)
-    return prof
+    return prof, ms
 
 
 def _fmt(key: str, x: float) -> str:
@@ -109,7 +109,11 @@ def format_table(results: list[dict[str, Any]]) -> list[str]:
     out = [f"{'rate req/s':>10}  {'metric':<20} {'measured':>12} {'simulated':>12} {'diff':>8}  target"]
     for res in results:
         for row in res["rows"]:
-            target = "" if row["target"] is None else f"±{row['target']:.0%} " + ("ok" if row["within"] else "MISS")
+            target = (
+                ""
+                if row["target"] is None
+                else f"±{row['target']:.0%} " + ("ok" if row["within"] else "MISS")
+            )
             out.append(
                 f"{res['rate_req_per_s']:>10.3g}  {row['metric']:<20} {_fmt(row['metric'], row['measured']):>12} "
                 f"{_fmt(row['metric'], row['simulated']):>12} {row['rel_diff']:>+8.1%}  {target}"
@@ -123,15 +127,21 @@ def run(args: argparse.Namespace) -> int:
     try:
         trace, _ = load_trace(args.trace, args.format)
         slices = [
-            scaled_slice(trace, requests=args.requests, offset=args.offset, token_scale=args.token_scale,
-                         rate_req_per_s=r, max_model_len=args.max_model_len)  # fmt: skip
+            scaled_slice(
+                trace,
+                requests=args.requests,
+                offset=args.offset,
+                token_scale=args.token_scale,
+                rate_req_per_s=r,
+                max_model_len=args.max_model_len,
+            )
             for r in args.rate
         ]
     except (TraceError, ValueError) as exc:
         eprint(f"error: {exc}")
         return 2
     try:
-        prof = _profile(args)
+        prof, timings = _profile(args)
         results = []
         for rate, work in zip(args.rate, slices, strict=True):
             load = os.getloadavg()[0]
@@ -141,17 +151,25 @@ def run(args: argparse.Namespace) -> int:
             sim = simulate_workload(work, prof, args.max_model_len)
             rows = [r.__dict__ for r in compare(meas, sim)]
             results.append(
-                {"rate_req_per_s": rate, "load_average_1m": load, "measured": meas, "simulated": sim, "rows": rows}
+                {
+                    "rate_req_per_s": rate,
+                    "load_average_1m": load,
+                    "measured": meas,
+                    "simulated": sim,
+                    "rows": rows,
+                }
             )
     except (httpx.HTTPError, RuntimeError, ValueError) as exc:
         eprint(f"error: {exc}")
         return 1
     if args.json:
-        print(json.dumps({"profile": prof.__dict__, "results": results}, sort_keys=True, indent=1))
+        out = {"profile": prof.__dict__, "profile_timings": [m.__dict__ for m in timings], "results": results}
+        print(json.dumps(out, sort_keys=True, indent=1))
         return 0
     print(
-        f"profile {prof.name}: W {prof.w_s * 1e3:.3f} ms, H {prof.h_s_per_kv_token * 1e6:.4f} µs/token, "
-        f"P {prof.p_s_per_prefill_token * 1e6:.3f} µs/token, KV {prof.kv_capacity_tokens:,} tokens, "
+        f"profile {prof.name}: W {prof.w_s * 1e3:.3f} ms, S {prof.s_s_per_running_seq * 1e3:.3f} ms/sequence, "
+        f"H {prof.h_s_per_kv_token * 1e6:.4f} µs/token, P {prof.p_s_per_prefill_token * 1e6:.3f} µs/token, "
+        f"A {prof.a_s_per_prefill_context_token * 1e9:.3f} ns/token², R {prof.request_overhead_s * 1e3:.2f} ms/request, KV {prof.kv_capacity_tokens:,} tokens, "
         f"max_num_seqs {prof.max_num_seqs_cap}, max_num_batched_tokens {prof.max_num_batched_tokens}"
     )
     print("\n".join(format_table(results)))

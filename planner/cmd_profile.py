@@ -4,7 +4,7 @@ For every prompt length and concurrency of the sweep, ``concurrency`` streaming 
 requests start together (``max_tokens`` = ``--output-tokens``, vLLM's ``ignore_eos`` so each makes
 exactly that many tokens; each prompt starts with its own number, so vLLM's prefix cache cannot serve
 it). The client measures each request's TTFT and time per output token, reads ``usage`` for the true
-token counts, and :func:`planner.profile_fit.fit_iteration_model` fits W, H, P and R. The KV capacity is
+token counts, and :func:`planner.profile_fit.fit_iteration_model` fits W, S, H, P, A and R. The KV capacity is
 ``num_gpu_blocks × block_size`` from ``vllm:cache_config_info`` on ``/metrics`` (or
 ``--kv-capacity-tokens``). The profile file (:mod:`planner.profile_file`) is what ``tbr plan`` and
 ``tbr simulate`` read with ``--profile-file``.
@@ -165,6 +165,8 @@ def build_profile(
         h_s_per_kv_token=fit.h_s_per_kv_token,
         p_s_per_prefill_token=fit.p_s_per_prefill_token,
         request_overhead_s=fit.request_overhead_s,
+        s_s_per_running_seq=fit.s_s_per_running_seq,
+        a_s_per_prefill_context_token=fit.a_s_per_prefill_context_token,
         chunk_tokens=args.chunk_tokens,
         max_num_batched_tokens=args.chunk_tokens,
         admission="vllm",
@@ -201,7 +203,8 @@ def run(args: argparse.Namespace) -> int:
     write_profile_file(prof, args.out)
     print(
         f"wrote {args.out}: W {fit.w_s * 1e3:.3f} ms, H {fit.h_s_per_kv_token * 1e6:.4f} µs/token, "
-        f"P {fit.p_s_per_prefill_token * 1e6:.3f} µs/token, R {fit.request_overhead_s * 1e3:.2f} ms/request, "
+        f"P {fit.p_s_per_prefill_token * 1e6:.3f} µs/token, S {fit.s_s_per_running_seq * 1e3:.3f} ms/sequence, "
+        f"A {fit.a_s_per_prefill_context_token * 1e9:.3f} ns/token², R {fit.request_overhead_s * 1e3:.2f} ms/request, "
         f"KV {kv:,} tokens; {prof.source}"
     )
     return 0

@@ -78,7 +78,9 @@ def scaled_slice(
     Raises ``ValueError`` when the slice is empty or has fewer than 2 requests (no rate)."""
     end = min(len(trace), offset + requests)
     if end - offset < 2:
-        raise ValueError(f"the slice {offset}..{offset + requests} of a {len(trace)}-request trace has < 2 requests")
+        raise ValueError(
+            f"the slice {offset}..{offset + requests} of a {len(trace)}-request trace has < 2 requests"
+        )
     if token_scale <= 0 or rate_req_per_s <= 0 or max_model_len < 2:
         raise ValueError("token_scale, rate and max_model_len must be positive (max_model_len >= 2)")
     sl = slice(offset, end)
@@ -193,7 +195,9 @@ def replay(url: str, model: str, trace: Trace, *, seed: int = 0, timeout_s: floa
     short = np.flatnonzero(run.completion_tokens != trace.output_tokens)
     for i in short[:5]:
         if not run.errors or str(i) not in "".join(run.errors):
-            run.errors.append(f"request {i}: {run.completion_tokens[i]} of {trace.output_tokens[i]} output tokens")
+            run.errors.append(
+                f"request {i}: {run.completion_tokens[i]} of {trace.output_tokens[i]} output tokens"
+            )
     if run.errors:
         raise RuntimeError(f"{len(run.errors)} request(s) failed: " + "; ".join(run.errors[:5]))
     return run
