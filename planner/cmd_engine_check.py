@@ -98,7 +98,7 @@ def _profile(args: argparse.Namespace) -> tuple[PoolProfile, list[Measurement]]:
 
 def _fmt(key: str, x: float) -> str:
     if key.endswith("_s"):
-        return f"{x:.3f} s"
+        return f"{x:.4g} s"
     if key == "preemptions":
         return f"{x:.0f}"
     return f"{x:.2f}"

@@ -16,7 +16,10 @@ instance of the fitted profile; :func:`compare` puts the two side by side.
 
 Metrics (both sides the same definitions): TTFT P50/P99 over all requests (numpy linear
 percentiles, seconds); throughput = output tokens (or requests) / span, the span running from the
-first arrival to the last completion (seconds); preemptions = preemption events.
+first arrival to the last completion (seconds); preemptions = preemption events; the mean time
+between two output tokens of a request (``tpot_mean_s``, no target: it shows whether the engine ran
+at the speed of its profile; measured by vLLM's ``vllm:inter_token_latency_seconds``, from the
+engine's own step timestamps, so neither streaming nor the client is in it).
 """
 
 from __future__ import annotations
@@ -99,7 +102,8 @@ def scaled_slice(
 class EngineRun:
     """What one replay measured: per request (arrays shape ``(n,)``, seconds since the first
     arrival) the send time, first-token time and end time; usage's ``completion_tokens``; the
-    preemption events the server counted; the worst lateness of a send behind its arrival."""
+    preemption events the server counted; the worst lateness of a send behind its arrival; the mean
+    inter-token latency the server measured (seconds)."""
 
     sent_s: npt.NDArray[np.float64]
     first_token_s: npt.NDArray[np.float64]
@@ -108,6 +112,7 @@ class EngineRun:
     preemptions: int
     max_send_lateness_s: float
     errors: list[str] = field(default_factory=list)
+    tpot_mean_s: float = math.nan
 
 
 def vllm_counter(base_url: str, name: str, timeout_s: float = 10.0) -> float:
@@ -189,9 +194,13 @@ def replay(url: str, model: str, trace: Trace, *, seed: int = 0, timeout_s: floa
 
     Every request must succeed: a failed one (HTTP error, timeout, a completion shorter than asked)
     raises ``RuntimeError`` naming it, never a silent hole in the comparison."""
-    before = vllm_counter(url, "vllm:num_preemptions_total")
+    itl = "vllm:inter_token_latency_seconds"
+    before = [vllm_counter(url, m) for m in ("vllm:num_preemptions_total", f"{itl}_sum", f"{itl}_count")]
     run = asyncio.run(_replay(url, model, trace, seed, timeout_s))
-    run.preemptions = round(vllm_counter(url, "vllm:num_preemptions_total") - before)
+    after = [vllm_counter(url, m) for m in ("vllm:num_preemptions_total", f"{itl}_sum", f"{itl}_count")]
+    run.preemptions = round(after[0] - before[0])
+    if after[2] > before[2]:
+        run.tpot_mean_s = (after[1] - before[1]) / (after[2] - before[2])
     short = np.flatnonzero(run.completion_tokens != trace.output_tokens)
     for i in short[:5]:
         if not run.errors or str(i) not in "".join(run.errors):
@@ -210,12 +219,15 @@ def simulate_workload(trace: Trace, profile: PoolProfile, max_model_len: int) ->
     spec = PoolSpec("engine", profile, max_model_len, 1, max_num_seqs=profile.max_num_seqs_cap)
     router = make_router("homogeneous")
     res = simulate(trace, [spec], router, warmup_fraction=0.0)
+    gaps = (trace.output_tokens - 1).astype(np.float64)
+    decode_s = float(np.nansum(res.tpot_s * gaps))
     return metrics_from(
         ttft_s=res.ttft_s,
         span_s=float(res.makespan_s),
         output_tokens=int(trace.output_tokens.sum()),
         requests=len(trace),
         preemptions=int(res.preemptions.sum()),
+        extra={"tpot_mean_s": decode_s / gaps.sum() if gaps.sum() else math.nan},
     )
 
 
@@ -249,7 +261,7 @@ def measured_metrics(trace: Trace, run: EngineRun) -> dict[str, Any]:
         output_tokens=int(run.completion_tokens.sum()),
         requests=len(trace),
         preemptions=run.preemptions,
-        extra={"max_send_lateness_s": run.max_send_lateness_s},
+        extra={"max_send_lateness_s": run.max_send_lateness_s, "tpot_mean_s": run.tpot_mean_s},
     )
 
 
@@ -267,10 +279,18 @@ class ComparisonRow:
 
 
 def compare(measured: dict[str, Any], simulated: dict[str, Any]) -> list[ComparisonRow]:
-    """Rows for the TTFT, throughput and preemption metrics of two :func:`metrics_from` dicts."""
+    """Rows for the TTFT, throughput, preemption and mean TPOT metrics of two :func:`metrics_from`
+    dicts (``tpot_mean_s`` NaN when a side has no decode step)."""
     rows = []
-    for key in ("ttft_p50_s", "ttft_p99_s", "output_tokens_per_s", "requests_per_s", "preemptions"):
-        m, s = float(measured[key]), float(simulated[key])
+    for key in (
+        "ttft_p50_s",
+        "ttft_p99_s",
+        "output_tokens_per_s",
+        "requests_per_s",
+        "preemptions",
+        "tpot_mean_s",
+    ):
+        m, s = float(measured.get(key, math.nan)), float(simulated.get(key, math.nan))
         rel = s / m - 1.0 if m else (0.0 if s == 0 else math.inf)
         target = TARGETS.get(key)
         rows.append(ComparisonRow(key, m, s, rel, target, None if target is None else abs(rel) <= target))

@@ -90,6 +90,13 @@ def test_simulator_agrees_with_real_vllm(server: str, capsys: pytest.CaptureFixt
     assert args.func(args) == 0, capsys.readouterr().err
     out = json.loads(capsys.readouterr().out)
     light, heavy = out["results"]
+    with capsys.disabled():  # the comparison table in the test's output, pass or fail
+        print("\n" + "\n".join(cmd_engine_check.format_table(out["results"])))
+        print(
+            json.dumps(
+                {k: out["profile"][k] for k in sorted(out["profile"]) if k.endswith("_s") or "_s_" in k}
+            )
+        )
     assert out["profile"]["kv_capacity_tokens"] == BLOCKS * 128
     for res in (light, heavy):
         rows = {r["metric"]: r for r in res["rows"]}
