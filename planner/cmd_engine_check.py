@@ -25,6 +25,7 @@ from planner.engine_check import (
     replay,
     scaled_slice,
     simulate_workload,
+    speed_matched,
 )
 from planner.profile_file import load_profile_file, write_profile_file
 from planner.profile_fit import Measurement, fit_iteration_model
@@ -104,19 +105,28 @@ def _fmt(key: str, x: float) -> str:
     return f"{x:.2f}"
 
 
+def _target(row: dict[str, Any]) -> str:
+    return "" if row["target"] is None else f"±{row['target']:.0%} " + ("ok" if row["within"] else "MISS")
+
+
 def format_table(results: list[dict[str, Any]]) -> list[str]:
-    """Text table: one block per rate, one row per metric (measured, simulated, difference, target)."""
-    out = [f"{'rate req/s':>10}  {'metric':<20} {'measured':>12} {'simulated':>12} {'diff':>8}  target"]
+    """Text table: one block per rate, one row per metric: measured; simulated on the profile (difference,
+    target); simulated at the engine speed measured during the replay (factor in the block's header)."""
+    out = [
+        f"{'rate req/s':>10}  {'metric':<20} {'measured':>10} {'simulated':>10} {'diff':>8} {'target':<9}"
+        f" {'speed-matched':>13} {'diff':>8} target"
+    ]
     for res in results:
-        for row in res["rows"]:
-            target = (
-                ""
-                if row["target"] is None
-                else f"±{row['target']:.0%} " + ("ok" if row["within"] else "MISS")
-            )
+        out.append(
+            f"{res['rate_req_per_s']:>10.3g}  (load average {res['load_average_1m']:.1f}; engine "
+            f"{res['speed_factor']:.2f}x the profile's time per step during the replay)"
+        )
+        for row, m in zip(res["rows"], res["rows_speed_matched"], strict=True):
+            key = row["metric"]
             out.append(
-                f"{res['rate_req_per_s']:>10.3g}  {row['metric']:<20} {_fmt(row['metric'], row['measured']):>12} "
-                f"{_fmt(row['metric'], row['simulated']):>12} {row['rel_diff']:>+8.1%}  {target}"
+                f"{'':>10}  {key:<20} {_fmt(key, row['measured']):>10} {_fmt(key, row['simulated']):>10} "
+                f"{row['rel_diff']:>+8.1%} {_target(row):<9} {_fmt(key, m['simulated']):>13} "
+                f"{m['rel_diff']:>+8.1%} {_target(m)}"
             )
     return out
 
@@ -150,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
             meas = measured_metrics(work, run_)
             sim = simulate_workload(work, prof, args.max_model_len)
             rows = [r.__dict__ for r in compare(meas, sim)]
+            factor, matched = speed_matched(work, prof, args.max_model_len, meas["tpot_mean_s"])
             results.append(
                 {
                     "rate_req_per_s": rate,
@@ -157,6 +168,9 @@ def run(args: argparse.Namespace) -> int:
                     "measured": meas,
                     "simulated": sim,
                     "rows": rows,
+                    "speed_factor": factor,
+                    "simulated_speed_matched": matched,
+                    "rows_speed_matched": [r.__dict__ for r in compare(meas, matched)],
                 }
             )
     except (httpx.HTTPError, RuntimeError, ValueError) as exc:

@@ -12,7 +12,11 @@ client measures each request's TTFT (send to first streamed token) and end; vLLM
 ``vllm:num_preemptions_total`` is read before and after.
 
 :func:`simulate_workload` runs the same requests through :func:`planner.des.simulate` on one
-instance of the fitted profile; :func:`compare` puts the two side by side.
+instance of the fitted profile; :func:`compare` puts the two side by side. On a shared machine the
+engine may run slower during a replay than during the profile's sweep (other work on its core); the
+mean time per output token vLLM measured tells by how much, and :func:`speed_matched` re-simulates
+with every time constant of the profile scaled so that the simulated mean matches it: the profile's
+error and the scheduler model's error are then seen apart.
 
 Metrics (both sides the same definitions): TTFT P50/P99 over all requests (numpy linear
 percentiles, seconds); throughput = output tokens (or requests) / span, the span running from the
@@ -28,7 +32,7 @@ import asyncio
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -45,10 +49,13 @@ __all__ = [
     "ComparisonRow",
     "EngineRun",
     "compare",
+    "measured_metrics",
     "metrics_from",
     "replay",
+    "scaled_profile",
     "scaled_slice",
     "simulate_workload",
+    "speed_matched",
     "vllm_counter",
 ]
 
@@ -229,6 +236,41 @@ def simulate_workload(trace: Trace, profile: PoolProfile, max_model_len: int) ->
         preemptions=int(res.preemptions.sum()),
         extra={"tpot_mean_s": decode_s / gaps.sum() if gaps.sum() else math.nan},
     )
+
+
+def scaled_profile(profile: PoolProfile, factor: float) -> PoolProfile:
+    """``profile`` with W, S, H, P, A and R multiplied by ``factor`` (an engine ``factor`` times slower)."""
+    return replace(
+        profile,
+        w_s=profile.w_s * factor,
+        s_s_per_running_seq=profile.s_s_per_running_seq * factor,
+        h_s_per_kv_token=profile.h_s_per_kv_token * factor,
+        p_s_per_prefill_token=profile.p_s_per_prefill_token * factor,
+        a_s_per_prefill_context_token=profile.a_s_per_prefill_context_token * factor,
+        request_overhead_s=profile.request_overhead_s * factor,
+    )
+
+
+def speed_matched(
+    trace: Trace, profile: PoolProfile, max_model_len: int, measured_tpot_mean_s: float, rounds: int = 10
+) -> tuple[float, dict[str, Any]]:
+    """Re-simulate with the profile's time constants scaled until the simulated mean time per output
+    token equals ``measured_tpot_mean_s`` (fixed-point: the batch a token waits in changes with the
+    speed: up to ``rounds`` rounds, until within 0.1 %). Returns ``(factor, metrics)``; factor 1.0 and the plain simulation when
+    the measured mean is not a positive number."""
+    factor = 1.0
+    sim = simulate_workload(trace, profile, max_model_len)
+    if not measured_tpot_mean_s > 0:
+        return factor, sim
+    for _ in range(rounds):
+        if not sim["tpot_mean_s"] > 0:
+            break
+        step = measured_tpot_mean_s / sim["tpot_mean_s"]
+        if abs(step - 1.0) < 1e-3:
+            break
+        factor *= step
+        sim = simulate_workload(trace, scaled_profile(profile, factor), max_model_len)
+    return factor, sim
 
 
 def metrics_from(

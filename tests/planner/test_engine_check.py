@@ -13,7 +13,7 @@ import pytest
 
 from planner import cmd_engine_check
 from planner.costmodel import ttft_floor_s
-from planner.engine_check import compare, scaled_slice, simulate_workload
+from planner.engine_check import compare, scaled_profile, scaled_slice, simulate_workload, speed_matched
 from planner.profile_fit import Measurement, fit_iteration_model
 from planner.trace import build_trace
 from tests.planner.toy import toy_profile
@@ -82,3 +82,16 @@ def test_engine_check_refuses_a_slice_without_requests(
     )  # fmt: skip
     assert args.func(args) == 2
     assert "< 2 requests" in capsys.readouterr().err
+
+
+def test_speed_matched_recovers_an_engine_twice_as_slow() -> None:
+    """Metrics of a run on the profile with every time constant doubled: matching the mean time per
+    output token from the undoubled profile finds the factor 2 and the same TTFTs."""
+    prof = toy_profile(s_s_per_running_seq=0.002, h_s_per_kv_token=1e-6, max_num_seqs_cap=4)
+    rng = np.random.default_rng(0)
+    trace = build_trace(np.sort(rng.uniform(0, 20, 60)), rng.integers(10, 500, 60), rng.integers(2, 40, 60))
+    slow = simulate_workload(trace, scaled_profile(prof, 2.0), 4096)
+    factor, matched = speed_matched(trace, prof, 4096, slow["tpot_mean_s"])
+    assert factor == pytest.approx(2.0, rel=1e-3)
+    assert matched["ttft_p99_s"] == pytest.approx(slow["ttft_p99_s"], rel=1e-2)
+    assert speed_matched(trace, prof, 4096, math.nan)[0] == 1.0
