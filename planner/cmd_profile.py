@@ -117,6 +117,10 @@ def _one(
     return first - t0, last - first, int(usage["prompt_tokens"]), int(usage["completion_tokens"])
 
 
+WARMUP_REQUESTS = 2
+"""Requests sent and discarded before the sweep (:func:`measure`)."""
+
+
 def measure(
     url: str,
     model: str,
@@ -126,11 +130,15 @@ def measure(
     repeats: int,
     timeout_s: float,
 ) -> list[Measurement]:
-    """Run the sweep (module docstring); one :class:`Measurement` per request. Raises ``RuntimeError``
-    naming the request that failed."""
+    """Run the sweep (module docstring) after :data:`WARMUP_REQUESTS` unmeasured ones; one
+    :class:`Measurement` per request. Raises ``RuntimeError`` naming the request that failed."""
     out: list[Measurement] = []
     serial = 0
     with httpx.Client(timeout=timeout_s) as client, ThreadPoolExecutor(max_workers=max(concurrency)) as pool:
+        # warm-up, not measured: a server's first requests pay one-time costs (connections, allocator,
+        # kernels' first calls) that would otherwise land in the single-request TTFTs and so in R
+        for i in range(WARMUP_REQUESTS):
+            _one(client, url, model, f"warm-up {i} " + " ".join(["hello"] * 62), min(output_tokens, 4))
         for n in prompt_tokens:
             for c in concurrency:
                 for _ in range(repeats):

@@ -1,16 +1,16 @@
 """`tbr engine-check` against a real vLLM 0.32 CPU server (issue 32 item 3): the simulator vs the engine.
 
-One tiny random-weight Qwen3 server: max_model_len 4,096, max_num_seqs 8, max_num_batched_tokens
-2,048, a small KV (``--num-gpu-blocks-override 40`` of the CPU backend's 128-token blocks: 5,120
+One tiny random-weight Qwen3 server: max_model_len 3,072, max_num_seqs 8, max_num_batched_tokens
+2,048, a small KV (``--num-gpu-blocks-override 24`` of the CPU backend's 128-token blocks: 3,072
 tokens, so a full batch of the scaled Azure prompts runs out of blocks and vLLM preempts), tokens
 streamed every 16 (``--stream-interval``: the first token at once, so TTFT is unchanged, while the
 API server's per-token work no longer competes with the engine for the core). It runs at ``nice -10``
 when the test may (root): the box's 2 cores are shared with other work, and what is measured is the
 engine, not its neighbours.
 
-`tbr engine-check` fits the profile (the `tbr profile` sweep) and replays the first 80 requests of the
-Azure 2023 conversation trace, token counts halved, at a light load (1 req/s) and near saturation
-(2.5 req/s), then simulates the same requests on the fitted profile. What is asserted is the agreement
+`tbr engine-check` fits the profile (the `tbr profile` sweep) and replays the first 100 requests of the
+Azure 2023 conversation trace, token counts halved, at a light load (1.5 req/s) and above saturation
+(6 req/s offered; ~5 served), then simulates the same requests on the fitted profile. What is asserted is the agreement
 docs/planner.md §Checked against the real engine documents for this noisy box (throughput within the
 issue's 15 %; TTFT within the measured bounds there), preemptions at the high load on both sides, and
 none at the light one in the simulator.
@@ -33,17 +33,18 @@ from tests.vllm.conftest import DATA_DIR, track_any
 pytestmark = pytest.mark.vllm
 
 AZURE_CONV = DATA_DIR / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
-BLOCKS = 40
+BLOCKS = 24
+MAX_MODEL_LEN = 3072
 MAX_NUM_SEQS = 8
 MAX_NUM_BATCHED_TOKENS = 2048
-LIGHT_REQ_PER_S, HEAVY_REQ_PER_S = 1.0, 2.5
+LIGHT_REQ_PER_S, HEAVY_REQ_PER_S = 1.5, 6.0
 
 THROUGHPUT_BOUND = 0.15
 """Issue 32's target for output tokens/s and req/s, met on this box (docs/planner.md)."""
 TTFT_P50_BOUND = 0.5
 """Measured P50 TTFT differences on the shared 2-core box reached −46 % (docs/planner.md)."""
 TTFT_P99_FACTOR = 10.0
-"""P99 of 80 requests is their second-longest TTFT: on the shared box one scheduling stall of the
+"""P99 of 100 requests is their second-longest TTFT: on the shared box one scheduling stall of the
 engine sets it (docs/planner.md); the simulated P99 must be within this factor of the measured one."""
 
 
@@ -53,7 +54,7 @@ def server(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> I
     spec = VllmPoolSpec(
         "engine-check",
         port,
-        4096,
+        MAX_MODEL_LEN,
         vllm_setup.model_dirs["qwen3"],
         family="qwen3",
         cpu=0,
@@ -81,10 +82,10 @@ def test_simulator_agrees_with_real_vllm(server: str, capsys: pytest.CaptureFixt
     cmd_engine_check.add_parser(p.add_subparsers(dest="command", required=True))
     args = p.parse_args(
         ["engine-check", "--url", server, "--model", FAMILY_MODEL_NAMES["qwen3"], "--trace", str(AZURE_CONV),
-         "--requests", "80", "--token-scale", "0.5", "--rate", str(LIGHT_REQ_PER_S), str(HEAVY_REQ_PER_S),
-         "--max-model-len", "4096", "--max-num-seqs", str(MAX_NUM_SEQS),
+         "--requests", "100", "--token-scale", "0.5", "--rate", str(LIGHT_REQ_PER_S), str(HEAVY_REQ_PER_S),
+         "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str(MAX_NUM_SEQS),
          "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS),
-         "--prompt-tokens", "64", "512", "1024", "2048", "--concurrency", "1", "4", "8", "--repeats", "1",
+         "--prompt-tokens", "64", "512", "1024", "2048", "--concurrency", "1", "4", "8", "--repeats", "2",
          "--json"]
     )  # fmt: skip
     assert args.func(args) == 0, capsys.readouterr().err
