@@ -98,6 +98,8 @@ def _profile(args: argparse.Namespace) -> tuple[PoolProfile, list[Measurement]]:
 
 
 def _fmt(key: str, x: float) -> str:
+    if key.endswith("_per_s"):
+        return f"{x:.4g}"
     if key.endswith("_s"):
         return f"{x:.4g} s"
     if key == "preemptions":

@@ -95,3 +95,18 @@ def test_speed_matched_recovers_an_engine_twice_as_slow() -> None:
     assert factor == pytest.approx(2.0, rel=1e-3)
     assert matched["ttft_p99_s"] == pytest.approx(slow["ttft_p99_s"], rel=1e-2)
     assert speed_matched(trace, prof, 4096, math.nan)[0] == 1.0
+
+
+def test_format_table_units() -> None:
+    meas = {"ttft_p50_s": 0.02, "ttft_p99_s": 1.0, "output_tokens_per_s": 125.5, "requests_per_s": 1.5,
+            "preemptions": 3, "tpot_mean_s": 0.007}  # fmt: skip
+    rows = [r.__dict__ for r in compare(meas, meas)]
+    res = {
+        "rate_req_per_s": 1.5,
+        "load_average_1m": 4.4,
+        "speed_factor": 1.0,
+        "rows": rows,
+        "rows_speed_matched": rows,
+    }
+    text = "\n".join(cmd_engine_check.format_table([res]))
+    assert "125.5 " in text and "125.5 s" not in text and "0.02 s" in text and "±15% ok" in text
