@@ -4,7 +4,7 @@ For every prompt length and concurrency of the sweep, ``concurrency`` streaming 
 requests start together (``max_tokens`` = ``--output-tokens``, vLLM's ``ignore_eos`` so each makes
 exactly that many tokens; each prompt starts with its own number, so vLLM's prefix cache cannot serve
 it). The client measures each request's TTFT and time per output token, reads ``usage`` for the true
-token counts, and :func:`planner.profile_fit.fit_iteration_model` fits W, H and P. The KV capacity is
+token counts, and :func:`planner.profile_fit.fit_iteration_model` fits W, S, H, P, A and R. The KV capacity is
 ``num_gpu_blocks × block_size`` from ``vllm:cache_config_info`` on ``/metrics`` (or
 ``--kv-capacity-tokens``). The profile file (:mod:`planner.profile_file`) is what ``tbr plan`` and
 ``tbr simulate`` read with ``--profile-file``.
@@ -137,6 +137,10 @@ def _one(
     return first - t0, last - first, int(usage["prompt_tokens"]), int(usage["completion_tokens"])
 
 
+WARMUP_REQUESTS = 2
+"""Requests sent and discarded before the sweep (:func:`measure`)."""
+
+
 def measure(
     url: str,
     model: str,
@@ -146,11 +150,15 @@ def measure(
     repeats: int,
     timeout_s: float,
 ) -> list[Measurement]:
-    """Run the sweep (module docstring); one :class:`Measurement` per request. Raises ``RuntimeError``
-    naming the request that failed."""
+    """Run the sweep (module docstring) after :data:`WARMUP_REQUESTS` unmeasured ones; one
+    :class:`Measurement` per request. Raises ``RuntimeError`` naming the request that failed."""
     out: list[Measurement] = []
     serial = 0
     with httpx.Client(timeout=timeout_s) as client, ThreadPoolExecutor(max_workers=max(concurrency)) as pool:
+        # warm-up, not measured: a server's first requests pay one-time costs (connections, allocator,
+        # kernels' first calls) that would otherwise land in the single-request TTFTs and so in R
+        for i in range(WARMUP_REQUESTS):
+            _one(client, url, model, f"warm-up {i} " + " ".join(["hello"] * 62), min(output_tokens, 4))
         for n in prompt_tokens:
             for c in concurrency:
                 for _ in range(repeats):
@@ -184,6 +192,9 @@ def build_profile(
         w_s=fit.w_s,
         h_s_per_kv_token=fit.h_s_per_kv_token,
         p_s_per_prefill_token=fit.p_s_per_prefill_token,
+        request_overhead_s=fit.request_overhead_s,
+        s_s_per_running_seq=fit.s_s_per_running_seq,
+        a_s_per_prefill_context_token=fit.a_s_per_prefill_context_token,
         chunk_tokens=args.chunk_tokens,
         max_num_batched_tokens=args.chunk_tokens,
         admission="vllm",
@@ -270,6 +281,8 @@ def run(args: argparse.Namespace) -> int:
     write_profile_file(prof, args.out)
     print(
         f"wrote {args.out}: W {fit.w_s * 1e3:.3f} ms, H {fit.h_s_per_kv_token * 1e6:.4f} µs/token, "
-        f"P {fit.p_s_per_prefill_token * 1e6:.3f} µs/token, KV {kv:,} tokens; {prof.source}"
+        f"P {fit.p_s_per_prefill_token * 1e6:.3f} µs/token, S {fit.s_s_per_running_seq * 1e3:.3f} ms/sequence, "
+        f"A {fit.a_s_per_prefill_context_token * 1e9:.3f} ns/token², R {fit.request_overhead_s * 1e3:.2f} ms/request, "
+        f"KV {kv:,} tokens; {prof.source}"
     )
     return 0

@@ -128,11 +128,12 @@ def concurrency(profile: PoolProfile, max_model_len: int, mix: MixStats) -> int:
 def full_batch_iteration_s(profile: PoolProfile, n_slots: int, mix: MixStats) -> float:
     """Iteration time with ``n_slots`` busy slots in steady state (seconds).
 
-    ``t = W + H n c̄ + P n E[input]/E[k]``: n sequences of mean context c̄, and prefill tokens per
-    iteration = (requests started per iteration = n/E[k]) x E[input].
+    ``t = W + S n + H n c̄ + P n E[input]/E[k]``: n sequences of mean context c̄, and prefill tokens
+    per iteration = (requests started per iteration = n/E[k]) x E[input].
     """
     return (
         profile.w_s
+        + profile.s_s_per_running_seq * n_slots
         + profile.h_s_per_kv_token * n_slots * mix.mean_context_tokens
         + profile.p_s_per_prefill_token * n_slots * mix.mean_input_tokens / mix.mean_iters
     )
@@ -245,12 +246,20 @@ def ttft_floor_s(
 ) -> npt.NDArray[np.float64]:
     """Shortest possible TTFT of each request (shape ``(n,)``, seconds): alone on an instance, no queue.
 
-    ``k = ceil(input / chunk)`` prefill iterations of ``W + H·(input + output/2) + P·input/k`` each —
-    the DES's iteration time for a batch of one (:mod:`planner.des`). No instance count can bring a
-    pool's P99 TTFT below the P99 of this over the pool's requests.
+    ``k = ceil(input / chunk)`` prefill iterations of ``W + S + H·(input + output/2) + P·input/k`` each
+    plus the prefill attention ``A·input²/2`` —
+    the DES's iteration time for a batch of one (:mod:`planner.des`), plus the profile's
+    ``request_overhead_s``. No instance count can bring a pool's P99 TTFT below the P99 of this over
+    the pool's requests.
     """
     inp = np.maximum(input_tokens.astype(np.float64), 1.0)
     k = np.ceil(inp / profile.chunk_tokens)
     ctx = inp + output_tokens.astype(np.float64) / 2.0
-    t_iter = profile.w_s + profile.h_s_per_kv_token * ctx + profile.p_s_per_prefill_token * inp / k
-    return np.asarray(k * t_iter, dtype=np.float64)
+    t_iter = (
+        profile.w_s
+        + profile.s_s_per_running_seq
+        + profile.h_s_per_kv_token * ctx
+        + profile.p_s_per_prefill_token * inp / k
+    )
+    attention = profile.a_s_per_prefill_context_token * inp * inp / 2.0
+    return np.asarray(k * t_iter + attention + profile.request_overhead_s, dtype=np.float64)

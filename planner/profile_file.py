@@ -42,6 +42,9 @@ class _ProfileFile(BaseModel):
     source: str = ""
     max_num_batched_tokens: int | None = Field(default=None, ge=1)
     admission: str = "paper"
+    request_overhead_s: float = Field(default=0.0, ge=0)
+    s_s_per_running_seq: float = Field(default=0.0, ge=0)
+    a_s_per_prefill_context_token: float = Field(default=0.0, ge=0)
 
 
 def profile_from_mapping(raw: Any, where: str) -> PoolProfile:

@@ -15,7 +15,9 @@ Formulas (docs/method.md §2, transcribed from arXiv 2604.08075 §1.1 via [S4]):
     iteration's tokens (chunked prefill). :func:`with_admission` builds such a profile.
 
 Iteration time (the paper's "W + H n" linear model [S1], with chunked prefill):
-``t_iter = W + H * sum(context tokens of the batch) + P * (prefill tokens in the iteration)``, seconds.
+``t_iter = W + S * (running sequences) + H * sum(context tokens of the batch) + P * (prefill tokens in
+the iteration) + A * sum(prefill chunk * prompt / 2)``, seconds (S = ``s_s_per_running_seq`` and
+A = ``a_s_per_prefill_context_token``, 0 unless measured: :mod:`planner.profile_fit`).
 W is one read of the weights per iteration, H one read of a KV token, P the compute of one prefill
 token (roofline; see :func:`derive_profile`). Times are seconds, sizes bytes unless a suffix says so.
 """
@@ -93,6 +95,7 @@ class PoolProfile:
     per sequence per iteration; ``kv_capacity_tokens`` = num_gpu_blocks * block_size;
     ``max_num_batched_tokens`` vLLM's chunked-prefill token budget per iteration (None = off);
     ``max_num_seqs_cap`` the scheduler cap (vLLM ``max_num_seqs``) before the KV bound;
+    ``request_overhead_s`` the server's fixed per-request time added to each TTFT;
     ``admission`` one of :data:`ADMISSION_MODES` (``paper`` keeps the shipped profiles' convention;
     :func:`with_admission` makes a ``vllm`` one, which ``tbr plan``/``tbr simulate`` use by default).
     """
@@ -114,6 +117,23 @@ class PoolProfile:
     """vLLM's per-iteration token budget (decode tokens + prefill chunks); None = not enforced."""
     admission: str = "paper"
     """One of :data:`ADMISSION_MODES`."""
+    s_s_per_running_seq: float = 0.0
+    """Time per running sequence per iteration (its sampling and output projection, which scale with the
+    batch, not with its context), seconds: ``t_iter`` gains ``S * n_running``. 0 for the roofline
+    profiles (on a GPU the batched output projection is one weight read, inside W); ``tbr profile``
+    fits it (on the CPU engine a 151,936-token vocabulary projection per sequence dominates decode).
+    """
+    a_s_per_prefill_context_token: float = 0.0
+    """Prefill attention: time per prefill token per context token it attends to, seconds; a prompt of
+    L tokens costs ``A * L² / 2`` over its prefill (``t_iter`` gains ``A * chunk * L / 2`` per prefilling
+    sequence). 0 for the roofline profiles (P covers prefill; attention is small beside the weights at
+    their prompt lengths); ``tbr profile`` fits it (on the CPU engine a 2,048-token prompt's prefill
+    takes ~3× the linear model's time, issue 32 item 3)."""
+    request_overhead_s: float = 0.0
+    """The server's fixed time per request outside the engine's iterations (HTTP, tokenising, handing
+    the request to the engine, streaming the first token back), seconds; added to every TTFT. 0 for
+    the roofline profiles; ``tbr profile`` fits it (issue 32 item 3: without it a single request's
+    TTFT on real vLLM was 39 % off)."""
 
     def __post_init__(self) -> None:
         if self.admission not in ADMISSION_MODES:
@@ -309,10 +329,13 @@ def with_overrides(profile: PoolProfile, **changes: float | int | str) -> PoolPr
     return replace(profile, **changes)  # type: ignore[arg-type]
 
 
-def iteration_time_s(profile: PoolProfile, batch_context_tokens: float, prefill_tokens: float) -> float:
-    """``W + H * batch_context_tokens + P * prefill_tokens`` seconds (module docstring)."""
+def iteration_time_s(
+    profile: PoolProfile, batch_context_tokens: float, prefill_tokens: float, running_seqs: int = 0
+) -> float:
+    """``W + S * running_seqs + H * batch_context_tokens + P * prefill_tokens`` seconds (module docstring)."""
     return (
         profile.w_s
+        + profile.s_s_per_running_seq * running_seqs
         + profile.h_s_per_kv_token * batch_context_tokens
         + profile.p_s_per_prefill_token * prefill_tokens
     )

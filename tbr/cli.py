@@ -28,6 +28,7 @@ SUBCOMMAND_MODULES: list[str] = [
     "planner.cmd_results",
     "planner.cmd_profile",
     "planner.cmd_anchors",
+    "planner.cmd_engine_check",
 ]
 
 
@@ -46,6 +47,7 @@ OPTIONAL_SUBCOMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "planner.cmd_results": ("results", "planner", ("matplotlib", "tqdm")),
     "planner.cmd_profile": ("profile", "planner", ("matplotlib", "tqdm")),
     "planner.cmd_anchors": ("anchors", "planner", ("matplotlib", "tqdm")),
+    "planner.cmd_engine_check": ("engine-check", "planner", ("matplotlib", "tqdm")),
 }
 
 

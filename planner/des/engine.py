@@ -204,6 +204,10 @@ def _result(
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(lo > 1, (done - ft) / (lo - 1), np.nan)
     makespan = float(np.nanmax(done)) if np.any(~np.isnan(done)) else 0.0
+    # the server's fixed per-request time (HTTP, tokenising, streaming) is the same for every request
+    # of a pool, so it shifts that pool's arrivals and first tokens alike: it adds to each TTFT
+    overhead = np.asarray([ps.profile.request_overhead_s for ps in pools] + [0.0], dtype=np.float64)
+    served = np.asarray(reqs.served_pool, dtype=np.int64)
     busy = [0.0] * len(pools)
     running_time = [0.0] * len(pools)
     for inst in insts:
@@ -215,9 +219,9 @@ def _result(
         gpus=tuple(ps.instances * ps.profile.tp for ps in pools),
         price_usd_per_h=tuple(ps.instances * ps.profile.price_usd_per_instance_h for ps in pools),
         arrival_s=arr,
-        ttft_s=ft - arr,
+        ttft_s=ft - arr + overhead[served],
         tpot_s=tpot,
-        pool=np.asarray(reqs.served_pool, dtype=np.int64),
+        pool=served,
         preemptions=np.asarray(reqs.preemptions, dtype=np.int64),
         rejected=np.asarray(reqs.rejected, dtype=np.bool_),
         misrouted=np.asarray(reqs.misrouted, dtype=np.bool_),

@@ -3,7 +3,9 @@
 Model (see :mod:`planner.des` for the whole simulator):
 
 - The instance runs iterations back to back while it has running sequences. An iteration takes
-  ``t_iter = W + H * Σ c_i + P * Σ chunk_i`` (:mod:`planner.profiles`), ``c_i = input + output/2``
+  ``t_iter = W + S * n + H * Σ c_i + P * Σ chunk_i + A * Σ chunk_i * input_i / 2``
+  (:mod:`planner.profiles`; n running sequences; the last term is prefill attention, each prefill
+  chunk attending to half its prompt on average over the prefill), ``c_i = input + output/2``
   the running request's mean context and ``chunk_i = input/ceil(input/chunk)`` its prefill tokens per
   iteration while prefilling. Between two events the batch is fixed, so ``t_iter`` is constant and
   the iteration counter ``v`` advances linearly in time. Per-request milestones are kept in
@@ -111,7 +113,8 @@ class RequestTable:
     """Per-request state as parallel lists (struct of arrays, indexed by request number ``r``).
 
     ``l_in``/``l_out`` prompt and remaining output tokens (a preemption moves generated tokens into
-    the prompt), ``ctx`` mean context tokens, ``pf_rate`` prefill tokens per iteration, ``pf_v`` the
+    the prompt), ``ctx`` mean context tokens, ``pf_rate`` prefill tokens per iteration, ``pf_attn`` their
+    attention's context tokens per iteration (``pf_rate * input / 2``), ``pf_v`` the
     iteration at which the prefill ends, ``epoch`` invalidates milestones of a preempted admission,
     ``first_tok_s``/``done_s`` simulated times (NaN until reached), ``served_pool`` (−1 = rejected),
     ``preemptions``, ``rejected``, ``misrouted``.
@@ -125,6 +128,7 @@ class RequestTable:
         "l_in",
         "l_out",
         "misrouted",
+        "pf_attn",
         "pf_rate",
         "pf_v",
         "preemptions",
@@ -138,6 +142,7 @@ class RequestTable:
         self.l_out = list(output_tokens)
         self.ctx = [a + b / 2.0 for a, b in zip(input_tokens, output_tokens, strict=True)]
         self.pf_rate = [0.0] * n
+        self.pf_attn = [0.0] * n
         self.pf_v = [0.0] * n
         self.epoch = [0] * n
         self.first_tok_s = [math.nan] * n
@@ -157,6 +162,7 @@ class Instance:
     """
 
     __slots__ = (
+        "a",
         "busy_s",
         "cap",
         "chunk",
@@ -179,10 +185,12 @@ class Instance:
         "queue",
         "reqs",
         "running",
+        "s",
         "seq_time",
         "slot",
         "sum_ctx",
         "sum_pf",
+        "sum_pf_attn",
         "t",
         "t_iter",
         "v",
@@ -207,6 +215,8 @@ class Instance:
         self.slot = slot
         self.on_done = on_done
         self.w, self.h, self.p = prof.w_s, prof.h_s_per_kv_token, prof.p_s_per_prefill_token
+        self.s = prof.s_s_per_running_seq
+        self.a = prof.a_s_per_prefill_context_token
         self.chunk = prof.chunk_tokens
         self.cap = float(prof.kv_capacity_tokens)
         self.watermark = spec.watermark_fraction * self.cap
@@ -222,6 +232,7 @@ class Instance:
         self.next_v = 0.0
         self.sum_ctx = 0.0
         self.sum_pf = 0.0
+        self.sum_pf_attn = 0.0
         self.n_active = 0
         self.n_dec = 0
         self.kv = 0.0
@@ -258,6 +269,7 @@ class Instance:
                 if math.isnan(reqs.first_tok_s[r]):
                     reqs.first_tok_s[r] = now
                 self.sum_pf -= reqs.pf_rate[r]
+                self.sum_pf_attn -= reqs.pf_attn[r]
                 self.n_dec += 1
             else:  # Milestone.LAST_TOKEN
                 del self.running[r]
@@ -272,6 +284,7 @@ class Instance:
             self.kv = 0.0
             self.sum_ctx = 0.0
             self.sum_pf = 0.0
+            self.sum_pf_attn = 0.0
 
     def preempt_last(self) -> None:
         """Preempt the most recently admitted request (recompute): free its KV, requeue at the head."""
@@ -282,6 +295,7 @@ class Instance:
         self.sum_ctx -= reqs.ctx[r]
         if self.v + EPS_ITER < reqs.pf_v[r]:
             self.sum_pf -= reqs.pf_rate[r]
+            self.sum_pf_attn -= reqs.pf_attn[r]
             self.kv -= reqs.l_in[r]
         else:
             grown = self.v - reqs.pf_v[r]
@@ -307,7 +321,13 @@ class Instance:
         if not self.n_active:
             self.t_iter = 0.0
             return -1.0
-        t_iter = self.w + self.h * self.sum_ctx + self.p * self.sum_pf
+        t_iter = (
+            self.w
+            + self.s * self.n_active
+            + self.h * self.sum_ctx
+            + self.p * self.sum_pf
+            + self.a * self.sum_pf_attn
+        )
         self.t_iter = t_iter
         nv = ms[0][0]
         if self.n_dec:
@@ -351,6 +371,7 @@ class Instance:
                     break  # max_num_batched_tokens: no room for its prefill chunk this iteration
             q.popleft()
             pf_rate[r] = rate
+            reqs.pf_attn[r] = rate * need / 2.0
             pv = self.v + k_pf
             pf_v[r] = pv
             ep = epoch[r]
@@ -361,6 +382,7 @@ class Instance:
             self.n_active += 1
             self.sum_ctx += ctx[r]
             self.sum_pf += rate
+            self.sum_pf_attn += reqs.pf_attn[r]
             self.kv += need
 
     def kv_tokens_at(self, now: float) -> float:

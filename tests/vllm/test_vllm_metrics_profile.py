@@ -25,7 +25,8 @@ from planner import cmd_plan, cmd_profile
 from planner.cmd_profile import measure
 from planner.profile_file import load_profile_file
 from planner.profile_metrics import HISTOGRAMS, ITERATIONS, intervals, read_snapshot
-from tests.vllm.conftest import DATA_DIR, track_any
+from tests.stacks import logs_shown
+from tests.vllm.conftest import DATA_DIR
 
 pytestmark = pytest.mark.vllm
 
@@ -48,9 +49,8 @@ def server(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> I
         extra_args=("--num-gpu-blocks-override", str(BLOCKS)),
     )
     proc = vllm_pool_process(spec, vllm_setup.python, log_dir=tmp_path_factory.mktemp("metrics-profile-logs"))
-    with proc:
-        for _ in track_any([proc]):
-            yield f"http://{LOOPBACK}:{port}"
+    with proc, logs_shown([proc]):
+        yield f"http://{LOOPBACK}:{port}"
 
 
 def _save(url: str, path: Path) -> Path:

@@ -1,0 +1,115 @@
+"""`tbr engine-check` against a real vLLM 0.32 CPU server (issue 32 item 3): the simulator vs the engine.
+
+One tiny random-weight Qwen3 server: max_model_len 3,072, max_num_seqs 8, max_num_batched_tokens
+2,048, a small KV (``--num-gpu-blocks-override 25`` of the CPU backend's 128-token blocks: 3,200
+tokens, one block more than max_model_len, which vLLM needs to start; a full batch of the scaled Azure
+prompts runs out of blocks and vLLM preempts), tokens
+streamed every 16 (``--stream-interval``: the first token at once, so TTFT is unchanged, while the
+API server's per-token work no longer competes with the engine for the core). It runs at ``nice -10``
+when the test may (root): the box's 2 cores are shared with other work, and what is measured is the
+engine, not its neighbours.
+
+`tbr engine-check` fits the profile (the `tbr profile` sweep) and replays the first 100 requests of the
+Azure 2023 conversation trace, token counts halved, at a light load (1.5 req/s) and above saturation
+(6 req/s offered; ~5 served), then simulates the same requests on the fitted profile. What is asserted is the agreement
+docs/planner.md §Checked against the real engine documents for this noisy box (throughput within the
+issue's 15 %; TTFT within the measured bounds there), preemptions at the high load on both sides, and
+none at the light one in the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from devstack.procs import LOOPBACK, free_port
+from devstack.vllm_pool import FAMILY_MODEL_NAMES, VllmPoolSpec, VllmSetup, vllm_pool_process
+from planner import cmd_engine_check
+from tests.stacks import logs_shown
+from tests.vllm.conftest import DATA_DIR
+
+pytestmark = pytest.mark.vllm
+
+AZURE_CONV = DATA_DIR / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+BLOCKS = 25
+MAX_MODEL_LEN = 3072
+MAX_NUM_SEQS = 8
+MAX_NUM_BATCHED_TOKENS = 2048
+LIGHT_REQ_PER_S, HEAVY_REQ_PER_S = 1.5, 6.0
+
+THROUGHPUT_BOUND = 0.15
+"""Issue 32's target for output tokens/s and req/s, met on this box (docs/planner.md)."""
+TTFT_P50_BOUND = 0.5
+"""Measured P50 TTFT differences on the shared 2-core box reached −46 % (docs/planner.md)."""
+TTFT_P99_FACTOR = 10.0
+"""P99 of 100 requests is their second-longest TTFT: on the shared box one scheduling stall of the
+engine sets it (docs/planner.md); the simulated P99 must be within this factor of the measured one."""
+
+
+@pytest.fixture(scope="module")
+def server(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    spec = VllmPoolSpec(
+        "engine-check",
+        port,
+        MAX_MODEL_LEN,
+        vllm_setup.model_dirs["qwen3"],
+        family="qwen3",
+        cpu=0,
+        max_num_seqs=MAX_NUM_SEQS,
+        extra_args=(
+            "--num-gpu-blocks-override",
+            str(BLOCKS),
+            "--max-num-batched-tokens",
+            str(MAX_NUM_BATCHED_TOKENS),
+            "--stream-interval",
+            "16",
+        ),
+        nice=-10 if os.geteuid() == 0 else 0,
+    )
+    proc = vllm_pool_process(spec, vllm_setup.python, log_dir=tmp_path_factory.mktemp("engine-check-logs"))
+    with proc, logs_shown([proc]):
+        yield f"http://{LOOPBACK}:{port}"
+
+
+def test_simulator_agrees_with_real_vllm(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    if not AZURE_CONV.is_file():
+        pytest.skip("no Azure trace in the shared data")
+    p = argparse.ArgumentParser(prog="tbr")
+    cmd_engine_check.add_parser(p.add_subparsers(dest="command", required=True))
+    args = p.parse_args(
+        ["engine-check", "--url", server, "--model", FAMILY_MODEL_NAMES["qwen3"], "--trace", str(AZURE_CONV),
+         "--requests", "100", "--token-scale", "0.5", "--rate", str(LIGHT_REQ_PER_S), str(HEAVY_REQ_PER_S),
+         "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", str(MAX_NUM_SEQS),
+         "--max-num-batched-tokens", str(MAX_NUM_BATCHED_TOKENS),
+         "--prompt-tokens", "64", "512", "1024", "2048", "--concurrency", "1", "4", "8", "--repeats", "2",
+         "--json"]
+    )  # fmt: skip
+    assert args.func(args) == 0, capsys.readouterr().err
+    out = json.loads(capsys.readouterr().out)
+    light, heavy = out["results"]
+    with capsys.disabled():  # the comparison table in the test's output, pass or fail
+        print("\n" + "\n".join(cmd_engine_check.format_table(out["results"])))
+        print(
+            json.dumps(
+                {k: out["profile"][k] for k in sorted(out["profile"]) if k.endswith("_s") or "_s_" in k}
+            )
+        )
+    assert out["profile"]["kv_capacity_tokens"] == BLOCKS * 128
+    for res in (light, heavy):
+        rows = {r["metric"]: r for r in res["rows"]}
+        report = json.dumps(res, indent=1)
+        for key in ("output_tokens_per_s", "requests_per_s"):
+            assert abs(rows[key]["rel_diff"]) <= THROUGHPUT_BOUND, report
+        assert abs(rows["ttft_p50_s"]["rel_diff"]) <= TTFT_P50_BOUND, report
+        ratio = rows["ttft_p99_s"]["simulated"] / rows["ttft_p99_s"]["measured"]
+        assert 1 / TTFT_P99_FACTOR <= ratio <= TTFT_P99_FACTOR, report
+    # near saturation the engine runs out of KV blocks and preempts; the simulator too
+    assert heavy["measured"]["preemptions"] > 0 and heavy["simulated"]["preemptions"] > 0, heavy
+    assert light["simulated"]["preemptions"] == 0, light
+    # the heavy load is near saturation: its output rate is well above the light one's
+    assert heavy["measured"]["output_tokens_per_s"] > 1.8 * light["measured"]["output_tokens_per_s"]
