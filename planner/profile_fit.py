@@ -113,7 +113,7 @@ def fit_iteration_model(ms: list[Measurement], chunk_tokens: int) -> ProfileFit:
 def fit_rows(
     a: npt.NDArray[np.float64], y: npt.NDArray[np.float64], kind: npt.NDArray[np.int64]
 ) -> ProfileFit:
-    """Relative-error non-negative least squares of ``a @ [W, H, P] = y`` (``a`` shape ``(m, 3)``, ``y``
+    """Relative-error non-negative least squares of ``a @ [W, H, P, R, S, A] = y`` (``a`` shape ``(m, 6)``, ``y``
     seconds, ``kind`` 0 for a decode-time row and 1 for a prefill/TTFT row, shape ``(m,)``). Raises
     ``ValueError`` when W comes out 0 or a kind has no row."""
     if not ((kind == 0).any() and (kind == 1).any()) or np.any(y <= 0):

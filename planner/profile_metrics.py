@@ -23,7 +23,8 @@ rows of the model of :mod:`planner.profile_fit` (``t_iter = W + H·Σc + P·Σpr
 - prefill: ``prefill = k·(W + H·n̄·(L̄ + Ō/2)) + P·L̄`` with ``k = ceil(L̄ / chunk)`` iterations,
   each carrying the running batch as well.
 
-:func:`planner.profile_fit.fit_rows` fits W, H, P (relative error, non-negative). The fit needs
+:func:`planner.profile_fit.fit_rows` fits W, H, P (relative error, non-negative); the other constants
+of the sweep's fit (R, S, A) are not told apart by these means and stay 0 (W and H absorb them). The fit needs
 intervals at two or more different batch contexts ``n̄·c̄``: a fleet whose load changes over the
 scrapes, or several instances at different loads. A single scrape of an instance counts its
 cumulative histograms since the server started (one row, ``n̄`` the gauge at that moment). The
@@ -210,11 +211,11 @@ def fit_from_snapshots(instances: Sequence[Sequence[MetricsSnapshot]], chunk_tok
     a, y, kind = [], [], []
     for iv in rows:
         ctx = iv.batch_context_tokens
-        a.append([1.0, ctx, 0.0])
+        a.append([1.0, ctx, 0.0, 0.0, 0.0, 0.0])
         y.append(iv.itl_s)
         kind.append(0)
         k = max(1, math.ceil(iv.prompt_tokens / chunk_tokens))
-        a.append([float(k), k * ctx, iv.prompt_tokens])
+        a.append([float(k), k * ctx, iv.prompt_tokens, 0.0, 0.0, 0.0])
         y.append(iv.prefill_s)
         kind.append(1)
     return fit_rows(np.asarray(a), np.asarray(y), np.asarray(kind, dtype=np.int64))
