@@ -25,8 +25,7 @@ from dataclasses import replace
 import numpy as np
 import numpy.typing as npt
 
-from planner.sizing import base_period_s
-from planner.trace import Trace, tile_periods
+from planner.trace import Trace, base_period_s, tile_periods
 
 __all__ = ["AZURE_2024_CONV_WEEKDAY_PROFILE", "burst_rate", "daily_rate", "time_scaled"]
 

@@ -36,8 +36,8 @@ from planner.costmodel import annual_cost_usd, mix_stats, size_pool_mgc
 from planner.des import PoolSpec, SimResult, simulate
 from planner.profiles import PoolProfile
 from planner.routers import PolicyRouter, make_router
-from planner.sizing import Slo, base_period_s, meets_slo, size_pool_des
-from planner.trace import Trace
+from planner.sizing import Slo, meets_slo, size_pool_des
+from planner.trace import Trace, base_period_s
 
 __all__ = [
     "SPILL_KNOBS",

@@ -25,9 +25,9 @@ import numpy.typing as npt
 
 from planner.cdf_source import CdfSource
 from planner.costmodel import annual_cost_usd
-from planner.sizing import PoolJob, Slo, base_period_s, size_pool
+from planner.sizing import PoolJob, Slo, size_pool
 from planner.steady import pool_load
-from planner.trace import Trace
+from planner.trace import Trace, base_period_s
 
 __all__ = ["DesRequest", "PoolPlan", "run_des"]
 

@@ -136,11 +136,11 @@ def _load(kind: str, rate: float, min_requests: int, seed: int) -> tuple[Trace, 
 
 
 def _first_ts(path: Path) -> float:
-    from planner.trace_loaders import _azure_ts_s
+    from planner.trace_loaders import azure_timestamp_s
 
     with path.open(encoding="utf-8") as fh:
         fh.readline()
-        return _azure_ts_s(fh.readline().split(",")[0])
+        return azure_timestamp_s(fh.readline().split(",")[0])
 
 
 def _floors(trace: Trace, prof: PoolProfile, b: int) -> dict[str, Any]:

@@ -38,7 +38,7 @@ from planner.pool_stream import tiled_stream
 from planner.profiles import PoolProfile
 from planner.routers import make_router
 from planner.steady import PoolLoad, RunLength, p99_upper_s, pool_load, run_length, verdict
-from planner.trace import Trace
+from planner.trace import Trace, base_period_s
 
 __all__ = ["PoolJob", "Slo", "meets_slo", "size_pool", "size_pool_des"]
 
@@ -335,14 +335,6 @@ def _run_dict(length: RunLength) -> dict[str, Any]:
 
 def _s(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
-
-
-def base_period_s(trace: Trace) -> float:
-    """Repeat period of a base trace when tiled back to back: its span plus one mean gap, seconds."""
-    n = len(trace)
-    if n < 2:
-        return 1.0
-    return trace.duration_s + trace.duration_s / (n - 1)
 
 
 def size_pool_des(

@@ -17,7 +17,15 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
-__all__ = ["NormalizationReport", "Trace", "TraceError", "merge_traces", "normalize", "tile_periods"]
+__all__ = [
+    "NormalizationReport",
+    "Trace",
+    "TraceError",
+    "base_period_s",
+    "merge_traces",
+    "normalize",
+    "tile_periods",
+]
 
 
 class TraceError(ValueError):
@@ -257,6 +265,14 @@ def merge_traces(traces: list[Trace]) -> tuple[Trace, str]:
         merged = replace(merged, origin_s=base)
         return merged, f"merged {len(traces)} traces on their shared wall clock"
     return merged, f"merged {len(traces)} traces by arrival time (each re-based to t=0: no shared clock)"
+
+
+def base_period_s(trace: Trace) -> float:
+    """Repeat period of a base trace when tiled back to back: its span plus one mean gap, seconds."""
+    n = len(trace)
+    if n < 2:
+        return 1.0
+    return trace.duration_s + trace.duration_s / (n - 1)
 
 
 def tile_periods(trace: Trace, period_s: float, copies: int) -> Trace:

@@ -31,7 +31,15 @@ from extproc.core.decision import DecisionRecord, DecisionRecordError
 from planner.cdf_source import CdfSource
 from planner.trace import NormalizationReport, Trace, TraceError, build_trace
 
-__all__ = ["FORMATS", "REQUIRED_FIELDS", "detect_format", "load_cdf", "load_trace", "read_cdf_points"]
+__all__ = [
+    "FORMATS",
+    "REQUIRED_FIELDS",
+    "azure_timestamp_s",
+    "detect_format",
+    "load_cdf",
+    "load_trace",
+    "read_cdf_points",
+]
 
 
 def _int_field(row: dict[str, Any], key: str, report: NormalizationReport, *, minimum: int) -> int | None:
@@ -61,7 +69,7 @@ def _int_field(row: dict[str, Any], key: str, report: NormalizationReport, *, mi
     return val
 
 
-def _azure_ts_s(text: str) -> float:
+def azure_timestamp_s(text: str) -> float:
     """Parse ``YYYY-MM-DD HH:MM:SS[.fffffff]`` to seconds since 1970-01-01 (UTC assumed)."""
     day, clock = text.strip().split(" ")
     y, mo, d = (int(x) for x in day.split("-"))
@@ -123,7 +131,7 @@ def _load_azure(path: Path, report: NormalizationReport) -> Trace:
     for row in _csv_rows(path, "azure"):
         report.rows_read += 1
         try:
-            t = _azure_ts_s(row.get("TIMESTAMP") or "")
+            t = azure_timestamp_s(row.get("TIMESTAMP") or "")
         except (ValueError, TypeError):
             report.drop("unparseable TIMESTAMP")
             continue

@@ -17,6 +17,7 @@ import contextvars
 from typing import Protocol
 
 from extproc.core.decision import DecisionRecord
+from extproc.core.outcomes import CalibrationOutcome, MisrouteCalibrationOutcome, MisrouteOutcome, StreamEnd
 
 __all__ = ["NullObserver", "StreamObserver", "request_id_var"]
 
@@ -34,7 +35,7 @@ class StreamObserver(Protocol):
     def stream_started(self) -> None:
         """An ext_proc stream opened (one per HTTP request)."""
 
-    def stream_ended(self, end: str) -> None:
+    def stream_ended(self, end: StreamEnd) -> None:
         """The stream ended: ``complete`` (its exchange finished), ``cancelled`` or ``error``."""
 
     def decision(self, pool: str, category: str, reason: str, budget_tokens: int | None) -> None:
@@ -44,7 +45,7 @@ class StreamObserver(Protocol):
     def unreadable(self, reason: str) -> None:
         """A request could not be budgeted and went to the largest pool, for ``reason``."""
 
-    def calibration(self, outcome: str) -> None:
+    def calibration(self, outcome: CalibrationOutcome) -> None:
         """Reading usage from a response ended with ``outcome`` (``applied`` or why nothing was learned)."""
 
     def estimate_error(self, category: str, rel_error: float) -> None:
@@ -68,12 +69,12 @@ class StreamObserver(Protocol):
     def spillover(self, from_pool: str, to_pool: str, signal: str) -> None:
         """A request went to ``to_pool`` because its preferred ``from_pool`` was saturated by ``signal``."""
 
-    def misroute(self, from_pool: str, to_pool: str, outcome: str, cause: str) -> None:
+    def misroute(self, from_pool: str, to_pool: str, outcome: MisrouteOutcome, cause: str) -> None:
         """A misroute of ``from_pool``: Envoy retried it on ``to_pool`` (``recovered`` or
         ``retry_failed``), or ``error_in_stream`` / ``truncated`` (``to_pool`` = ``from_pool``);
         ``cause`` from :mod:`extproc.core.misroute_cause`."""
 
-    def misroute_calibration(self, pool: str, outcome: str) -> None:
+    def misroute_calibration(self, pool: str, outcome: MisrouteCalibrationOutcome) -> None:
         """What usage showed for a recovered misroute from ``pool`` (``confirmed``, ``unconfirmed``,
         ``ratcheted``)."""
 
@@ -97,7 +98,7 @@ class NullObserver:
     def stream_started(self) -> None:
         """Record nothing."""
 
-    def stream_ended(self, end: str) -> None:
+    def stream_ended(self, end: StreamEnd) -> None:
         """Record nothing."""
 
     def decision(self, pool: str, category: str, reason: str, budget_tokens: int | None) -> None:
@@ -106,7 +107,7 @@ class NullObserver:
     def unreadable(self, reason: str) -> None:
         """Record nothing."""
 
-    def calibration(self, outcome: str) -> None:
+    def calibration(self, outcome: CalibrationOutcome) -> None:
         """Record nothing."""
 
     def estimate_error(self, category: str, rel_error: float) -> None:
@@ -129,10 +130,10 @@ class NullObserver:
     def spillover(self, from_pool: str, to_pool: str, signal: str) -> None:
         """Record nothing."""
 
-    def misroute(self, from_pool: str, to_pool: str, outcome: str, cause: str) -> None:
+    def misroute(self, from_pool: str, to_pool: str, outcome: MisrouteOutcome, cause: str) -> None:
         """Record nothing."""
 
-    def misroute_calibration(self, pool: str, outcome: str) -> None:
+    def misroute_calibration(self, pool: str, outcome: MisrouteCalibrationOutcome) -> None:
         """Record nothing."""
 
     def response_read(self, read: bool, reason: str) -> None:

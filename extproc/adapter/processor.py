@@ -50,6 +50,7 @@ from extproc.core.decision import DecisionRecord
 from extproc.core.encoding import StreamDecoder
 from extproc.core.estimator import TokenBudget
 from extproc.core.misroute_cause import ErrorBodyReader
+from extproc.core.outcomes import MisrouteOutcome, StreamEnd
 from extproc.core.output_reserve import ALL_BANDS
 from extproc.core.policy import PoolDecision
 from extproc.core.read_decision import truncation_possible
@@ -151,7 +152,7 @@ class StreamProcessor:
         """The budgeted request asked for SSE (``stream: true``)."""
         self.misroute_cause: str | None = None
         """Why the request is a misroute (:mod:`extproc.core.misroute_cause`), None when it is not."""
-        self.retry_outcome: str | None = None
+        self.retry_outcome: MisrouteOutcome | None = None
         """Envoy's retry of this request (``recovered``, ``retry_failed``) until it is counted with
         its cause (:func:`extproc.adapter.response_phases.settle_retry`)."""
         self._error: ErrorBodyReader | None = None
@@ -569,7 +570,7 @@ class StreamProcessor:
         """Read the final usage and calibrate; idempotent (exactly once per request)."""
         response_phases.finish_response(self)
 
-    def finish(self, end: str) -> None:
+    def finish(self, end: StreamEnd) -> None:
         """The stream ended (``end``: ``complete``, ``cancelled`` or ``error``); record the decision.
 
         A usage already read from a stream the client aborted still calibrates (it is a true

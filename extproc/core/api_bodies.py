@@ -34,17 +34,17 @@ import orjson
 from extproc.core.audio import AudioClip
 from extproc.core.chat_messages import (
     MediaItem,
+    PromptText,
     UnreadableRequest,
-    _content,
-    _json_text,
-    _messages,
-    _Text,
-    _tool_defs,
+    int_field,
+    json_text,
+    tool_defs_of,
+    walk_content,
+    walk_messages,
 )
 from extproc.core.request_body import (
     RequestFeatures,
     features_of,
-    int_field,
     load_object,
     reasoning_request_of,
     rendered_bytes,
@@ -84,7 +84,7 @@ def parse_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384) -> Requ
 def _features(
     parsed: dict[str, Any],
     endpoint: str,
-    text: _Text,
+    text: PromptText,
     counts: list[int],
     images: list[MediaItem],
     n_messages: int,
@@ -93,7 +93,7 @@ def _features(
     **extra: Any,
 ) -> RequestFeatures:
     """Features of a walked request; ``counts`` = [images, audio, tool calls, unknown fields]."""
-    tool_defs = _tool_defs(parsed)
+    tool_defs = tool_defs_of(parsed)
     tools = tool_json(tool_defs)
     stream, include_usage = stream_flags(parsed)
     prompt_text, text_bytes, prompt_codes = text.joined([])
@@ -129,7 +129,7 @@ def _features(
 
 
 def _responses(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
-    text = _Text(sample_bytes)
+    text = PromptText(sample_bytes)
     counts = [0, 0, 0, 0]
     images: list[MediaItem] = []
     n_messages = 0
@@ -165,20 +165,20 @@ def _responses(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
     )
 
 
-def _response_item(item: Any, text: _Text, counts: list[int], images: list[MediaItem]) -> int:
+def _response_item(item: Any, text: PromptText, counts: list[int], images: list[MediaItem]) -> int:
     """Add one ``input`` item; returns the chat messages it renders as (0 or 1)."""
     if not isinstance(item, dict):
         raise UnreadableRequest("bad_field_type", "input item")
     kind = item.get("type", "message")
     if kind == "message":
-        _content(item.get("content"), text, counts, images)
+        walk_content(item.get("content"), text, counts, images)
         return 1
     if kind == "function_call":
         text.add(str(item.get("name") or ""))
-        text.add(_json_text(item.get("arguments") or ""))
+        text.add(json_text(item.get("arguments") or ""))
         return 1
     if kind == "function_call_output":
-        text.add(_json_text(item.get("output") or ""))
+        text.add(json_text(item.get("output") or ""))
         return 1
     if kind == "reasoning":
         for field in ("summary", "content"):
@@ -196,7 +196,7 @@ def _response_item(item: Any, text: _Text, counts: list[int], images: list[Media
 
 
 def _anthropic(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
-    text = _Text(sample_bytes)
+    text = PromptText(sample_bytes)
     counts = [0, 0, 0, 0]
     images: list[MediaItem] = []
     n_messages = 0
@@ -228,7 +228,7 @@ def _anthropic(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
     return _features(parsed, "messages", text, counts, images, n_messages, int_field(parsed, "max_tokens"))
 
 
-def _blocks(blocks: list[Any], text: _Text, counts: list[int], images: list[MediaItem]) -> int:
+def _blocks(blocks: list[Any], text: PromptText, counts: list[int], images: list[MediaItem]) -> int:
     """Add Anthropic content blocks; returns the extra chat messages they render as
     (vLLM turns each ``tool_result`` of a user turn into a ``tool`` message)."""
     extra = 0
@@ -240,12 +240,12 @@ def _blocks(blocks: list[Any], text: _Text, counts: list[int], images: list[Medi
             value = block.get("text")
             text.add(value if isinstance(value, str) else "")
         elif kind == "image":
-            _content([block], text, counts, images)
+            walk_content([block], text, counts, images)
         elif kind == "document":
             counts[0] += 1
         elif kind == "tool_use":
             text.add(str(block.get("name") or ""))
-            text.add(_json_text(block.get("input") or {}))
+            text.add(json_text(block.get("input") or {}))
         elif kind == "tool_result":
             extra += 1
             inner = block.get("content")
@@ -276,11 +276,11 @@ def _batch(parsed: dict[str, Any], sample_bytes: int) -> RequestFeatures:
     max_output = max_completion if max_completion is not None else int_field(parsed, "max_tokens")
     each: list[RequestFeatures] = []
     for conversation in conversations:
-        text = _Text(sample_bytes)
+        text = PromptText(sample_bytes)
         counts = [0, 0, 0, 0]
         images: list[MediaItem] = []
         reasoning: list[str] = []
-        n = _messages(conversation, text, counts, reasoning, images)
+        n = walk_messages(conversation, text, counts, reasoning, images)
         each.append(_features(parsed, "chat_batch", text, counts, images, n, max_output, reasoning))
     longest = max(each, key=lambda f: (f.text_bytes + 4096 * f.n_images, f.n_messages))
     return _features_with_conversations(longest, tuple(each))

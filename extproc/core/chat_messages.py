@@ -3,7 +3,7 @@
 
 Every field vLLM's chat-message parsing hands to the template is measured
 (:data:`VLLM_MESSAGE_FIELDS`); structured values are measured as the template prints them
-(:func:`_json_text`); images are sized from their headers (:mod:`extproc.core.images`). Text is
+(:func:`json_text`); images are sized from their headers (:mod:`extproc.core.images`). Text is
 measured in UTF-8 bytes of the decoded JSON strings.
 """
 
@@ -17,6 +17,19 @@ import orjson
 from extproc.core.audio import AudioClip, clip_of_part
 from extproc.core.images import ImageSize, size_from_base64, size_from_url
 from extproc.core.runs import text_utf8_length
+
+__all__ = [
+    "VLLM_MESSAGE_FIELDS",
+    "MediaItem",
+    "PromptText",
+    "UnreadableRequest",
+    "int_field",
+    "json_text",
+    "tool_defs_of",
+    "walk_content",
+    "walk_messages",
+    "walk_prompt",
+]
 
 _MAX_SANE_TOKENS = 1 << 31
 
@@ -50,7 +63,7 @@ VLLM_MESSAGE_FIELDS = frozenset(
 ``name`` and ``task`` of any message and ``tools`` of developer messages)."""
 
 
-def _json_text(value: Any) -> str:
+def json_text(value: Any) -> str:
     """How a template shows a structured value: JSON with ``", "``/``": "`` separators (Jinja
     ``tojson`` / Python ``json.dumps`` defaults, the wider of the compact and spaced forms)."""
     if isinstance(value, str):
@@ -69,15 +82,15 @@ def _arguments_text(args: Any) -> str:
             parsed: Any = orjson.loads(args)
         except orjson.JSONDecodeError:
             return args
-        return _json_text(parsed)
-    return "" if args is None else _json_text(args)
+        return json_text(parsed)
+    return "" if args is None else json_text(args)
 
 
 MediaItem = ImageSize | AudioClip | None
 """One media part in request order: an image's size (None when not inline) or an audio clip."""
 
 
-class _Text:
+class PromptText:
     """Accumulates the prompt's text parts and, with a positive ``limit``, a sample of their first
     ``limit`` UTF-8 bytes (the ``ratio`` cost model's classifier; the ``runs`` model keeps none).
 
@@ -93,6 +106,7 @@ class _Text:
         self.parts: list[bytes] = []
 
     def add(self, s: str) -> None:
+        """Append one text part (empty parts are skipped) and sample its head while room is left."""
         if not s:
             return
         self.all.append(s)
@@ -128,11 +142,18 @@ class _Text:
         return text, total - others, codes
 
     def sample(self) -> bytes:
+        """The sampled heads of the parts, joined by spaces (at most ``limit`` bytes plus separators)."""
         # joined with a space, not a newline: the estimator counts newlines as structure tokens
         return b" ".join(self.parts)
 
 
-def _int_field(body: dict[str, Any], name: str) -> int | None:
+def int_field(body: dict[str, Any], name: str) -> int | None:
+    """A non-negative integer field of ``body`` (integral floats accepted), None when absent.
+
+    Raises:
+        UnreadableRequest: ``bad_field_type`` (not a number, or a non-integral float) or
+            ``bad_field_value`` (negative or ≥ 2³¹).
+    """
     value = body.get(name)
     if value is None:
         return None
@@ -166,7 +187,9 @@ def _image_size(part: dict[str, Any]) -> ImageSize | None:
     return None
 
 
-def _content(content: Any, text: _Text, counts: list[int], images: list[MediaItem] | None = None) -> None:
+def walk_content(
+    content: Any, text: PromptText, counts: list[int], images: list[MediaItem] | None = None
+) -> None:
     """Walk a message ``content``: string, or list of parts. counts = [images, audio]; the size
     of each image part is appended to ``images`` (None when not inline)."""
     if content is None:
@@ -210,7 +233,7 @@ def _media_part(kind: Any, part: dict[str, Any], counts: list[int], images: list
     return True
 
 
-def _tool_calls(calls: Any, text: _Text, counts: list[int]) -> None:
+def _tool_calls(calls: Any, text: PromptText, counts: list[int]) -> None:
     """An assistant's ``tool_calls``: name and arguments as the template prints them."""
     for call in calls or ():
         counts[2] += 1
@@ -219,12 +242,12 @@ def _tool_calls(calls: Any, text: _Text, counts: list[int]) -> None:
             text.add(str(fn.get("name") or ""))
             text.add(_arguments_text(fn.get("arguments")))
         else:
-            text.add(_json_text(call))
+            text.add(json_text(call))
 
 
 def _message(
     msg: dict[str, Any],
-    text: _Text,
+    text: PromptText,
     counts: list[int],
     reasoning: list[str],
     images: list[MediaItem] | None = None,
@@ -232,21 +255,21 @@ def _message(
     """Every field of one message the template can render (module docstring of the estimator)."""
     for field, value in msg.items():
         if field == "content":
-            _content(value, text, counts, images)
+            walk_content(value, text, counts, images)
         elif field == "tool_calls":
             _tool_calls(value, text, counts)
         elif field in ("reasoning", "reasoning_content"):
             if value is not None and not (field == "reasoning_content" and "reasoning" in msg):
-                reasoning.append(_json_text(value))  # vLLM passes one of them, as both names
+                reasoning.append(json_text(value))  # vLLM passes one of them, as both names
         elif field != "role" and value is not None:
             if field not in VLLM_MESSAGE_FIELDS:
                 counts[3] += 1
-            text.add(_json_text(value))
+            text.add(json_text(value))
 
 
-def _messages(
+def walk_messages(
     messages: Any,
-    text: _Text,
+    text: PromptText,
     counts: list[int],
     reasoning: list[str],
     images: list[MediaItem] | None = None,
@@ -269,7 +292,7 @@ def _messages(
     return len(messages)
 
 
-def _prompt(prompt: Any, text: _Text) -> int:
+def walk_prompt(prompt: Any, text: PromptText) -> int:
     """Walk a completions ``prompt``; returns exact tokens given as ids."""
     if isinstance(prompt, str):
         text.add(prompt)
@@ -300,7 +323,7 @@ def _prompt(prompt: Any, text: _Text) -> int:
     raise UnreadableRequest("bad_field_type", "prompt")
 
 
-def _tool_defs(parsed: dict[str, Any]) -> list[Any]:
+def tool_defs_of(parsed: dict[str, Any]) -> list[Any]:
     """``tools`` and legacy ``functions`` definitions, in that order."""
     tool_defs: list[Any] = []
     for name in ("tools", "functions"):

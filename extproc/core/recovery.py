@@ -30,6 +30,7 @@ from extproc.config import PoolConfig, RecoveryConfig
 from extproc.core.calibration import INITIAL_REL_DEV, RatioKey, RatioState, RatioStore
 from extproc.core.estimator import Estimator, TokenBudget
 from extproc.core.load import LoadTracker
+from extproc.core.outcomes import MisrouteCalibrationOutcome, MisrouteOutcome
 
 
 class PoolOrder(Protocol):
@@ -53,7 +54,7 @@ class RetryOutcome:
 
     from_pool: str
     to_pool: str
-    outcome: str
+    outcome: MisrouteOutcome
 
 
 @runtime_checkable
@@ -188,7 +189,7 @@ class MisrouteRecovery:
 
     def on_usage(
         self, budget: TokenBudget, pool: str, served_by: str, prompt_tokens: int, dev_before_ratio: float
-    ) -> tuple[str, ...]:
+    ) -> tuple[MisrouteCalibrationOutcome, ...]:
         """Usage of a 2xx response served by ``served_by`` after a retry from ``pool``.
 
         Returns the outcomes to count in ``tbr_misroute_calibration``: ``("unconfirmed",)`` when

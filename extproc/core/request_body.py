@@ -24,13 +24,13 @@ import orjson
 from extproc.core.audio import AudioClip
 from extproc.core.chat_messages import (
     MediaItem,
+    PromptText,
     UnreadableRequest,
-    _int_field,
-    _json_text,
-    _messages,
-    _prompt,
-    _Text,
-    _tool_defs,
+    int_field,
+    json_text,
+    tool_defs_of,
+    walk_messages,
+    walk_prompt,
 )
 from extproc.core.images import ImageSize
 from extproc.core.runs import RunCounts, count_runs
@@ -221,20 +221,11 @@ def stream_flags(parsed: dict[str, Any]) -> tuple[bool, bool | None]:
     return parsed.get("stream") is True, include_usage
 
 
-def int_field(parsed: dict[str, Any], name: str) -> int | None:
-    """A non-negative integer field (integral floats accepted), None when absent.
-
-    Raises:
-        UnreadableRequest: wrong type or out of range.
-    """
-    return _int_field(parsed, name)
-
-
 def tool_json(tool_defs: list[Any]) -> tuple[str, str] | None:
     """The tool schemas as compact JSON and as JSON with spaces (None without tools)."""
     if not tool_defs:
         return None
-    return orjson.dumps(tool_defs).decode(), _json_text(tool_defs)
+    return orjson.dumps(tool_defs).decode(), json_text(tool_defs)
 
 
 _EFFORTS = frozenset(("minimal", "low", "medium", "high"))
@@ -303,41 +294,41 @@ def parse_request_body(body: bytes, endpoint: str, *, sample_bytes: int = 16384)
 def features_of(parsed: dict[str, Any], endpoint: str, sample_bytes: int) -> RequestFeatures:
     """:func:`parse_request_body` of an already loaded object (see :func:`load_object`)."""
     model: str = parsed.get("model", "")
-    text = _Text(sample_bytes)
+    text = PromptText(sample_bytes)
     counts = [0, 0, 0, 0]
     reasoning: list[str] = []
     images: list[MediaItem] = []
     n_messages = 0
     exact = 0
     if endpoint == "chat":
-        n_messages = _messages(parsed.get("messages"), text, counts, reasoning, images)
+        n_messages = walk_messages(parsed.get("messages"), text, counts, reasoning, images)
     elif endpoint == "completions":
         if "prompt" not in parsed:
             raise UnreadableRequest("empty_prompt", "prompt")
         prompt = parsed.get("prompt")
         if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, str) for p in prompt):
             return _prompt_list(parsed, prompt, sample_bytes)
-        exact = _prompt(prompt, text)
+        exact = walk_prompt(prompt, text)
         suffix = parsed.get("suffix")
         if isinstance(suffix, str):
             text.add(suffix)
     else:
         raise UnreadableRequest("unsupported_path")
 
-    tool_defs = _tool_defs(parsed)
+    tool_defs = tool_defs_of(parsed)
     tools = tool_json(tool_defs)
     tool_schema_bytes = utf8_bytes(tools[0]) if tools else 0
     template_texts = []
     for name in ("documents", "chat_template_kwargs"):
         value = parsed.get(name)
         if value is not None:
-            template_texts.append(_json_text(value))
+            template_texts.append(json_text(value))
 
-    max_completion = _int_field(parsed, "max_completion_tokens")
-    max_tokens = _int_field(parsed, "max_tokens")
+    max_completion = int_field(parsed, "max_completion_tokens")
+    max_tokens = int_field(parsed, "max_tokens")
     max_output = max_completion if max_completion is not None else max_tokens
-    n = _int_field(parsed, "n") or 1
-    best_of = _int_field(parsed, "best_of") or 1
+    n = int_field(parsed, "n") or 1
+    best_of = int_field(parsed, "best_of") or 1
     stream, include_usage = stream_flags(parsed)
     truncate = truncate_prompt_tokens(parsed)
     prompt_text, text_bytes, prompt_codes = text.joined(template_texts)
@@ -396,5 +387,5 @@ def truncate_prompt_tokens(parsed: dict[str, Any]) -> int | None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool) and value == -1:
         return None
-    n = _int_field(parsed, "truncate_prompt_tokens")
+    n = int_field(parsed, "truncate_prompt_tokens")
     return n if n else None

@@ -25,6 +25,7 @@ from prometheus_client import (
 )
 
 from extproc.core.decision import DecisionRecord
+from extproc.core.outcomes import CalibrationOutcome, MisrouteCalibrationOutcome, MisrouteOutcome, StreamEnd
 from extproc.core.runs import RUNSCAN, RUNSCAN_PASS
 from extproc.service.load_metrics import LoadMetrics
 from extproc.service.otel import OtelRecorder
@@ -296,7 +297,7 @@ class PrometheusObserver:
         """``tbr_inflight_streams`` + 1."""
         self._inflight_inc()
 
-    def stream_ended(self, end: str) -> None:
+    def stream_ended(self, end: StreamEnd) -> None:
         """``tbr_inflight_streams`` − 1 and ``tbr_streams_total{end}``."""
         self._inflight_dec()
         self._child("streams", self.metrics.streams, end).inc()
@@ -314,7 +315,7 @@ class PrometheusObserver:
         """``tbr_unreadable_requests_total{reason}``."""
         self._child("unreadable", self.metrics.unreadable, reason).inc()
 
-    def calibration(self, outcome: str) -> None:
+    def calibration(self, outcome: CalibrationOutcome) -> None:
         """``tbr_calibration_events_total{outcome}``."""
         self._child("calibration", self.metrics.calibration, outcome).inc()
 
@@ -359,10 +360,10 @@ class PrometheusObserver:
         """``tbr_spillover_total{from_pool,to_pool,signal}``."""
         self._child("spillover", self.metrics.load.spillover, from_pool, to_pool, signal).inc()
 
-    def misroute(self, from_pool: str, to_pool: str, outcome: str, cause: str) -> None:
+    def misroute(self, from_pool: str, to_pool: str, outcome: MisrouteOutcome, cause: str) -> None:
         """``tbr_misroutes_total{from_pool,to_pool,outcome,cause}``."""
         self._child("misroutes", self.metrics.load.misroutes, from_pool, to_pool, outcome, cause).inc()
 
-    def misroute_calibration(self, pool: str, outcome: str) -> None:
+    def misroute_calibration(self, pool: str, outcome: MisrouteCalibrationOutcome) -> None:
         """``tbr_misroute_calibration_total{pool,outcome}``."""
         self._child("misroute_cal", self.metrics.load.misroute_calibration, pool, outcome).inc()

@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from extproc.core.chat_messages import UnreadableRequest, _messages, _prompt, _Text
+from extproc.core.chat_messages import PromptText, UnreadableRequest, walk_messages, walk_prompt
 
 
 def _walk(messages: Any) -> tuple[str, int, list[int], list[str]]:
-    text = _Text(0)
+    text = PromptText(0)
     counts = [0, 0, 0, 0]
     reasoning: list[str] = []
-    _messages(messages, text, counts, reasoning)
+    walk_messages(messages, text, counts, reasoning)
     joined, nbytes, _ = text.joined([])
     return joined, nbytes, counts, reasoning
 
@@ -70,12 +70,12 @@ def test_unreadable_messages_are_refused_with_a_reason(messages: Any, reason: st
     [("hello", 0, "hello"), (["a", "b"], 0, "a\nb"), ([1, 2, 3], 3, ""), ([[1, 2], [3, 4, 5]], 3, "")],
 )
 def test_completion_prompts_are_text_or_exact_token_ids(prompt: Any, exact_tokens: int, text: str) -> None:
-    t = _Text(0)
-    assert _prompt(prompt, t) == exact_tokens
+    t = PromptText(0)
+    assert walk_prompt(prompt, t) == exact_tokens
     assert t.joined([])[0] == text
 
 
 @pytest.mark.parametrize("prompt", [[], 7, [1, "a"], [True, 2], [[1], "a"], [{"x": 1}]])
 def test_malformed_completion_prompts_are_refused(prompt: Any) -> None:
     with pytest.raises(UnreadableRequest):
-        _prompt(prompt, _Text(0))
+        walk_prompt(prompt, PromptText(0))
