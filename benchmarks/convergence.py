@@ -25,7 +25,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from benchmarks.bodies import encoder, prompt_tokens
 from extproc.config import parse_config
-from extproc.core.request_body import parse_request_body
+from extproc.core.request.request_body import parse_request_body
 from extproc.service.app import RouterApp
 
 __all__ = ["ConvergenceResult", "replay"]

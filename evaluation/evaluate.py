@@ -1,6 +1,6 @@
 """Run the estimator and its baselines over a replay and summarise fidelity (JSON-able dicts).
 
-Strategies (all but ``fixed4_body`` run through the router's own :class:`~extproc.core.estimator.Estimator`):
+Strategies (all but ``fixed4_body`` run through the router's own :class:`~extproc.core.estimate.estimator.Estimator`):
 
 * ``ours``: the shipped defaults (per-model framing, digits, per-family priors, per-category
   weighted quantile learner).

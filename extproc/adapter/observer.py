@@ -16,8 +16,13 @@ from __future__ import annotations
 import contextvars
 from typing import Protocol
 
-from extproc.core.decision import DecisionRecord
-from extproc.core.outcomes import CalibrationOutcome, MisrouteCalibrationOutcome, MisrouteOutcome, StreamEnd
+from extproc.core.learn.outcomes import (
+    CalibrationOutcome,
+    MisrouteCalibrationOutcome,
+    MisrouteOutcome,
+    StreamEnd,
+)
+from extproc.core.route.decision import DecisionRecord
 
 __all__ = ["NullObserver", "StreamObserver", "request_id_var"]
 
@@ -72,7 +77,7 @@ class StreamObserver(Protocol):
     def misroute(self, from_pool: str, to_pool: str, outcome: MisrouteOutcome, cause: str) -> None:
         """A misroute of ``from_pool``: Envoy retried it on ``to_pool`` (``recovered`` or
         ``retry_failed``), or ``error_in_stream`` / ``truncated`` (``to_pool`` = ``from_pool``);
-        ``cause`` from :mod:`extproc.core.misroute_cause`."""
+        ``cause`` from :mod:`extproc.core.learn.misroute_cause`."""
 
     def misroute_calibration(self, pool: str, outcome: MisrouteCalibrationOutcome) -> None:
         """What usage showed for a recovered misroute from ``pool`` (``confirmed``, ``unconfirmed``,
@@ -80,7 +85,7 @@ class StreamObserver(Protocol):
 
     def response_read(self, read: bool, reason: str) -> None:
         """The adaptive read decision (``calibration.response_reads.mode: adaptive``) chose to read
-        (``read``) a request's response or not, for ``reason`` (:mod:`extproc.core.read_decision`)."""
+        (``read``) a request's response or not, for ``reason`` (:mod:`extproc.core.learn.read_decision`)."""
 
     def request_finished(self, record: DecisionRecord, traceparent: str) -> None:
         """A routed request's stream ended (only when :attr:`records_requests`): its decision

@@ -44,19 +44,19 @@ from extproc.adapter.off_path import (
     route_and_sample,
 )
 from extproc.adapter.runtime import Runtime
-from extproc.core.api_bodies import parse_body
-from extproc.core.batch import batch_budget
-from extproc.core.decision import DecisionRecord
-from extproc.core.encoding import StreamDecoder
-from extproc.core.estimator import TokenBudget
-from extproc.core.misroute_cause import ErrorBodyReader
-from extproc.core.outcomes import MisrouteOutcome, StreamEnd
-from extproc.core.output_reserve import ALL_BANDS
-from extproc.core.policy import PoolDecision
-from extproc.core.read_decision import truncation_possible
-from extproc.core.request_body import RequestFeatures, UnreadableRequest, endpoint_for_path
-from extproc.core.screen import route_budget
-from extproc.core.sse import JSONUsageReader, SSEUsageReader
+from extproc.core.estimate.estimator import TokenBudget
+from extproc.core.estimate.output_reserve import ALL_BANDS
+from extproc.core.estimate.screen import route_budget
+from extproc.core.learn.batch import batch_budget
+from extproc.core.learn.misroute_cause import ErrorBodyReader
+from extproc.core.learn.outcomes import MisrouteOutcome, StreamEnd
+from extproc.core.learn.read_decision import truncation_possible
+from extproc.core.request.api_bodies import parse_body
+from extproc.core.request.request_body import RequestFeatures, UnreadableRequest, endpoint_for_path
+from extproc.core.response.encoding import StreamDecoder
+from extproc.core.response.sse import JSONUsageReader, SSEUsageReader
+from extproc.core.route.decision import DecisionRecord
+from extproc.core.route.policy import PoolDecision
 
 __all__ = ["Exchange", "StreamProcessor"]
 
@@ -151,7 +151,7 @@ class StreamProcessor:
         self.streamed = False
         """The budgeted request asked for SSE (``stream: true``)."""
         self.misroute_cause: str | None = None
-        """Why the request is a misroute (:mod:`extproc.core.misroute_cause`), None when it is not."""
+        """Why the request is a misroute (:mod:`extproc.core.learn.misroute_cause`), None when it is not."""
         self.retry_outcome: MisrouteOutcome | None = None
         """Envoy's retry of this request (``recovered``, ``retry_failed``) until it is counted with
         its cause (:func:`extproc.adapter.response_phases.settle_retry`)."""
@@ -442,7 +442,7 @@ class StreamProcessor:
 
     def _estimate(self, features: RequestFeatures) -> TokenBudget:
         """The exact estimate when someone reads it (calibration, decision log, request records),
-        else the screened budget: same pool, bounded work (:mod:`extproc.core.screen`)."""
+        else the screened budget: same pool, bounded work (:mod:`extproc.core.estimate.screen`)."""
         r = self.router
         read = self.sampled or r.decision_log is not None or r.observer.records_requests
         if read or not r.config.estimator.screen or features.previous_response_id is not None:
@@ -514,7 +514,7 @@ class StreamProcessor:
 
     def _decide_read(self, budget: TokenBudget) -> bool:
         """The adaptive read decision for a request routed with ``budget`` to :attr:`pool`
-        (:class:`extproc.core.read_decision.ResponseReadPolicy`), counted with its reason."""
+        (:class:`extproc.core.learn.read_decision.ResponseReadPolicy`), counted with its reason."""
         r = self.router
         rr = r.config.calibration.response_reads
         pool, larger = r.models.pool(self.pool), r.models.next_larger(self.pool)

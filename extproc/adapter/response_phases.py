@@ -2,8 +2,8 @@
 
 On a 2xx answer the processor asks Envoy for the body (STREAMED, never BUFFERED: Envoy fails a
 buffered body above its buffer limit with 500, which would change what the client gets), reads
-``usage`` from a decoded copy in bounded memory (:mod:`extproc.core.sse`,
-:mod:`extproc.core.encoding`), and at the end of the stream calibrates once: the estimator
+``usage`` from a decoded copy in bounded memory (:mod:`extproc.core.response.sse`,
+:mod:`extproc.core.response.encoding`), and at the end of the stream calibrates once: the estimator
 learns from the served ``usage.prompt_tokens`` and misroute recovery ratchets a confirmed
 underestimate (docs/design/003-misroute-recovery.md). The body always passes unchanged.
 
@@ -21,11 +21,9 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from extproc.adapter import responses as R
 from extproc.adapter.exchange import Exchange
 from extproc.adapter.headers import plain_headers
-from extproc.core.api_usage import API_OF_ENDPOINT
-from extproc.core.batch import batch_budget
-from extproc.core.encoding import DecodeError, make_decoder
-from extproc.core.estimator import TokenBudget
-from extproc.core.misroute_cause import (
+from extproc.core.estimate.estimator import TokenBudget
+from extproc.core.learn.batch import batch_budget
+from extproc.core.learn.misroute_cause import (
     ESTIMATE_TOO_LOW,
     TRUNCATED,
     UNKNOWN,
@@ -33,9 +31,11 @@ from extproc.core.misroute_cause import (
     cause_of_failed_retry,
     cause_of_served_retry,
 )
-from extproc.core.recovery import overflowed, parse_attempt_count
-from extproc.core.sse import JSONUsageReader, SSEUsageReader, StreamError, is_context_length_error
-from extproc.core.truncation import LENGTH_REASONS, judge_output
+from extproc.core.learn.recovery import overflowed, parse_attempt_count
+from extproc.core.learn.truncation import LENGTH_REASONS, judge_output
+from extproc.core.response.api_usage import API_OF_ENDPOINT
+from extproc.core.response.encoding import DecodeError, make_decoder
+from extproc.core.response.sse import JSONUsageReader, SSEUsageReader, StreamError, is_context_length_error
 
 if TYPE_CHECKING:
     from extproc.adapter.processor import StreamProcessor
@@ -204,7 +204,7 @@ def finish_response(proc: StreamProcessor) -> None:
 
 
 def judge_answer(proc: StreamProcessor, finish_reasons: tuple[str, ...]) -> None:
-    """Was the answer cut by the pool that served it (:func:`extproc.core.truncation.judge_output`)?
+    """Was the answer cut by the pool that served it (:func:`extproc.core.learn.truncation.judge_output`)?
     A cut answer is a misroute of that pool: ``tbr_misroutes_total{outcome="truncated"}`` (``to_pool``
     = the serving pool: nothing was retried) and the decision record's ``truncated``; the record's
     ``misroute`` says ``truncated`` unless a retry already named the request a misroute. Each
@@ -282,12 +282,12 @@ def judge_without_usage(proc: StreamProcessor, finish_reasons: tuple[str, ...]) 
 def learned_budget(proc: StreamProcessor) -> TokenBudget | None:
     """The budget the served usage is learned against, or None (outcome counted): a
     ``previous_response_id`` continuation's usage counts stored turns; a chat batch's usage is
-    the sum over its conversations, learned against the summed estimate (extproc.core.batch)."""
+    the sum over its conversations, learned against the summed estimate (extproc.core.learn.batch)."""
     if not proc.learn:
         proc.router.observer.calibration("previous_response")
         return None
     if proc.budget is not None and proc.budget.screened:
-        proc.router.observer.calibration("screened")  # a routing-only budget (extproc.core.screen)
+        proc.router.observer.calibration("screened")  # a routing-only budget (extproc.core.estimate.screen)
         return None
     if proc.batch_budgets is None:
         return proc.budget
@@ -329,7 +329,7 @@ def settle_served_retry(proc: StreamProcessor, budget: TokenBudget, prompt_token
 
 def settle_retry(proc: StreamProcessor, cause: str) -> None:
     """Count Envoy's retry of this request, once, with its ``cause``
-    (``tbr_misroutes_total{from_pool,to_pool,outcome,cause}``, :mod:`extproc.core.misroute_cause`)."""
+    (``tbr_misroutes_total{from_pool,to_pool,outcome,cause}``, :mod:`extproc.core.learn.misroute_cause`)."""
     outcome, routed = proc.retry_outcome, proc.routed_pool
     if outcome is None or routed is None or proc.retried_to is None:
         return

@@ -17,16 +17,16 @@ from extproc.adapter.held_records import HeldRecords
 from extproc.adapter.observer import NullObserver, StreamObserver
 from extproc.adapter.responses import route_by_metadata, route_request_body, route_request_headers
 from extproc.config import RouterConfig
-from extproc.core.calibration import InMemoryRatioStore, RatioStore
-from extproc.core.decision import DecisionRecord
-from extproc.core.estimator import Estimator
-from extproc.core.load import LoadTracker
-from extproc.core.model_sets import ModelRouting
-from extproc.core.output_reserve import OutputClassKey, OutputLengthLearner
-from extproc.core.policy import Policy
-from extproc.core.read_decision import ReadPolicyParams, ResponseReadPolicy
-from extproc.core.recovery import MisrouteRecovery
-from extproc.core.response_ids import ResponsePools
+from extproc.core.estimate.calibration import InMemoryRatioStore, RatioStore
+from extproc.core.estimate.estimator import Estimator
+from extproc.core.estimate.output_reserve import OutputClassKey, OutputLengthLearner
+from extproc.core.learn.read_decision import ReadPolicyParams, ResponseReadPolicy
+from extproc.core.learn.recovery import MisrouteRecovery
+from extproc.core.route.decision import DecisionRecord
+from extproc.core.route.load import LoadTracker
+from extproc.core.route.model_sets import ModelRouting
+from extproc.core.route.policy import Policy
+from extproc.core.route.response_ids import ResponsePools
 
 __all__ = ["DecisionSink", "OutputSink", "Runtime", "read_params"]
 
@@ -174,7 +174,7 @@ class Runtime:
 
     def output_unjudged(self, reason: str) -> None:
         """Count one served answer the output learner cannot learn from
-        (:data:`~extproc.core.output_reserve.UNJUDGED_REASONS`); nothing without a learner."""
+        (:data:`~extproc.core.estimate.output_reserve.UNJUDGED_REASONS`); nothing without a learner."""
         learner = self.estimator.output_learner
         if learner is not None:
             learner.count_unjudged(reason)

@@ -58,7 +58,7 @@ from extproc.adapter.observer import request_id_var
 from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.runtime import Runtime
 from extproc.config import ServerConfig
-from extproc.core.outcomes import StreamEnd
+from extproc.core.learn.outcomes import StreamEnd
 
 __all__ = [
     "EXT_PROC_SERVICE",

@@ -29,7 +29,7 @@ class ModelProfile(Strict):
     """Chat-template framing and tokenizer family of the models whose name matches ``pattern``.
 
     Framing is counted in tokens and added to the text estimate (it is not folded into the
-    bytes/token ratio). ``family`` selects the cold-start priors (``extproc.core.estimator.FAMILY_PRIORS_BPT``);
+    bytes/token ratio). ``family`` selects the cold-start priors (``extproc.core.estimate.estimator.FAMILY_PRIORS_BPT``);
     an unknown family uses the conservative global priors. Values measured per template in
     docs/estimator.md §Framing.
     """
@@ -114,7 +114,7 @@ DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
 
 class ImageRule(Strict):
     """How many prompt tokens one image costs for the models whose name matches ``pattern``
-    (method and sources: :mod:`extproc.core.images`).
+    (method and sources: :mod:`extproc.core.request.images`).
 
     ``kind: patch``: one token per ``patch_px × patch_px`` cell after resizing into
     ``[min_pixels, max_pixels]`` (Qwen2-VL ``smart_resize``); ``kind: fixed``: ``tokens_per_image``
@@ -179,7 +179,7 @@ class OutputReserveConfig(Strict):
 
     ``L_total = prompt_tokens_est + n · output_reserve``. Without a client maximum
     (``max_completion_tokens`` / ``max_tokens`` / ``max_output_tokens``) the reserve is the learned
-    high quantile of the request's output class (:mod:`extproc.core.output_reserve`) when
+    high quantile of the request's output class (:mod:`extproc.core.estimate.output_reserve`) when
     ``learned``, else ``estimator.default_output_reserve_tokens``. With a client maximum,
     ``strict`` reserves the maximum (nothing the pool serves can be cut short by the router);
     ``risk`` reserves ``min(maximum, learned quantile)``: more requests fit the short pool, and an
@@ -250,7 +250,7 @@ class OutputReserveConfig(Strict):
 
 class AudioRule(Strict):
     """How many prompt tokens one second of audio costs for the models whose name matches
-    ``pattern`` (method and sources: :mod:`extproc.core.audio`): ``ceil(seconds ×
+    ``pattern`` (method and sources: :mod:`extproc.core.request.audio`): ``ceil(seconds ×
     tokens_per_second) + extra_tokens`` per clip."""
 
     pattern: ModelPattern
@@ -330,13 +330,13 @@ class EstimatorConfig(Strict):
     """Model-key slots (bounded cardinality); a name without one shares the ``_other`` key. Names in
     ``models:`` (exact or by pattern) and names matching a model profile take a slot at once; any
     other name after its first 2xx answer with usage; a slot that never learned anything is
-    reclaimed when the table is full (``extproc.core.estimator.Estimator.model_key``)."""
+    reclaimed when the table is full (``extproc.core.estimate.estimator.Estimator.model_key``)."""
     sample_bytes: Annotated[int, Field(ge=256, le=1_048_576)] = 16384
     """Bytes of text examined by the content classifier (``bytes`` cost model)."""
     screen: bool = True
     """Route requests whose estimate nobody reads (not sampled for calibration, no decision log,
     no OpenTelemetry records) with bounded work when the exact estimate cannot change the pool: the
-    byte bound for short prompts, windowed run counts for long ones (``extproc.core.screen``).
+    byte bound for short prompts, windowed run counts for long ones (``extproc.core.estimate.screen``).
     Their metrics then carry category ``bounded`` or a windowed estimate."""
     cost_model: Literal["runs", "bytes"] = "runs"
     """``runs``: modelled tokens from the run counts of all template text (docs/estimator.md), the
@@ -372,7 +372,7 @@ class EstimatorConfig(Strict):
 
 
 class ResponseReadsConfig(Strict):
-    """Which responses are read (``calibration.response_reads``; :mod:`extproc.core.read_decision`).
+    """Which responses are read (``calibration.response_reads``; :mod:`extproc.core.learn.read_decision`).
 
     ``mode: sample`` reads a ``calibration.sample_rate`` share of responses drawn at random;
     ``mode: adaptive`` decides per request, after routing, whether the response's information pays
@@ -407,7 +407,7 @@ class ResponseReadsConfig(Strict):
 
 class CalibrationConfig(Strict):
     """Online calibration (EMA of the observed model-to-true ratio, modelled ÷ true prompt tokens;
-    :mod:`extproc.core.calibration`), arXiv 2604.09613, docs/method.md §3.3; defaults chosen by the
+    :mod:`extproc.core.estimate.calibration`), arXiv 2604.09613, docs/method.md §3.3; defaults chosen by the
     sweep of ``tbr eval-estimator`` (docs/estimator.md)."""
 
     learner: Literal["quantile", "ema_dev"] = "quantile"

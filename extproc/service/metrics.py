@@ -24,9 +24,14 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from extproc.core.decision import DecisionRecord
-from extproc.core.outcomes import CalibrationOutcome, MisrouteCalibrationOutcome, MisrouteOutcome, StreamEnd
-from extproc.core.runs import RUNSCAN, RUNSCAN_PASS
+from extproc.core.learn.outcomes import (
+    CalibrationOutcome,
+    MisrouteCalibrationOutcome,
+    MisrouteOutcome,
+    StreamEnd,
+)
+from extproc.core.route.decision import DecisionRecord
+from extproc.core.text.runs import RUNSCAN, RUNSCAN_PASS
 from extproc.service.load_metrics import LoadMetrics
 from extproc.service.otel import OtelRecorder
 from extproc.service.pool_check import PoolCheckMetrics
@@ -153,7 +158,7 @@ class RouterMetrics:
         self.response_reads = Counter(
             "tbr_response_reads",
             "Adaptive read decisions (calibration.response_reads.mode: adaptive): decision read or skip, "
-            "and why (extproc/core/read_decision.py); read rate = read / all.",
+            "and why (extproc/core/learn/read_decision.py); read rate = read / all.",
             ["decision", "reason"],
             registry=r,
         )

@@ -3,7 +3,7 @@
 Model (see :mod:`planner.des` for the whole simulator):
 
 - The instance runs iterations back to back while it has running sequences. An iteration takes
-  ``t_iter = W + H * Σ c_i + P * Σ chunk_i`` (:mod:`planner.profiles`), ``c_i = input + output/2``
+  ``t_iter = W + H * Σ c_i + P * Σ chunk_i`` (:mod:`planner.model.profiles`), ``c_i = input + output/2``
   the running request's mean context and ``chunk_i = input/ceil(input/chunk)`` its prefill tokens per
   iteration while prefilling. Between two events the batch is fixed, so ``t_iter`` is constant and
   the iteration counter ``v`` advances linearly in time. Per-request milestones are kept in
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
-from planner.profiles import PoolProfile
+from planner.model.profiles import PoolProfile
 
 __all__ = [
     "LB_POLICIES",

@@ -11,7 +11,7 @@ __all__ = ["read_decisions"]
 
 
 def read_decisions(path: Path | None, expected: int, timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
-    """The decision log at ``path`` (JSON Lines, :class:`extproc.core.decision.DecisionRecord` rows)
+    """The decision log at ``path`` (JSON Lines, :class:`extproc.core.route.decision.DecisionRecord` rows)
     as records by ``request_id``; polls until ``expected`` records are there or ``timeout_s`` has
     passed (streams still closing write their record last). Unreadable lines are skipped; no
     ``path`` gives an empty dict."""

@@ -15,8 +15,8 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.config import parse_config
-from extproc.core.calibration import RatioState
 from extproc.core.categories import classify_text
+from extproc.core.estimate.calibration import RatioState
 from extproc.service.app import RouterApp
 from tests import pb as tpb
 from tests.pb import EOF, headers, open_stream, read_response

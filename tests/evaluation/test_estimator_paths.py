@@ -9,17 +9,17 @@ import pytest
 
 from evaluation.corpus import ReplayRequest, request_body
 from extproc.config import CalibrationConfig, EstimatorConfig
-from extproc.core.calibration import InMemoryRatioStore, LearnerParams, RatioState, learn
 from extproc.core.categories import classify_text, count_digits, count_structure
-from extproc.core.estimator import Estimator
-from extproc.core.request_body import parse_request_body
+from extproc.core.estimate.calibration import InMemoryRatioStore, LearnerParams, RatioState, learn
+from extproc.core.estimate.estimator import Estimator
+from extproc.core.request.request_body import parse_request_body
 from extproc.service.snapshot import load_snapshot, save_snapshot
 
 
 def _estimator(**cal: object) -> Estimator:
     c = CalibrationConfig(**cal)  # type: ignore[arg-type]
     # these tests pin the bytes/token model (the paper's ratio); the runs model is tested in
-    # tests/core/test_estimator_runs_model.py
+    # tests/core/estimate/test_estimator_runs_model.py
     return Estimator(
         estimator=EstimatorConfig(cost_model="bytes"), calibration=c, store=InMemoryRatioStore.from_config(c)
     )

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.runtime import Runtime
 from extproc.config import parse_config
-from extproc.core.encoding import DecodeError, make_decoder
-from extproc.core.outcomes import STREAM_ENDS, StreamEnd
-from extproc.core.request_body import RequestFeatures, UnreadableRequest, parse_request_body
-from extproc.core.sse import SSEUsageReader
+from extproc.core.learn.outcomes import STREAM_ENDS, StreamEnd
+from extproc.core.request.request_body import RequestFeatures, UnreadableRequest, parse_request_body
+from extproc.core.response.encoding import DecodeError, make_decoder
+from extproc.core.response.sse import SSEUsageReader
 from extproc.service.metrics import PrometheusObserver, RouterMetrics
 from tests.hardening.helpers import CONFIG
 

@@ -19,7 +19,7 @@ import zstandard
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
-from extproc.core.request_body import parse_request_body
+from extproc.core.request.request_body import parse_request_body
 from extproc.service.app import RouterApp
 from tests.hardening.helpers import Counts
 from tests.pb import (
