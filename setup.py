@@ -1,8 +1,8 @@
-"""Build of the one C extension, ``extproc.core._runscan`` (the one-pass run counter of
-``extproc.core.runs``); everything else is declared in pyproject.toml.
+"""Build of the one C extension, ``extproc.core.text._runscan`` (the one-pass run counter of
+``extproc.core.text.runs``); everything else is declared in pyproject.toml.
 
 The extension is optional: where no C compiler or Python headers are found the build goes on and
-``extproc.core.runs`` counts with numpy instead (same counts, ~10x slower on a 32 KB prompt and
+``extproc.core.text.runs`` counts with numpy instead (same counts, ~10x slower on a 32 KB prompt and
 20-25x on a 512 KB one: docs/performance.md §Run counter; the router logs which path it runs at
 start-up and exports it as ``tbr_build_info{runscan}``).
 """
@@ -12,8 +12,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "extproc.core._runscan",
-            sources=["extproc/core/_runscan.c"],
+            "extproc.core.text._runscan",
+            sources=["extproc/core/text/_runscan.c"],
             extra_compile_args=[
                 "-O3",
                 "-std=c11",

@@ -21,10 +21,10 @@ import orjson
 from evaluation.corpus import ReplayRequest, load_requests, request_body
 from evaluation.groundtruth import load_counter
 from extproc.config import CalibrationConfig, EstimatorConfig
-from extproc.core.calibration import InMemoryRatioStore
-from extproc.core.estimator import Estimator
-from extproc.core.request_body import parse_request_body
-from extproc.core.runs import RUNSCAN, RUNSCAN_PASS, count_runs, count_runs_numpy
+from extproc.core.estimate.calibration import InMemoryRatioStore
+from extproc.core.estimate.estimator import Estimator
+from extproc.core.request.request_body import parse_request_body
+from extproc.core.text.runs import RUNSCAN, RUNSCAN_PASS, count_runs, count_runs_numpy
 
 __all__ = ["bench_section", "main"]
 
@@ -118,9 +118,9 @@ def bench_section(
         f"thread; 1-min load average at start {load1:.1f} on {os.cpu_count()} CPUs (a shared box inflates the "
         "median and p90 with preemption; best-of approximates the uncontended cost, and the tokenizer ratio "
         "uses it). `total` = `Estimator.estimate(parse_request_body(body))`, what the ext_proc "
-        "request_body phase runs for a body this long (the byte bound of `extproc/core/screen.py` decides "
+        "request_body phase runs for a body this long (the byte bound of `extproc/core/estimate/screen.py` decides "
         "only short prompts); `parse` = orjson, the fields and text byte counts; `classify` = the run counts "
-        f"of all the text (`extproc/core/runs.py`, counted by the estimate on first use; run counter: `{RUNSCAN}`, pass `{RUNSCAN_PASS}`); "
+        f"of all the text (`extproc/core/text/runs.py`, counted by the estimate on first use; run counter: `{RUNSCAN}`, pass `{RUNSCAN_PASS}`); "
         "`classify (numpy)` = the same counts by the numpy reference (`count_runs_numpy`, what runs where the C "
         "extension was not built), side by side; `orjson.loads` = "
         "the JSON decoding alone, a floor no estimator reading the body can go below (`llama3 ÷ loads`: the "

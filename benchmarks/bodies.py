@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DATA_DIR", "BenchBody", "build_bodies", "load_prompts", "prompt_tokens"]
+__all__ = ["DATA_DIR", "BenchBody", "build_bodies", "encoder", "load_prompts", "prompt_tokens"]
 
 DATA_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 _SHAREGPT = "text/sharegpt/ShareGPT_V3_filtered_1000.json"
@@ -90,7 +90,9 @@ def load_prompts(data_dir: Path = DATA_DIR, limit: int = 1000) -> tuple[list[str
     return prompts, "synthetic text (../shared/data absent)"
 
 
-def _encoder() -> object | None:
+def encoder() -> object | None:
+    """The offline ``cl100k_base`` tiktoken encoding (true-token counts of the benchmark bodies), or
+    None when tiktoken or its offline file is not installed."""
     try:
         import tiktoken
 
@@ -101,7 +103,7 @@ def _encoder() -> object | None:
 
 def prompt_tokens(texts: list[str], enc: object | None = None) -> int:
     """cl100k tokens of ``texts`` as chat messages + framing (len/4 without tiktoken)."""
-    enc = enc if enc is not None else _encoder()
+    enc = enc if enc is not None else encoder()
     if enc is None:
         text_tokens = sum(len(t.encode()) // 4 for t in texts)
     else:
@@ -122,7 +124,7 @@ def build_bodies(sizes: dict[str, int], data_dir: Path = DATA_DIR) -> list[Bench
     """One chat body per ``label → target bytes``: whole prompts appended as messages, the last
     one cut so the JSON is within a few bytes of the target."""
     prompts, source = load_prompts(data_dir)
-    enc = _encoder()
+    enc = encoder()
     out = []
     for label, target in sizes.items():
         texts: list[str] = []

@@ -23,9 +23,9 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
-from benchmarks.bodies import _encoder, prompt_tokens
+from benchmarks.bodies import encoder, prompt_tokens
 from extproc.config import parse_config
-from extproc.core.request_body import parse_request_body
+from extproc.core.request.request_body import parse_request_body
 from extproc.service.app import RouterApp
 
 __all__ = ["ConvergenceResult", "replay"]
@@ -98,7 +98,7 @@ async def replay(
             "admin": {"enabled": False},
         }
     )
-    enc = _encoder()
+    enc = encoder()
     random.seed(seed)
     res = ConvergenceResult(sample_rate=sample_rate)
     errs: list[tuple[float, bool]] = []

@@ -31,8 +31,8 @@ from extproc.adapter import server
 from extproc.adapter.processor import StreamProcessor
 from extproc.config import parse_config
 from extproc.core import facade
-from extproc.core.endpoints import parse_body
-from extproc.core.screen import route_budget
+from extproc.core.estimate.screen import route_budget
+from extproc.core.request.endpoints import parse_body
 from extproc.service.app import RouterApp
 
 __all__ = ["measure"]

@@ -1,11 +1,11 @@
 """In-process micro-benchmarks of the request path (best of several repeats, µs per call).
 
 * JSON: stdlib ``json.loads`` vs ``orjson.loads`` on the benchmark bodies, and
-  :func:`extproc.core.request_body.parse_request_body` (orjson + reading only the fields the
+  :func:`extproc.core.request.request_body.parse_request_body` (orjson + reading only the fields the
   estimate needs);
 * the exact estimate (run counts + costs + ratio lookup: parse and estimate, minus parse) and the
   processor's whole 2-message path (protobuf parse of both messages, ``handle`` with the byte bound
-  of ``extproc.core.screen`` where it decides, response serialisation);
+  of ``extproc.core.estimate.screen`` where it decides, response serialisation);
 * precomputed vs per-request-built routing responses;
 * event-loop stall of a large body parsed on the loop vs in ``asyncio.to_thread``.
 """
@@ -28,7 +28,7 @@ from extproc.adapter import responses as R
 from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.runtime import Runtime
 from extproc.config import parse_config
-from extproc.core.request_body import parse_request_body
+from extproc.core.request.request_body import parse_request_body
 from extproc.service.metrics import PrometheusObserver, RouterMetrics
 
 __all__ = ["run_micro"]

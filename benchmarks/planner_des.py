@@ -27,10 +27,10 @@ from types import ModuleType
 from typing import Any
 
 import planner.des
-from planner.profiles import PROFILES
-from planner.routers import make_router
-from planner.srsim import package_cdf_path
-from planner.trace_loaders import load_cdf
+from planner.des.routers import make_router
+from planner.des.srsim import package_cdf_path
+from planner.model.profiles import PROFILES
+from planner.workload.trace_loaders import load_cdf
 
 DEFAULT_OUT = "benchmarks/results/planner_des.md"
 PLAN_OUT = "benchmarks/results/planner_plan.md"

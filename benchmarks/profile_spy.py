@@ -21,8 +21,8 @@ __all__ = ["profile_during", "summarize"]
 
 _GROUPS = (
     ("router: processor.handle", "handle (extproc/adapter/processor.py"),
-    ("router: parse_request_body", "parse_request_body (extproc/core/request_body.py"),
-    ("router: estimate (classify + ratio)", "estimate (extproc/core/estimator.py"),
+    ("router: parse_request_body", "parse_request_body (extproc/core/request/request_body.py"),
+    ("router: estimate (classify + ratio)", "estimate (extproc/core/estimate/estimator.py"),
     ("router: prometheus metrics", "prometheus_client/"),
     ("router: servicer Process()", "Process (extproc/adapter/server.py"),
     ("grpc aio (Cython/C core)", "grpc/_cython"),

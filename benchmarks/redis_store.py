@@ -23,7 +23,7 @@ import timeit
 from pathlib import Path
 
 from devstack.redis import RedisServer, redis_binary
-from extproc.core.calibration import InMemoryRatioStore, LearnerParams
+from extproc.core.estimate.calibration import InMemoryRatioStore, LearnerParams
 from extproc.service.metrics import RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
 

@@ -3,13 +3,13 @@
 Run: ``python -m benchmarks.runscan_paths [--quick]``; ``make bench`` runs it through
 ``benchmarks/external.py``. For the 1 KB, 32 KB and 512 KB bodies of ``benchmarks/bodies.py`` (real
 ShareGPT prompts) it times, side by side in one process and in a seeded interleaved order, each part
-of ``extproc/core/_runscan.c`` against what would run without it:
+of ``extproc/core/text/_runscan.c`` against what would run without it:
 
 * the SSE2 pass's POPCNT build: the installed extension vs the file built with
   ``-DRUNSCAN_NO_POPCNT``;
 * the SSE2 64-character pass: ``-DRUNSCAN_NO_POPCNT`` vs the file built with ``-U__SSE2__`` (the
   scalar pass, what aarch64 runs);
-* the C count itself: the scalar pass vs :func:`extproc.core.runs.count_runs_numpy`;
+* the C count itself: the scalar pass vs :func:`extproc.core.text.runs.count_runs_numpy`;
 * the word counts of the language tests: ``_runscan.window_words`` vs their Python reference.
 
 Run counts are of the body's prompt text (``RequestFeatures.runs``: the count, the blob test, the
@@ -39,19 +39,19 @@ from pathlib import Path
 from types import ModuleType
 
 from benchmarks.bodies import build_bodies
-from extproc.core import run_languages, runs
-from extproc.core.request_body import parse_request_body
+from extproc.core.request.request_body import parse_request_body
+from extproc.core.text import run_languages, runs
 
 __all__ = ["PARTS", "bench_section", "build_variant", "main", "measure", "router_cpu_ms"]
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "extproc" / "core" / "_runscan.c"
+SOURCE = ROOT / "extproc" / "core" / "text" / "_runscan.c"
 SIZES = {"1KB": 1024, "32KB": 32 * 1024, "512KB": 512 * 1024 - 1}
 
 
 def build_variant(source: Path, cflags: list[str], work: Path, name: str) -> ModuleType | None:
     """The extension compiled from ``source`` with ``cflags`` (plus setup.py's flags), configured
-    as :mod:`extproc.core.runs` configures the installed one; None without a C compiler."""
+    as :mod:`extproc.core.text.runs` configures the installed one; None without a C compiler."""
     cc = shutil.which("gcc") or shutil.which("cc")
     if cc is None:
         return None
@@ -63,8 +63,8 @@ def build_variant(source: Path, cflags: list[str], work: Path, name: str) -> Mod
         check=True,
         capture_output=True,
     )
-    loader = importlib.machinery.ExtensionFileLoader("extproc.core._runscan", str(so))
-    spec = importlib.util.spec_from_loader("extproc.core._runscan", loader)
+    loader = importlib.machinery.ExtensionFileLoader("extproc.core.text._runscan", str(so))
+    spec = importlib.util.spec_from_loader("extproc.core.text._runscan", loader)
     assert spec is not None
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)

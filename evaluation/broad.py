@@ -28,7 +28,7 @@ import numpy as np
 from evaluation.metrics import abs_error_percentiles, misroutes
 from evaluation.replay import ReplayItem, ReplayResult, Strategy, run_strategy
 from extproc.config import CalibrationConfig, EstimatorConfig
-from extproc.core.request_body import parse_request_body
+from extproc.core.request.request_body import parse_request_body
 
 __all__ = ["body_items", "body_truth", "evaluate_modes", "load_bodies", "render_modes"]
 

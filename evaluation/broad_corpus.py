@@ -14,7 +14,7 @@ Sources (licence):
 * TheAlgorithms/Rust @ 2c53ddf, TheAlgorithms/Go @ 5ba447e (MIT): source files.
 
 Every line is one request body with ``metadata.kind`` (the content kind, see ``CONTENT_KINDS`` in
-:mod:`extproc.core.runs`) and ``metadata.source``. Usage::
+:mod:`extproc.core.text.runs`) and ``metadata.source``. Usage::
 
     python -m evaluation.broad_corpus --mirrors /work/.mirror --out /tmp/broad.jsonl
 """

@@ -1,6 +1,6 @@
 """Run the estimator and its baselines over a replay and summarise fidelity (JSON-able dicts).
 
-Strategies (all but ``fixed4_body`` run through the router's own :class:`~extproc.core.estimator.Estimator`;
+Strategies (all but ``fixed4_body`` run through the router's own :class:`~extproc.core.estimate.estimator.Estimator`;
 all but ``ours`` and ``fixed4_body`` cost the prompt text with the ``bytes`` baseline,
 :mod:`evaluation.baselines.bytes_model`):
 
@@ -208,7 +208,7 @@ def hindsight(res: ReplayResult, quantile: float | None = None) -> dict[str, Any
 def priors_from_replay(res: ReplayResult, percentile: float = 1.0) -> dict[str, float]:
     """Cold-start prior per category: the ``percentile`` (default 1st) of the per-request
     ``c_obs`` of the replay, rounded down to 0.1 (of the run model: modelled/true tokens, compare
-    the cold corrections of ``extproc/core/run_costs.json``; of the ``bytes`` baseline: bytes/token,
+    the cold corrections of ``extproc/core/text/run_costs.json``; of the ``bytes`` baseline: bytes/token,
     how :mod:`evaluation.baselines.priors` was made)."""
     cats = np.asarray(res.category)
     c_obs, _, usable = _c_obs(res)

@@ -1,4 +1,4 @@
-"""Measure run costs per tokenizer family and write ``extproc/core/run_costs.json`` (docs/estimator.md §Run costs).
+"""Measure run costs per tokenizer family and write ``extproc/core/text/run_costs.json`` (docs/estimator.md §Run costs).
 
 Method:
 
@@ -8,7 +8,7 @@ Method:
    in the ``pa``, ``or`` and ``my`` locales of the Unicode CLDR (Unicode License v3) as shipped in the
    ``babel`` wheel (BSD-3-Clause), 40 names per segment (skipped when babel is not installed), and 40
    seeded sequences of emoji (:func:`emoji_segments`).
-2. For each segment, :func:`extproc.core.runs.count_runs` gives runs and characters per run kind, and the
+2. For each segment, :func:`extproc.core.text.runs.count_runs` gives runs and characters per run kind, and the
    tokenizer of each family (``llama3``, ``qwen3`` → family ``qwen``, ``cl100k``, ``o200k``, ``mistral``:
    :mod:`evaluation.groundtruth`) gives its true token count (bare text, no template: framing is
    modelled per message, docs/estimator.md §Framing).
@@ -33,7 +33,7 @@ Method:
    the minimum cold correction.
 
 Usage: ``python -m evaluation.fit_run_costs --corpus broad.jsonl --data ../shared/data
---out extproc/core/run_costs.json [--truth-cache FILE]`` (a few minutes: the Qwen3 tokenizer is the
+--out extproc/core/text/run_costs.json [--truth-cache FILE]`` (a few minutes: the Qwen3 tokenizer is the
 slow part; the cache keeps true counts by family and SHA-1 of the text).
 """
 
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from extproc.core.runs import CONTENT_KINDS, RUN_KINDS, RunCounts, content_kind, count_runs
+from extproc.core.text.runs import CONTENT_KINDS, RUN_KINDS, RunCounts, content_kind, count_runs
 
 __all__ = ["fit", "main", "segments"]
 
@@ -238,7 +238,7 @@ def holdout_report(
 ) -> str:
     """Median and 10th/90th percentiles of modelled/true per content kind, fitted vs held-out segments
     of ≥ 50 true tokens, per family (markdown)."""
-    from extproc.core.run_costs import RunCosts
+    from extproc.core.text.run_costs import RunCosts
 
     x = _features(texts)
     k = len(RUN_KINDS)
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--corpus", default=None)
     p.add_argument("--data", default="../shared/data")
-    p.add_argument("--out", default="extproc/core/run_costs.json")
+    p.add_argument("--out", default="extproc/core/text/run_costs.json")
     p.add_argument(
         "--truth-cache", default=None, help="JSON of true counts by family and text SHA-1 (reused)"
     )

@@ -3,13 +3,13 @@
 For each threshold B (the short pool's ``max_model_len``; the long pool holds
 ``long_max_model_len_tokens``) every request is replayed in order:
 
-1. the prompt estimate: the router's own :class:`~extproc.core.estimator.Estimator` on the real body
+1. the prompt estimate: the router's own :class:`~extproc.core.estimate.estimator.Estimator` on the real body
    (conversation pairs), or the trace's true prompt count (traces have no text);
 2. the reserve: what the router reserves for a request without ``max_tokens`` under the reserve
    being evaluated (``learned`` online or ``cold``, ``fixed:N``, ``oracle`` = the true answer);
 3. routed short when the budget fits B: ``prompt_est + reserve`` for a fixed reserve, a client's
    maximum or the oracle; for a learned reserve the router's
-   :func:`~extproc.core.output_reserve.learned_total_tokens` (the reserve added to the central
+   :func:`~extproc.core.estimate.output_reserve.learned_total_tokens` (the reserve added to the central
    prompt estimate, the conservative prompt estimate with ``min_reserve_tokens``; one sequence);
 4. outcomes: *truncated* when routed short and the true answer does not fit (``prompt + output >
    B``: vLLM stops at ``max_model_len``), every answer the short pool cuts; *harmful* when routed
@@ -36,16 +36,16 @@ from evaluation.corpus import request_body
 from evaluation.output_pairs import OutputPair
 from evaluation.reasoning_lengths import ReasoningAnswer
 from extproc.config import CalibrationConfig, EstimatorConfig, OutputReserveConfig
-from extproc.core.calibration import InMemoryRatioStore
-from extproc.core.estimator import Estimator
-from extproc.core.output_reserve import (
+from extproc.core.estimate.calibration import InMemoryRatioStore
+from extproc.core.estimate.estimator import Estimator
+from extproc.core.estimate.output_reserve import (
     OutputClassKey,
     OutputLengthLearner,
     learned_total_tokens,
     output_class_of,
     prompt_band_of,
 )
-from extproc.core.request_body import RequestFeatures, parse_request_body
+from extproc.core.request.request_body import RequestFeatures, parse_request_body
 
 __all__ = [
     "LONG_MAX_MODEL_LEN_TOKENS",
@@ -253,7 +253,7 @@ def _budget(
 ) -> tuple[int, int]:
     """``(reserve, routing budget)`` of one item as :meth:`Estimator.budget_for` computes them: a
     client maximum is the reserve (``strict``) or caps it (``risk``); a learned reserve's budget is
-    :func:`~extproc.core.output_reserve.learned_total_tokens`, any other ``prompt_est + reserve``."""
+    :func:`~extproc.core.estimate.output_reserve.learned_total_tokens`, any other ``prompt_est + reserve``."""
     r = reserve_tokens
     if item.max_tokens is not None:
         learned = learned and policy == "risk" and r < item.max_tokens

@@ -1,12 +1,12 @@
 """Does the adaptive read decision learn as fast as reading every response? (issue 35, item 2)
 
 The same seeded replay of real requests (:func:`evaluation.replay.build_items`, or the broad corpus's
-bodies) through the router's own :class:`~extproc.core.estimator.Estimator` twice, from a cold start:
+bodies) through the router's own :class:`~extproc.core.estimate.estimator.Estimator` twice, from a cold start:
 
 * ``read_all``: every response is learned from (the shipped default before issue 35);
 * ``adaptive``: after routing each request as the router does (the byte bound of
-  :mod:`extproc.core.screen` where it decides, else the exact estimate; pools of ``limits_tokens``),
-  :class:`~extproc.core.read_decision.ResponseReadPolicy` with the shipped parameters decides whether
+  :mod:`extproc.core.estimate.screen` where it decides, else the exact estimate; pools of ``limits_tokens``),
+  :class:`~extproc.core.learn.read_decision.ResponseReadPolicy` with the shipped parameters decides whether
   its response is read; only those are learned from. Requests arrive at ``rate_rps`` on a virtual
   clock (the decision's budget is reads per key per second).
 
@@ -35,10 +35,10 @@ import numpy as np
 from evaluation.metrics import misroutes
 from evaluation.replay import ReplayItem, ReplayResult
 from extproc.config import CalibrationConfig, EstimatorConfig
-from extproc.core.calibration import InMemoryRatioStore
-from extproc.core.estimator import Estimator
-from extproc.core.read_decision import ReadPolicyParams, ResponseReadPolicy, truncation_possible
-from extproc.core.screen import route_budget
+from extproc.core.estimate.calibration import InMemoryRatioStore
+from extproc.core.estimate.estimator import Estimator
+from extproc.core.estimate.screen import route_budget
+from extproc.core.learn.read_decision import ReadPolicyParams, ResponseReadPolicy, truncation_possible
 
 __all__ = ["ReadReplay", "compare", "render_rows", "replay_reads", "summarise_reads"]
 

@@ -1,8 +1,8 @@
 """Replay real requests through the router's own parser, estimator and calibration.
 
 Each request is serialised as a real OpenAI body (with the served model's name and a drawn
-``max_tokens``), parsed by :func:`extproc.core.request_body.parse_request_body` and estimated by
-:class:`extproc.core.estimator.Estimator` exactly as the ext_proc server does; after each request the
+``max_tokens``), parsed by :func:`extproc.core.request.request_body.parse_request_body` and estimated by
+:class:`extproc.core.estimate.estimator.Estimator` exactly as the ext_proc server does; after each request the
 estimator observes the true ``usage.prompt_tokens`` (the server's calibration path). Ground truth
 comes from :mod:`evaluation.groundtruth`.
 
@@ -26,9 +26,9 @@ import numpy as np
 from evaluation.baselines.bytes_model import BytesModel, BytesModelConfig, classifier_sample
 from evaluation.corpus import ReplayRequest, request_body
 from extproc.config import CalibrationConfig, EstimatorConfig
-from extproc.core.calibration import InMemoryRatioStore
-from extproc.core.estimator import Estimator
-from extproc.core.request_body import RequestFeatures, parse_request_body
+from extproc.core.estimate.calibration import InMemoryRatioStore
+from extproc.core.estimate.estimator import Estimator
+from extproc.core.request.request_body import RequestFeatures, parse_request_body
 
 __all__ = [
     "SOURCE_GROUPS",

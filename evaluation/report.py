@@ -101,7 +101,7 @@ def render_markdown(tokenizer: str, summary: dict[str, Any], thresholds: list[in
         lines += [
             "",
             "Cold-start priors from this replay (1st percentile of per-request c_obs, rounded down to 0.1; "
-            "compare the cold corrections in `extproc/core/run_costs.json`):",
+            "compare the cold corrections in `extproc/core/text/run_costs.json`):",
             "",
             "|" + "|".join(pri) + "|",
             "|" + "---:|" * len(pri),

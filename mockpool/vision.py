@@ -6,7 +6,7 @@ vLLM's media connector does, and resized by the Hugging Face Qwen2-VL image proc
 ``preprocessor_config.json``: patch_size 14, merge_size 2, min_pixels 3136, max_pixels 12845056).
 The prompt holds one ``<|image_pad|>`` per 28×28 cell between ``<|vision_start|>`` and
 ``<|vision_end|>``: ``tokens = (h/28)·(w/28) + 2``. The cells are counted by the router's
-``smart_resize`` (``extproc.core.images.image_tokens_patch``: the formula lives in one place); what
+``smart_resize`` (``extproc.core.request.images.image_tokens_patch``: the formula lives in one place); what
 differs is how the size is read: here by a full Pillow decode, as vLLM's media connector does, there
 from the image header alone, so the tests still compare two readings of every image.
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from PIL import Image, UnidentifiedImageError
 
-from extproc.core.images import ImageSize, image_tokens_patch
+from extproc.core.request.images import ImageSize, image_tokens_patch
 
 PATCH_PX = 28
 MIN_PIXELS = 3136
@@ -38,8 +38,8 @@ class ImageInputError(ValueError):
 
 def tokens_for_size(width: int, height: int) -> int:
     """Prompt tokens of one decoded image of ``width × height`` pixels: the 28×28 cells of
-    ``smart_resize`` (one implementation, :func:`extproc.core.images.image_tokens_patch`;
-    tests/core/test_images.py holds it to the processor's counts) plus the two vision markers."""
+    ``smart_resize`` (one implementation, :func:`extproc.core.request.images.image_tokens_patch`;
+    tests/core/request/test_images.py holds it to the processor's counts) plus the two vision markers."""
     cells = image_tokens_patch(ImageSize(width, height), PATCH_PX, MIN_PIXELS, MAX_PIXELS)
     return cells + VISION_MARKER_TOKENS
 

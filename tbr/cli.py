@@ -21,14 +21,14 @@ SUBCOMMAND_MODULES: list[str] = [
     "mockpool.cmd",
     "tbr.cmd_eval",
     "tbr.cmd_eval_output",
-    "planner.cmd_plan",
-    "planner.cmd_plan_models",
-    "planner.cmd_simulate",
-    "planner.cmd_autoscale",
-    "planner.cmd_results",
-    "planner.cmd_profile",
-    "planner.cmd_anchors",
-    "planner.cmd_engine_check",
+    "planner.cli.cmd_plan",
+    "planner.cli.cmd_plan_models",
+    "planner.cli.cmd_simulate",
+    "planner.cli.cmd_autoscale",
+    "planner.cli.cmd_results",
+    "planner.cli.cmd_profile",
+    "planner.cli.cmd_anchors",
+    "planner.cli.cmd_engine_check",
 ]
 
 
@@ -41,13 +41,13 @@ OPTIONAL_SUBCOMMANDS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "mockpool.cmd": ("mock-pool", "pool", ("tokenizers", "jinja2")),
     "tbr.cmd_eval": ("eval-estimator", "eval", ("tiktoken", "tokenizers", "jinja2")),
     "tbr.cmd_eval_output": ("eval-output", "eval", ("tokenizers",)),
-    "planner.cmd_plan": ("plan", "planner", ("matplotlib", "tqdm")),
-    "planner.cmd_simulate": ("simulate", "planner", ("matplotlib", "tqdm")),
-    "planner.cmd_autoscale": ("autoscale", "planner", ("matplotlib",)),
-    "planner.cmd_results": ("results", "planner", ("matplotlib", "tqdm")),
-    "planner.cmd_profile": ("profile", "planner", ("matplotlib", "tqdm")),
-    "planner.cmd_anchors": ("anchors", "planner", ("matplotlib", "tqdm")),
-    "planner.cmd_engine_check": ("engine-check", "planner", ("matplotlib", "tqdm")),
+    "planner.cli.cmd_plan": ("plan", "planner", ("matplotlib", "tqdm")),
+    "planner.cli.cmd_simulate": ("simulate", "planner", ("matplotlib", "tqdm")),
+    "planner.cli.cmd_autoscale": ("autoscale", "planner", ("matplotlib",)),
+    "planner.cli.cmd_results": ("results", "planner", ("matplotlib", "tqdm")),
+    "planner.cli.cmd_profile": ("profile", "planner", ("matplotlib", "tqdm")),
+    "planner.cli.cmd_anchors": ("anchors", "planner", ("matplotlib", "tqdm")),
+    "planner.cli.cmd_engine_check": ("engine-check", "planner", ("matplotlib", "tqdm")),
 }
 
 

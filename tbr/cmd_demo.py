@@ -21,6 +21,7 @@ import httpx
 import yaml
 
 from extproc.config import load_config
+from tbr.demo.decision_log import read_decisions
 
 __all__ = ["add_parser", "run"]
 
@@ -72,27 +73,6 @@ VLLM_DEMO_REQUESTS = 40
 VLLM_DEFAULT_OUTPUT_TOKENS = 128
 """Output cap of a request without max_tokens on the demo's vLLM pools (random weights never stop
 on their own; vLLM's generation-config default, ``--override-generation-config``)."""
-
-
-def _read_decisions(path: Path | None, expected: int, timeout_s: float = 30.0) -> dict[str, dict[str, Any]]:
-    """Decision-log records by request_id; waits briefly for streams that are still closing."""
-    out: dict[str, dict[str, Any]] = {}
-    if path is None:
-        return out
-    deadline = time.monotonic() + timeout_s
-    while True:
-        out.clear()
-        if path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line being written
-                if isinstance(rec, dict) and rec.get("request_id"):
-                    out[str(rec["request_id"])] = rec
-        if len(out) >= expected or time.monotonic() > deadline:
-            return out
-        time.sleep(0.1)
 
 
 def checkout_files_missing(router_config: Path, envoy_config: Path | None) -> list[str]:
@@ -238,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
                 elapsed = time.perf_counter() - t0
                 bar.close()
                 answered = sum(o.pool is not None or (vllm is not None and o.status != 0) for o in outcomes)
-                decisions = _read_decisions(stack.decision_log_path, answered)
+                decisions = read_decisions(stack.decision_log_path, answered)
                 if vllm is not None:  # vLLM names no pool: the router's decision, or Envoy's retry
                     outcomes = [_served_pool(o, decisions) for o in outcomes]
                 ratios = httpx.get(f"{stack.router_admin_url}/ratios", timeout=5.0).json()["ratios"]

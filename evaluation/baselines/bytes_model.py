@@ -12,12 +12,12 @@ counted runs (docs/estimator.md): ``prompt_tokens_est = ceil(ratio_bytes / c*_k)
   category of :func:`evaluation.baselines.categories.profile_text` on the sample (one key per model
   without ``per_category``);
 * ``c*_k`` = the key's conservative learned ratio after ``calibration.warmup_samples`` observations
-  (the router's own learners, :mod:`extproc.core.calibration`), before that the prior of the model's
+  (the router's own learners, :mod:`extproc.core.estimate.calibration`), before that the prior of the model's
   tokenizer family (:mod:`evaluation.baselines.priors`, or ``prior_bytes_per_token`` without
   ``family_priors``); never below ``min_bytes_per_token``;
 * ``fixed`` = chat-template framing, media by rule, token-id prompts and structure tokens.
 
-Everything but the ratio comes from the router's :class:`~extproc.core.estimator.Estimator`: model
+Everything but the ratio comes from the router's :class:`~extproc.core.estimate.estimator.Estimator`: model
 keys, framing, media budgets and the output reserve (:meth:`Estimator.budget_for`), so the baseline
 differs from the shipped estimator only in how prompt text is costed. Learning: ``c_obs = ratio_bytes
 / (prompt_tokens − fixed)`` when text is at least half of the prompt, weighted ``min(1, text tokens /
@@ -41,10 +41,10 @@ import orjson
 
 from evaluation.baselines.categories import TextProfile, profile_text
 from evaluation.baselines.priors import CATEGORY_PRIORS_BPT, FAMILY_PRIORS_BPT
-from extproc.core.budget import Observation, TokenBudget
-from extproc.core.calibration import RatioKey, RatioStore
-from extproc.core.estimator import ALL_CATEGORY, OTHER, Estimator
-from extproc.core.request_body import RequestFeatures
+from extproc.core.estimate.budget import Observation, TokenBudget
+from extproc.core.estimate.calibration import RatioKey, RatioStore
+from extproc.core.estimate.estimator import ALL_CATEGORY, OTHER, Estimator
+from extproc.core.request.request_body import RequestFeatures
 
 __all__ = [
     "PAPER",
@@ -199,7 +199,7 @@ def classifier_sample(body: bytes, limit: int) -> bytes:
 
 class BytesModel:
     """The ``bytes`` baseline (module docstring): estimates and learns like the router's
-    :class:`~extproc.core.estimator.Estimator`, with bytes/token ratios.
+    :class:`~extproc.core.estimate.estimator.Estimator`, with bytes/token ratios.
 
     Args:
         config: the baseline's knobs.

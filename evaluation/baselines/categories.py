@@ -2,7 +2,7 @@
 
 The router's retired ``bytes`` cost model (one bytes/token ratio per content category, arXiv
 2604.09613) classified each request with this module; the router now counts runs
-(``extproc/core/runs.py``) and the classifier lives on as part of the evaluation's baseline
+(``extproc/core/text/runs.py``) and the classifier lives on as part of the evaluation's baseline
 (:mod:`evaluation.baselines.bytes_model`).
 
 The bytes-per-token ratio of a tokenizer depends mostly on the script and on whether the text is

@@ -26,7 +26,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from extproc.core.decision import DecisionRecord
+from extproc.core.route.decision import DecisionRecord
 
 __all__ = ["Completer", "HeldRecords", "RecordWriter", "new_record_key"]
 

@@ -16,7 +16,13 @@ from __future__ import annotations
 import contextvars
 from typing import Protocol
 
-from extproc.core.decision import DecisionRecord
+from extproc.core.learn.outcomes import (
+    CalibrationOutcome,
+    MisrouteCalibrationOutcome,
+    MisrouteOutcome,
+    StreamEnd,
+)
+from extproc.core.route.decision import DecisionRecord
 
 __all__ = ["NullObserver", "StreamObserver", "request_id_var"]
 
@@ -34,7 +40,7 @@ class StreamObserver(Protocol):
     def stream_started(self) -> None:
         """An ext_proc stream opened (one per HTTP request)."""
 
-    def stream_ended(self, end: str) -> None:
+    def stream_ended(self, end: StreamEnd) -> None:
         """The stream ended: ``complete`` (its exchange finished), ``cancelled`` or ``error``."""
 
     def decision(self, pool: str, category: str, reason: str, budget_tokens: int | None) -> None:
@@ -44,7 +50,7 @@ class StreamObserver(Protocol):
     def unreadable(self, reason: str) -> None:
         """A request could not be budgeted and went to the largest pool, for ``reason``."""
 
-    def calibration(self, outcome: str) -> None:
+    def calibration(self, outcome: CalibrationOutcome) -> None:
         """Reading usage from a response ended with ``outcome`` (``applied`` or why nothing was learned)."""
 
     def estimate_error(self, category: str, rel_error: float) -> None:
@@ -68,18 +74,18 @@ class StreamObserver(Protocol):
     def spillover(self, from_pool: str, to_pool: str, signal: str) -> None:
         """A request went to ``to_pool`` because its preferred ``from_pool`` was saturated by ``signal``."""
 
-    def misroute(self, from_pool: str, to_pool: str, outcome: str, cause: str) -> None:
+    def misroute(self, from_pool: str, to_pool: str, outcome: MisrouteOutcome, cause: str) -> None:
         """A misroute of ``from_pool``: Envoy retried it on ``to_pool`` (``recovered`` or
         ``retry_failed``), or ``error_in_stream`` / ``truncated`` (``to_pool`` = ``from_pool``);
-        ``cause`` from :mod:`extproc.core.misroute_cause`."""
+        ``cause`` from :mod:`extproc.core.learn.misroute_cause`."""
 
-    def misroute_calibration(self, pool: str, outcome: str) -> None:
+    def misroute_calibration(self, pool: str, outcome: MisrouteCalibrationOutcome) -> None:
         """What usage showed for a recovered misroute from ``pool`` (``confirmed``, ``unconfirmed``,
         ``ratcheted``)."""
 
     def response_read(self, read: bool, reason: str) -> None:
         """The adaptive read decision (``calibration.response_reads.mode: adaptive``) chose to read
-        (``read``) a request's response or not, for ``reason`` (:mod:`extproc.core.read_decision`)."""
+        (``read``) a request's response or not, for ``reason`` (:mod:`extproc.core.learn.read_decision`)."""
 
     def request_finished(self, record: DecisionRecord, traceparent: str) -> None:
         """A routed request's stream ended (only when :attr:`records_requests`): its decision
@@ -97,7 +103,7 @@ class NullObserver:
     def stream_started(self) -> None:
         """Record nothing."""
 
-    def stream_ended(self, end: str) -> None:
+    def stream_ended(self, end: StreamEnd) -> None:
         """Record nothing."""
 
     def decision(self, pool: str, category: str, reason: str, budget_tokens: int | None) -> None:
@@ -106,7 +112,7 @@ class NullObserver:
     def unreadable(self, reason: str) -> None:
         """Record nothing."""
 
-    def calibration(self, outcome: str) -> None:
+    def calibration(self, outcome: CalibrationOutcome) -> None:
         """Record nothing."""
 
     def estimate_error(self, category: str, rel_error: float) -> None:
@@ -129,10 +135,10 @@ class NullObserver:
     def spillover(self, from_pool: str, to_pool: str, signal: str) -> None:
         """Record nothing."""
 
-    def misroute(self, from_pool: str, to_pool: str, outcome: str, cause: str) -> None:
+    def misroute(self, from_pool: str, to_pool: str, outcome: MisrouteOutcome, cause: str) -> None:
         """Record nothing."""
 
-    def misroute_calibration(self, pool: str, outcome: str) -> None:
+    def misroute_calibration(self, pool: str, outcome: MisrouteCalibrationOutcome) -> None:
         """Record nothing."""
 
     def response_read(self, read: bool, reason: str) -> None:

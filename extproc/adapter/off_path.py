@@ -26,8 +26,8 @@ import orjson
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter.responses import ROUTING_METADATA_NAMESPACE, header_option
-from extproc.core.budget import TokenBudget
-from extproc.core.output_reserve import decode_class_key, encode_class_key
+from extproc.core.estimate.budget import TokenBudget
+from extproc.core.estimate.output_reserve import decode_class_key, encode_class_key
 
 __all__ = [
     "CALIB_HEADER",
@@ -67,7 +67,7 @@ class CalibPayload:
         record_key: pairs the routing stream's decision record with this stream
             (:mod:`extproc.adapter.held_records`); unique per routed request, "" = none.
         client_max_output_tokens: the client's own output maximum (tokens; None when it sent
-            none): tells a pool's cut of the answer from the client's (:mod:`extproc.core.truncation`).
+            none): tells a pool's cut of the answer from the client's (:mod:`extproc.core.learn.truncation`).
             Key ``mx``, written only when set.
     """
 

@@ -43,13 +43,14 @@ from extproc.adapter.off_path import (
     route_and_sample,
 )
 from extproc.adapter.response_phases import ResponsePhases
-from extproc.core.batch import batch_budget
-from extproc.core.decision import DecisionRecord
-from extproc.core.endpoints import parse_body, spec_for_path, spec_of
-from extproc.core.estimator import TokenBudget
+from extproc.core.estimate.estimator import TokenBudget
 from extproc.core.facade import Decision, decide, fallback_pool
-from extproc.core.policy import PoolDecision
-from extproc.core.request_body import UnreadableRequest
+from extproc.core.learn.batch import batch_budget
+from extproc.core.learn.outcomes import StreamEnd
+from extproc.core.request.endpoints import parse_body, spec_for_path, spec_of
+from extproc.core.request.request_body import UnreadableRequest
+from extproc.core.route.decision import DecisionRecord
+from extproc.core.route.policy import PoolDecision
 
 __all__ = ["Exchange", "StreamProcessor"]
 
@@ -379,7 +380,7 @@ class StreamProcessor(ResponsePhases):
 
     # -- end of stream ----------------------------------------------------------------------
 
-    def finish(self, end: str) -> None:
+    def finish(self, end: StreamEnd) -> None:
         """The stream ended (``end``: ``complete``, ``cancelled`` or ``error``); record the decision.
 
         A usage already read from a stream the client aborted still calibrates (it is a true

@@ -2,7 +2,7 @@
 
 On a 2xx answer the processor asks Envoy for the body (STREAMED, never BUFFERED: Envoy fails a
 buffered body above its buffer limit with 500, which would change what the client gets), reads
-``usage`` from a decoded copy in bounded memory (:class:`extproc.core.usage_reader.UsageReader`),
+``usage`` from a decoded copy in bounded memory (:class:`extproc.core.learn.usage_reader.UsageReader`),
 and at the end of the stream hands it once to :func:`extproc.core.facade.learn`, which decides what
 is learned (the ratio, the misroute recovery ratchet, the truncation judgement and answer lengths:
 docs/design/003-misroute-recovery.md); this half reports the outcomes it returns. The body always
@@ -21,9 +21,9 @@ from extproc.adapter.exchange import Exchange
 from extproc.adapter.headers import plain_headers
 from extproc.adapter.stream_state import StreamState
 from extproc.core.facade import LearnOutcome, learn
-from extproc.core.misroute_cause import UNKNOWN, cause_of_failed_retry
-from extproc.core.recovery import parse_attempt_count
-from extproc.core.usage_reader import ReadKind, UsageReader
+from extproc.core.learn.misroute_cause import UNKNOWN, cause_of_failed_retry
+from extproc.core.learn.recovery import parse_attempt_count
+from extproc.core.learn.usage_reader import ReadKind, UsageReader
 
 _SSE, _ERROR_BODY = ReadKind.SSE, ReadKind.ERROR_BODY
 """Module aliases (an enum member through its class costs ~0.1 µs in CPython 3.11)."""
@@ -150,8 +150,8 @@ class ResponsePhases(StreamState):
             self.finish_reason = out.finish_reason
         if out.truncated is not None:
             self.truncated = out.truncated
-        for from_pool, to_pool, outcome, cause in out.misroutes:
-            obs.misroute(from_pool, to_pool, outcome, cause)
+        for from_pool, to_pool, misroute, cause in out.misroutes:
+            obs.misroute(from_pool, to_pool, misroute, cause)
         for label in out.calibration:
             obs.calibration(label)
         if out.estimate_error is not None:
@@ -169,7 +169,7 @@ class ResponsePhases(StreamState):
 
     def settle_retry(self, cause: str) -> None:
         """Count Envoy's retry of this request, once, with its ``cause``
-        (``tbr_misroutes_total{from_pool,to_pool,outcome,cause}``, :mod:`extproc.core.misroute_cause`)."""
+        (``tbr_misroutes_total{from_pool,to_pool,outcome,cause}``, :mod:`extproc.core.learn.misroute_cause`)."""
         outcome, routed = self.retry_outcome, self.routed_pool
         if outcome is None or routed is None or self.retried_to is None:
             return

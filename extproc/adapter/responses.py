@@ -144,7 +144,7 @@ READ_JSON_RESPONSE = pb.ProcessingResponse(
     mode_override=pm.ProcessingMode(response_body_mode=pm.ProcessingMode.STREAMED),
 )
 """Answer to 2xx JSON ``response_headers``: stream the body to us chunk by chunk (usage sits near
-its end; :class:`~extproc.core.sse.JSONUsageReader` keeps only the bytes after the key).
+its end; :class:`~extproc.core.response.sse.JSONUsageReader` keeps only the bytes after the key).
 
 STREAMED, not BUFFERED: a BUFFERED body is held whole by Envoy and fails with 500 once it passes
 the cluster's ``per_connection_buffer_limit_bytes`` (8 MiB in envoy/envoy.yaml), so reading usage

@@ -17,13 +17,13 @@ from extproc.adapter.held_records import HeldRecords
 from extproc.adapter.observer import NullObserver, StreamObserver
 from extproc.adapter.responses import route_by_metadata, route_request_body, route_request_headers
 from extproc.config import RouterConfig
-from extproc.core.calibration import RatioStore
-from extproc.core.decision import DecisionRecord
+from extproc.core.estimate.calibration import RatioStore
+from extproc.core.estimate.output_reserve import OutputClassKey, OutputLengthLearner
 from extproc.core.facade import CoreState
-from extproc.core.load import LoadTracker
-from extproc.core.output_reserve import OutputClassKey, OutputLengthLearner
-from extproc.core.read_decision import ResponseReadPolicy
-from extproc.core.response_ids import ResponsePools
+from extproc.core.learn.read_decision import ResponseReadPolicy
+from extproc.core.route.decision import DecisionRecord
+from extproc.core.route.load import LoadTracker
+from extproc.core.route.response_ids import ResponsePools
 
 __all__ = ["DecisionSink", "OutputSink", "Runtime"]
 

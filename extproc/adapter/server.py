@@ -58,6 +58,7 @@ from extproc.adapter.observer import request_id_var
 from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.runtime import Runtime
 from extproc.config import ServerConfig
+from extproc.core.learn.outcomes import StreamEnd
 
 __all__ = [
     "EXT_PROC_SERVICE",
@@ -95,7 +96,7 @@ class ExtProcServicer(pb_grpc.ExternalProcessorServicer):
         proc = StreamProcessor(router)
         router.observer.stream_started()
         self.active_streams += 1
-        end = "complete"
+        end: StreamEnd = "complete"
         try:
             while True:
                 req = await context.read()
@@ -149,7 +150,7 @@ def _is_unrouted_stream(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
     return any(tuple(m) == UNROUTED_STREAM for m in context.invocation_metadata() or ())
 
 
-def _finish_stream(proc: StreamProcessor, end: str) -> None:
+def _finish_stream(proc: StreamProcessor, end: StreamEnd) -> None:
     """End ``proc`` exactly once and count the stream's end (run by the loop once the call's
     status is sent)."""
     try:

@@ -13,10 +13,11 @@ import time
 
 from extproc.adapter.exchange import OFF_PATH, TWO_MESSAGE, UNROUTED, Exchange
 from extproc.adapter.runtime import Runtime
-from extproc.core.budget import TokenBudget
-from extproc.core.endpoints import EndpointSpec
+from extproc.core.estimate.budget import TokenBudget
 from extproc.core.facade import Decision
-from extproc.core.usage_reader import UsageReader
+from extproc.core.learn.outcomes import MisrouteOutcome
+from extproc.core.learn.usage_reader import UsageReader
+from extproc.core.request.endpoints import EndpointSpec
 
 __all__ = ["StreamState"]
 
@@ -77,7 +78,7 @@ class StreamState:
         self.request_id = ""
         self.traceparent = ""
         self.endpoint: EndpointSpec | None = None
-        """The endpoint's row (:mod:`extproc.core.endpoints`), None for a request not budgeted."""
+        """The endpoint's row (:mod:`extproc.core.request.endpoints`), None for a request not budgeted."""
         self.decision: Decision | None = None
         """The core's decision for a budgeted request (or the payload's, on an off-path stream)."""
         self.budget: TokenBudget | None = None
@@ -106,12 +107,12 @@ class StreamState:
         self.streamed = False
         """The budgeted request asked for SSE (``stream: true``)."""
         self.misroute_cause: str | None = None
-        """Why the request is a misroute (:mod:`extproc.core.misroute_cause`), None when it is not."""
-        self.retry_outcome: str | None = None
+        """Why the request is a misroute (:mod:`extproc.core.learn.misroute_cause`), None when it is not."""
+        self.retry_outcome: MisrouteOutcome | None = None
         """Envoy's retry of this request (``recovered``, ``retry_failed``) until it is counted with
         its cause (:meth:`extproc.adapter.response_phases.ResponsePhases.settle_retry`)."""
         self.reader: UsageReader | None = None
-        """The response body's reader while the body is read (:mod:`extproc.core.usage_reader`)."""
+        """The response body's reader while the body is read (:mod:`extproc.core.learn.usage_reader`)."""
         self.record_key = ""
         """Pairs this request's decision record across its two streams (off-path calibration); set
         on a routing stream once the payload went out, on an observability stream from it."""

@@ -1,9 +1,9 @@
 """The ``advice:`` section: live fleet advice from the router's own decisions (issue 33).
 
 Off by default. When on, the router keeps sliding windows of its routing decisions (per pool: the
-arrivals and their token budgets, :mod:`extproc.core.fleet_window`), shares them across replicas
+arrivals and their token budgets, :mod:`extproc.core.route.fleet_window`), shares them across replicas
 through ``calibration.redis_url`` when set, and turns them into per-pool instance advice with the
-planner's closed-form model (:mod:`planner.advice`) at scrape time. Advice only: nothing here changes
+planner's closed-form model (:mod:`planner.model.advice`) at scrape time. Advice only: nothing here changes
 a routing decision (docs/operations.md, "Fleet advice and autoscaling").
 """
 
@@ -22,8 +22,8 @@ class AdviceConfig(Strict):
     """Fleet advice settings.
 
     ``profiles`` maps a pool name to the planner profile its instances run: a name of
-    ``planner.profiles.PROFILES`` (``llama3-70b-a100``, …) or the path of a JSON/YAML profile file
-    whose keys are :class:`planner.profiles.PoolProfile`'s fields; a pool without an entry uses
+    ``planner.model.profiles.PROFILES`` (``llama3-70b-a100``, …) or the path of a JSON/YAML profile file
+    whose keys are :class:`planner.model.profiles.PoolProfile`'s fields; a pool without an entry uses
     ``default_profile``. ``output_share`` is the fraction of a request's token budget the model counts
     as generated tokens (the router sees budgets, not answers; default: the Azure LLM 2023
     conversation trace, 211 of 1,366 tokens per request).

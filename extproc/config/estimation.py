@@ -87,7 +87,7 @@ class ModelProfile(Strict):
 
     Framing is counted in tokens and added to the text estimate (it is not folded into the
     model-to-true ratio). ``family`` selects the run costs and cold corrections
-    (``extproc/core/run_costs.json``); an unknown family uses the conservative ``unknown`` costs.
+    (``extproc/core/text/run_costs.json``); an unknown family uses the conservative ``unknown`` costs.
     Values measured per template in docs/estimator.md §Framing.
     """
 
@@ -167,7 +167,7 @@ DEFAULT_MODEL_PROFILES: tuple[ModelProfile, ...] = (
 
 class ImageRule(Strict):
     """How many prompt tokens one image costs for the models whose name matches ``pattern``
-    (method and sources: :mod:`extproc.core.images`).
+    (method and sources: :mod:`extproc.core.request.images`).
 
     ``kind: patch``: one token per ``patch_px × patch_px`` cell after resizing into
     ``[min_pixels, max_pixels]`` (Qwen2-VL ``smart_resize``); ``kind: fixed``: ``tokens_per_image``
@@ -232,7 +232,7 @@ class OutputReserveConfig(Strict):
 
     ``L_total = prompt_tokens_est + n · output_reserve``. Without a client maximum
     (``max_completion_tokens`` / ``max_tokens`` / ``max_output_tokens``) the reserve is the learned
-    high quantile of the request's output class (:mod:`extproc.core.output_reserve`) when
+    high quantile of the request's output class (:mod:`extproc.core.estimate.output_reserve`) when
     ``learned``, else ``estimator.default_output_reserve_tokens``. With a client maximum,
     ``strict`` reserves the maximum (nothing the pool serves can be cut short by the router);
     ``risk`` reserves ``min(maximum, learned quantile)``: more requests fit the short pool, and an
@@ -303,7 +303,7 @@ class OutputReserveConfig(Strict):
 
 class AudioRule(Strict):
     """How many prompt tokens one second of audio costs for the models whose name matches
-    ``pattern`` (method and sources: :mod:`extproc.core.audio`): ``ceil(seconds ×
+    ``pattern`` (method and sources: :mod:`extproc.core.request.audio`): ``ceil(seconds ×
     tokens_per_second) + extra_tokens`` per clip."""
 
     pattern: ModelPattern
@@ -369,12 +369,12 @@ class EstimatorConfig(Strict):
     """Model-key slots (bounded cardinality); a name without one shares the ``_other`` key. Names in
     ``models:`` (exact or by pattern) and names matching a model profile take a slot at once; any
     other name after its first 2xx answer with usage; a slot that never learned anything is
-    reclaimed when the table is full (``extproc.core.estimator.Estimator.model_key``)."""
+    reclaimed when the table is full (``extproc.core.estimate.estimator.Estimator.model_key``)."""
     screen: bool = True
     """Route requests whose estimate nobody reads (not sampled for calibration, no decision log,
     no OpenTelemetry records) with bounded work when the exact estimate cannot change the pool: the
     byte bound for short prompts, and for long ones the run counts of a prefix once they put the
-    budget over every pool (``extproc.core.screen``). Their metrics then carry category
+    budget over every pool (``extproc.core.estimate.screen``). Their metrics then carry category
     ``bounded``."""
     min_model_ratio: Annotated[float, Field(gt=0.0, le=1.0)] = 0.5
     """Plausibility floor of a key's value (modelled/true tokens): no learning step and no misroute
@@ -399,7 +399,7 @@ class EstimatorConfig(Strict):
 
 
 class ResponseReadsConfig(Strict):
-    """Which responses are read (``calibration.response_reads``; :mod:`extproc.core.read_decision`).
+    """Which responses are read (``calibration.response_reads``; :mod:`extproc.core.learn.read_decision`).
 
     ``mode: sample`` reads a ``calibration.sample_rate`` share of responses drawn at random;
     ``mode: adaptive`` decides per request, after routing, whether the response's information pays
@@ -434,7 +434,7 @@ class ResponseReadsConfig(Strict):
 
 class CalibrationConfig(Strict):
     """Online calibration (EMA of the observed model-to-true ratio, modelled ÷ true prompt tokens;
-    :mod:`extproc.core.calibration`), arXiv 2604.09613, docs/method.md §3.3; defaults chosen by the
+    :mod:`extproc.core.estimate.calibration`), arXiv 2604.09613, docs/method.md §3.3; defaults chosen by the
     sweep of ``tbr eval-estimator`` (docs/estimator.md)."""
 
     learner: Literal["quantile", "ema_dev"] = "quantile"

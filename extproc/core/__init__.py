@@ -1,10 +1,15 @@
 """The router's decision core: pure functions and small state machines, no I/O.
 
-Request parsing (:mod:`.request_body`), the text profile (:mod:`.categories`), cold priors
-(:mod:`.priors`), the token-budget estimator (:mod:`.estimator`), the online ratio learner and the
-ratio-store protocol (:mod:`.calibration`), the routing policy (:mod:`.policy`), pool load
-(:mod:`.load`), misroute recovery (:mod:`.recovery`), usage parsing (:mod:`.sse`), content
-decoding (:mod:`.encoding`) and the decision record (:mod:`.decision`).
+Subpackages, along the data flow of one request (a higher one may import a lower one, never the
+reverse; import-linter contracts in ``make test``):
+
+- :mod:`.facade`: ``decide(...)`` and ``learn(...)``, the core's two entry points;
+- :mod:`.learn`: learning from what the pools report (usage, misroutes, truncation, outcomes);
+- :mod:`.route`: choosing the pool (policy, load, model sets, affinity, the decision record);
+- :mod:`.estimate`: the token budget (estimator, ratio learner, output reserve, screen);
+- :mod:`.request`: reading request bodies (endpoints, messages, media) into ``RequestFeatures``;
+- :mod:`.response`: reading ``usage`` from JSON and SSE responses, content decoding;
+- :mod:`.text`: counting runs in prompt text (the C counter and its numpy path).
 
 Nothing here imports grpc, envoy, prometheus_client or asyncio (an import-linter contract in
 ``make test``): the Envoy adapter and the service call into the core and record what it returns.

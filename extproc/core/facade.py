@@ -7,15 +7,15 @@ messages to and from them (the Envoy adapter: :mod:`extproc.adapter.processor`,
 * :func:`decide` — request features + the router's state (:class:`CoreState`: the estimator with
   its learned ratios, the pools per model set over the load tracker, the Responses API id → pool
   map, the read policy) → a :class:`Decision`: the token budget (screened by the byte bound when
-  nobody reads the exact estimate, :mod:`extproc.core.screen`; a chat batch's longest
+  nobody reads the exact estimate, :mod:`extproc.core.estimate.screen`; a chat batch's longest
   conversation), the pool (a ``previous_response_id`` pins the pool that stored that response;
   an unknown model goes to its default set or the largest pool, reason ``unknown_model``; else the
-  shortest fit with spillover, :mod:`extproc.core.policy`), and whether the answer is read
-  (:mod:`extproc.core.read_decision`).
-* :func:`learn` — a :class:`Decision` + the answer's :class:`~extproc.core.usage_reader.ResponseUsage`
+  shortest fit with spillover, :mod:`extproc.core.route.policy`), and whether the answer is read
+  (:mod:`extproc.core.learn.read_decision`).
+* :func:`learn` — a :class:`Decision` + the answer's :class:`~extproc.core.learn.usage_reader.ResponseUsage`
   → a :class:`LearnOutcome`: the ratio learned (:meth:`Estimator.observe`), the misroute recovery
-  ratchet (:mod:`extproc.core.recovery`), the truncation judgement and the output lengths learned
-  (:mod:`extproc.core.truncation`), the cause of a retried request (:mod:`extproc.core.misroute_cause`),
+  ratchet (:mod:`extproc.core.learn.recovery`), the truncation judgement and the output lengths learned
+  (:mod:`extproc.core.learn.truncation`), the cause of a retried request (:mod:`extproc.core.learn.misroute_cause`),
   and the outcomes to count. The state it teaches is in :class:`CoreState`; the outcomes it returns
   are for the transport to report (metrics, decision records, sharing with other replicas).
 
@@ -33,24 +33,25 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from extproc.config import RouterConfig
-from extproc.core.batch import batch_budget
-from extproc.core.budget import TokenBudget
-from extproc.core.calibration import InMemoryRatioStore, RatioStore
-from extproc.core.endpoints import EndpointSpec, spec_of
-from extproc.core.estimator import Estimator
-from extproc.core.load import LoadTracker
-from extproc.core.misroute_cause import ESTIMATE_TOO_LOW, TRUNCATED, UNKNOWN, cause_of_served_retry
-from extproc.core.model_sets import ModelRouting
-from extproc.core.output_reserve import ALL_BANDS, OutputClassKey, OutputLengthLearner
-from extproc.core.policy import PoolDecision
-from extproc.core.read_decision import ReadPolicyParams, ResponseReadPolicy, truncation_possible
-from extproc.core.recovery import MisrouteRecovery, overflowed
-from extproc.core.request_body import RequestFeatures
-from extproc.core.response_ids import ResponsePools
-from extproc.core.screen import route_budget
-from extproc.core.sse import is_context_length_error
-from extproc.core.truncation import LENGTH_REASONS, judge_output
-from extproc.core.usage_reader import ResponseUsage
+from extproc.core.estimate.budget import TokenBudget
+from extproc.core.estimate.calibration import InMemoryRatioStore, RatioStore
+from extproc.core.estimate.estimator import Estimator
+from extproc.core.estimate.output_reserve import ALL_BANDS, OutputClassKey, OutputLengthLearner
+from extproc.core.estimate.screen import route_budget
+from extproc.core.learn.batch import batch_budget
+from extproc.core.learn.misroute_cause import ESTIMATE_TOO_LOW, TRUNCATED, UNKNOWN, cause_of_served_retry
+from extproc.core.learn.outcomes import CalibrationOutcome, MisrouteCalibrationOutcome, MisrouteOutcome
+from extproc.core.learn.read_decision import ReadPolicyParams, ResponseReadPolicy, truncation_possible
+from extproc.core.learn.recovery import MisrouteRecovery, overflowed
+from extproc.core.learn.truncation import LENGTH_REASONS, judge_output
+from extproc.core.learn.usage_reader import ResponseUsage
+from extproc.core.request.endpoints import EndpointSpec, spec_of
+from extproc.core.request.request_body import RequestFeatures
+from extproc.core.response.sse import is_context_length_error
+from extproc.core.route.load import LoadTracker
+from extproc.core.route.model_sets import ModelRouting
+from extproc.core.route.policy import PoolDecision
+from extproc.core.route.response_ids import ResponsePools
 
 __all__ = [
     "CoreState",
@@ -166,9 +167,9 @@ class Decision:
         pool: the chosen pool's name.
         reason: why (a bounded label: ``fits``, ``spillover``, ``previous_response``, ``unknown_model``, …).
         budget: the budget recorded and learned against (the exact estimate whenever the answer is
-            read; the byte bound otherwise when it routed, :mod:`extproc.core.screen`).
+            read; the byte bound otherwise when it routed, :mod:`extproc.core.estimate.screen`).
         routed_budget: the budget the pool was chosen on (reported with the decision).
-        endpoint: the endpoint's row (:mod:`extproc.core.endpoints`), None when unknown.
+        endpoint: the endpoint's row (:mod:`extproc.core.request.endpoints`), None when unknown.
         learn: whether the served usage may be learned from (False for a ``previous_response_id``
             continuation, whose usage counts stored turns the router never saw).
         client_max_output_tokens: the client's own output maximum, None when it sent none.
@@ -241,7 +242,7 @@ def decide(
 
     Args:
         core: the router's state.
-        features: the parsed body (:func:`extproc.core.endpoints.parse_body`).
+        features: the parsed body (:func:`extproc.core.request.endpoints.parse_body`).
         endpoint: its endpoint's row.
         read: whether its answer is read, when decided before the body (a Responses API request, a
             ``sample_rate`` draw); None to decide here (``response_reads.mode: adaptive``).
@@ -318,7 +319,7 @@ def decide_read(
     now_s: float,
 ) -> tuple[bool, str]:
     """The adaptive read decision for a request routed with ``budget`` to ``pool_name``
-    (:class:`extproc.core.read_decision.ResponseReadPolicy`): (read, reason)."""
+    (:class:`extproc.core.learn.read_decision.ResponseReadPolicy`): (read, reason)."""
     # the largest pool's cuts are not misroutes: no truncation to look for there
     truncation = pool_name in core.pools_with_larger and truncation_possible(
         prompt_tokens=budget.prompt_tokens,
@@ -371,7 +372,7 @@ class OutputSeen:
     capped: bool
 
 
-Misroute = tuple[str, str, str, str]
+Misroute = tuple[str, str, MisrouteOutcome, str]
 """``(from_pool, to_pool, outcome, cause)`` of one misroute to count (``tbr_misroutes_total``)."""
 
 
@@ -399,13 +400,13 @@ class LearnOutcome:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     response_id: str | None = None
-    calibration: list[str] = field(default_factory=list)
+    calibration: list[CalibrationOutcome] = field(default_factory=list)
     retry_cause: str | None = None
     misroutes: list[Misroute] = field(default_factory=list)
     finish_reason: str | None = None
     truncated: bool | None = None
     estimate_error: tuple[str, float] | None = None
-    recovery: tuple[str, ...] = ()
+    recovery: tuple[MisrouteCalibrationOutcome, ...] = ()
     ratio_key: tuple[str, str] | None = None
     outputs: list[OutputSeen] = field(default_factory=list)
 
@@ -427,7 +428,7 @@ def learn(
     Args:
         core: the router's state (taught here).
         decision: the request's decision.
-        usage: what the answer reported (:meth:`extproc.core.usage_reader.UsageReader.close`).
+        usage: what the answer reported (:meth:`extproc.core.learn.usage_reader.UsageReader.close`).
         routed_pool: the pool the router sent it to (None when the stream cannot tell).
         retried_to: the pool Envoy's retry sent it to, None when not retried.
         retry_pending: that retry is not counted yet (counted with :attr:`LearnOutcome.retry_cause`).
@@ -508,7 +509,7 @@ def _judge_answer(
     routed_pool: str | None,
     retried_to: str | None,
 ) -> None:
-    """Was the answer cut by the pool that served it (:func:`extproc.core.truncation.judge_output`)?
+    """Was the answer cut by the pool that served it (:func:`extproc.core.learn.truncation.judge_output`)?
     A cut answer is a misroute of that pool (``outcome="truncated"``, ``to_pool`` = the serving pool:
     nothing was retried); the record's ``misroute`` says ``truncated`` unless a retry already named
     the request a misroute. Each sequence's length then teaches the output learner the request's
@@ -599,12 +600,12 @@ def _judge_without_usage(
 def _learned_budget(decision: Decision, out: LearnOutcome) -> TokenBudget | None:
     """The budget the served usage is learned against, or None (outcome counted): a
     ``previous_response_id`` continuation's usage counts stored turns; a chat batch's usage is
-    the sum over its conversations, learned against the summed estimate (extproc.core.batch)."""
+    the sum over its conversations, learned against the summed estimate (extproc.core.learn.batch)."""
     if not decision.learn:
         out.calibration.append("previous_response")
         return None
     if decision.budget.screened:
-        out.calibration.append("screened")  # a routing-only budget (extproc.core.screen)
+        out.calibration.append("screened")  # a routing-only budget (extproc.core.estimate.screen)
         return None
     if decision.batch_budgets is None:
         return decision.budget

@@ -4,7 +4,7 @@
 * ``GET /healthz``: liveness (the process and its event loop answer).
 * ``GET /readyz``: readiness (gRPC listener up, config loaded, not shutting down); 503 otherwise.
 * ``GET /ratios``: learned model-to-true ratios as JSON (model, category, ĉ, σ̂, c*, samples: the
-  ratio is modelled units per true prompt token, extproc.core.calibration),
+  ratio is modelled units per true prompt token, extproc.core.estimate.calibration),
   plus the store's state (``memory`` or ``redis``, Redis reachability, queue length).
 * ``GET /output-lengths``: learned answer lengths per output class (issue 30): answers, censored,
   truncated, the reserve the class routes with, its quantile and its prior's, its tail share, plus

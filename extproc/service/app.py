@@ -32,12 +32,12 @@ from extproc.adapter.held_records import HeldRecords
 from extproc.adapter.runtime import Runtime
 from extproc.adapter.server import GrpcServer, freeze_startup_objects, start_grpc_server
 from extproc.config import RouterConfig
-from extproc.core.calibration import InMemoryRatioStore
-from extproc.core.decision import DecisionRecord
-from extproc.core.load import LoadTracker
-from extproc.core.output_reserve import OutputLengthLearner
-from extproc.core.response_ids import ResponsePools
-from extproc.core.runs import CONTENT_KINDS, RUNSCAN
+from extproc.core.estimate.calibration import InMemoryRatioStore
+from extproc.core.estimate.output_reserve import OutputLengthLearner
+from extproc.core.route.decision import DecisionRecord
+from extproc.core.route.load import LoadTracker
+from extproc.core.route.response_ids import ResponsePools
+from extproc.core.text.runs import CONTENT_KINDS, RUNSCAN
 from extproc.service.admin import build_admin_app
 from extproc.service.decision_log import DecisionLogWriter
 from extproc.service.fleet_advice import AdviceCollector, FleetAdvisor, sync_rows_counter
@@ -251,7 +251,7 @@ class RouterApp:
         cfg = self.config
         if RUNSCAN != "c":
             log.warning(
-                "estimator run counter: numpy (extproc.core._runscan was not built: no C compiler at "
+                "estimator run counter: numpy (extproc.core.text._runscan was not built: no C compiler at "
                 "install time); long prompts cost 10-25x more CPU to count (docs/performance.md §Run counter)"
             )
         snap = cfg.calibration.snapshot_path
@@ -453,7 +453,7 @@ class RouterApp:
         async def run() -> object:
             async with httpx.AsyncClient() as client:
                 checks = await check_pool_limits(cfg.pools, client, self.metrics.pool_check)
-            for check in checks:  # what the server cuts answers at (extproc/core/truncation.py)
+            for check in checks:  # what the server cuts answers at (extproc/core/learn/truncation.py)
                 if check.served_tokens is not None:
                     self.served_limits[check.pool] = check.served_tokens
             return checks

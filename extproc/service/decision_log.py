@@ -20,7 +20,7 @@ from typing import IO
 import orjson
 from prometheus_client import Counter
 
-from extproc.core.decision import DecisionRecord
+from extproc.core.route.decision import DecisionRecord
 
 __all__ = ["DecisionLogWriter"]
 

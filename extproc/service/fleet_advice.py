@@ -1,13 +1,13 @@
 """Live fleet advice in ``tbr serve`` (issue 33): the window of decisions, the advice, its metrics.
 
-Every routing decision is counted in a :class:`~extproc.core.fleet_window.FleetWindow` (the
+Every routing decision is counted in a :class:`~extproc.core.route.fleet_window.FleetWindow` (the
 observer's ``decision`` call; O(log bins), no allocation once the bucket exists). At scrape time (at
-most every ``advice.recompute_interval_s``) :func:`planner.advice.advise` turns the window — this
+most every ``advice.recompute_interval_s``) :func:`planner.model.advice.advise` turns the window — this
 replica's and, with Redis, every replica's (:mod:`extproc.service.fleet_sync`) — into advice, which
 :class:`AdviceCollector` exports on ``/metrics`` and ``GET /advice`` returns as JSON.
 
 Layering: this is the one module of the router that imports the planner, and only
-:mod:`planner.advice` (pyproject's import-linter contracts). Advice is never applied: nothing
+:mod:`planner.model.advice` (pyproject's import-linter contracts). Advice is never applied: nothing
 here feeds back into a routing decision.
 """
 
@@ -23,8 +23,15 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from extproc.config import RouterConfig
-from extproc.core.fleet_window import FleetWindow
-from planner.advice import AdvicePool, AdviceRule, FleetAdvice, ThresholdHysteresis, advise, load_profile
+from extproc.core.route.fleet_window import FleetWindow
+from planner.model.advice import (
+    AdvicePool,
+    AdviceRule,
+    FleetAdvice,
+    ThresholdHysteresis,
+    advise,
+    load_profile,
+)
 
 __all__ = ["AdviceCollector", "FleetAdvisor", "advice_pools", "sync_rows_counter"]
 

@@ -1,4 +1,4 @@
-"""Share the advice windows (:mod:`extproc.core.fleet_window`) across router replicas through Redis.
+"""Share the advice windows (:mod:`extproc.core.route.fleet_window`) across router replicas through Redis.
 
 Each replica sees a share of the traffic; the fleet's arrival rate and mix are the sum. With
 ``advice.enabled`` and ``calibration.redis_url`` set, every replica writes its window's buckets to one
@@ -21,7 +21,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from extproc.core.fleet_window import FleetWindow, WindowFormatError
+from extproc.core.route.fleet_window import FleetWindow, WindowFormatError
 from extproc.service.periodic_sync import PeriodicSync
 
 __all__ = ["FleetWindowSync"]

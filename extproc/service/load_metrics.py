@@ -1,6 +1,6 @@
 """Prometheus view of pool load, spillover and misroute recovery.
 
-The core (:mod:`extproc.core.load`, :mod:`extproc.core.policy`, :mod:`extproc.core.recovery`)
+The core (:mod:`extproc.core.route.load`, :mod:`extproc.core.route.policy`, :mod:`extproc.core.learn.recovery`)
 records nothing itself: the tracker keeps plain tallies that :class:`LoadCollector` reads at
 scrape time (no work on the request path), and the routing and recovery *outcomes* it returns are
 counted by the caller in :class:`LoadMetrics`.
@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from extproc.core.load import LoadTracker
+from extproc.core.route.load import LoadTracker
 
 __all__ = ["LoadCollector", "LoadMetrics"]
 

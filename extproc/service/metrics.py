@@ -1,7 +1,7 @@
 """Prometheus metrics of the router (prometheus-client), on their own registry.
 
 Every label takes values from a bounded set: pools (config), categories (the content kinds
-:data:`extproc.core.runs.CONTENT_KINDS`, ``all``, ``bounded``), reasons (fixed strings in the code), models (capped by
+:data:`extproc.core.text.runs.CONTENT_KINDS`, ``all``, ``bounded``), reasons (fixed strings in the code), models (capped by
 ``estimator.max_models``) and phases. docs/metrics.md lists each metric with type, labels, unit.
 """
 
@@ -24,8 +24,14 @@ from prometheus_client import (
     disable_created_metrics,
 )
 
-from extproc.core.decision import DecisionRecord
-from extproc.core.runs import RUNSCAN, RUNSCAN_PASS
+from extproc.core.learn.outcomes import (
+    CalibrationOutcome,
+    MisrouteCalibrationOutcome,
+    MisrouteOutcome,
+    StreamEnd,
+)
+from extproc.core.route.decision import DecisionRecord
+from extproc.core.text.runs import RUNSCAN, RUNSCAN_PASS
 from extproc.service.load_metrics import LoadMetrics
 from extproc.service.otel import OtelRecorder
 from extproc.service.pool_check import PoolCheckMetrics
@@ -153,7 +159,7 @@ class RouterMetrics:
         self.response_reads = CountedCounter(
             "tbr_response_reads",
             "Adaptive read decisions (calibration.response_reads.mode: adaptive): decision read or skip, "
-            "and why (extproc/core/read_decision.py); read rate = read / all.",
+            "and why (extproc/core/learn/read_decision.py); read rate = read / all.",
             ["decision", "reason"],
             registry=r,
         )
@@ -304,7 +310,7 @@ class PrometheusObserver:
         """``tbr_inflight_streams`` + 1."""
         self.open_streams += 1
 
-    def stream_ended(self, end: str) -> None:
+    def stream_ended(self, end: StreamEnd) -> None:
         """``tbr_inflight_streams`` − 1 and ``tbr_streams_total{end}``."""
         self.open_streams -= 1
         inc = self._ended.get(end)
@@ -332,7 +338,7 @@ class PrometheusObserver:
         """``tbr_unreadable_requests_total{reason}``."""
         self._child("unreadable", self.metrics.unreadable, reason).inc()
 
-    def calibration(self, outcome: str) -> None:
+    def calibration(self, outcome: CalibrationOutcome) -> None:
         """``tbr_calibration_events_total{outcome}``."""
         self._child("calibration", self.metrics.calibration, outcome).inc()
 
@@ -386,10 +392,10 @@ class PrometheusObserver:
         """``tbr_spillover_total{from_pool,to_pool,signal}``."""
         self._child("spillover", self.metrics.load.spillover, from_pool, to_pool, signal).inc()
 
-    def misroute(self, from_pool: str, to_pool: str, outcome: str, cause: str) -> None:
+    def misroute(self, from_pool: str, to_pool: str, outcome: MisrouteOutcome, cause: str) -> None:
         """``tbr_misroutes_total{from_pool,to_pool,outcome,cause}``."""
         self._child("misroutes", self.metrics.load.misroutes, from_pool, to_pool, outcome, cause).inc()
 
-    def misroute_calibration(self, pool: str, outcome: str) -> None:
+    def misroute_calibration(self, pool: str, outcome: MisrouteCalibrationOutcome) -> None:
         """``tbr_misroute_calibration_total{pool,outcome}``."""
         self._child("misroute_cal", self.metrics.load.misroute_calibration, pool, outcome).inc()

@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from extproc.core.decision import DecisionRecord
+from extproc.core.route.decision import DecisionRecord
 
 __all__ = ["OtelRecorder", "otel_enabled"]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from extproc.core.output_reserve import OutputLengthLearner
+from extproc.core.estimate.output_reserve import OutputLengthLearner
 
 __all__ = ["OutputCollector"]
 

@@ -1,4 +1,4 @@
-"""Share learned answer lengths (:mod:`extproc.core.output_reserve`) across router replicas.
+"""Share learned answer lengths (:mod:`extproc.core.estimate.output_reserve`) across router replicas.
 
 With ``calibration.redis_url`` set, every replica appends each answer it learns from (output class,
 ``completion_tokens``, truncated / capped) to one Redis stream and replays the other replicas'
@@ -13,7 +13,7 @@ newest ``QUEUE_MAX``) and the failure is logged once.
 Redis layout (``{prefix}`` = ``calibration.redis_key_prefix``):
 
 * stream ``{prefix}output-lengths`` (``XADD … MAXLEN ~ 100000``), fields ``r`` (replica id), ``k``
-  (:func:`~extproc.core.output_reserve.encode_class_key`), ``t`` (completion tokens), ``c``
+  (:func:`~extproc.core.estimate.output_reserve.encode_class_key`), ``t`` (completion tokens), ``c``
   (``0`` an answer that ended, ``1`` cut by the client's maximum or the largest pool, ``2``
   truncated by a pool, a misroute);
 * hash ``{prefix}output-states``: encoded class key → :meth:`OutputLengthState.to_dict` as JSON;
@@ -40,7 +40,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from extproc.core.output_reserve import (
+from extproc.core.estimate.output_reserve import (
     OutputClassKey,
     OutputLengthLearner,
     OutputLengthState,

@@ -1,14 +1,14 @@
-"""Check each pool's vLLM ``GET /health`` and feed :class:`~extproc.core.load.LoadTracker` (issue 34).
+"""Check each pool's vLLM ``GET /health`` and feed :class:`~extproc.core.route.load.LoadTracker` (issue 34).
 
 vLLM's API server answers ``/health`` with 200 while its engine runs. When the engine process dies
 the API server stays up, answers 500 to every request and 503 on ``/health`` (vllm-project/vllm
 issues 42362 and 39863); a stopped server answers nothing, a killed one refuses connections. (An
 engine that is stopped while its API server runs leaves ``/health`` at 200: Envoy's streaming
 idle timeout, not this check, ends its streams; envoy/README.md, "Timeouts".) Each
-check becomes a :class:`~extproc.core.load.PoolHealth` verdict: ``healthy`` (200, up), or down with
+check becomes a :class:`~extproc.core.route.load.PoolHealth` verdict: ``healthy`` (200, up), or down with
 the reason ``http_503``, ``http_500``, ``http_other`` (another status), ``timeout`` (no answer in
 ``pool_health.check_timeout_s``) or ``unreachable`` (refused, reset, DNS). The routing policy treats
-a pool that is down as saturated (:mod:`extproc.core.policy`); the next 200 brings it back.
+a pool that is down as saturated (:mod:`extproc.core.route.policy`); the next 200 brings it back.
 
 Targets: every pool with a ``health_url``, else ``/health`` on its ``metrics_url`` server; pools with
 neither are never checked (always up). Read at start, like the ``/metrics`` scrape.
@@ -27,7 +27,7 @@ import httpx
 from prometheus_client import CollectorRegistry, Counter
 
 from extproc.config import PoolConfig, PoolHealthConfig
-from extproc.core.load import LoadTracker, PoolHealth
+from extproc.core.route.load import LoadTracker, PoolHealth
 from extproc.service.pool_poller import PoolPoller
 
 __all__ = ["PoolHealthChecker", "PoolHealthMetrics", "classify_status", "health_url_of"]

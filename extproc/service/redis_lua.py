@@ -1,7 +1,7 @@
 """Server-side Lua scripts of the shared ratio store (:mod:`extproc.service.redis_store`).
 
 ``EMA_BATCH_LUA`` applies a batch of observations with the same learner as
-:func:`extproc.core.calibration.learn`; ``SEED_LUA`` re-seeds a data set that Redis lost from one
+:func:`extproc.core.estimate.calibration.learn`; ``SEED_LUA`` re-seeds a data set that Redis lost from one
 replica's local states. Both run atomically on the server (EVALSHA, reloaded after a restart).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 __all__ = ["EMA_BATCH_LUA", "SEED_LUA"]
 
 EMA_BATCH_LUA = """
--- Server-side twin of extproc.core.calibration.learn (weighted EMA of the ratio and its absolute
+-- Server-side twin of extproc.core.estimate.calibration.learn (weighted EMA of the ratio and its absolute
 -- deviation, SGD tracker of the low log-residual quantile).
 -- KEYS[1]: marker of this batch (idempotent retries); KEYS[2]: ratios hash; KEYS[3]: version
 -- (set to KEYS[1], a value never used before, so a replica's last seen version never repeats);

@@ -1,11 +1,11 @@
-"""Redis-backed :class:`~extproc.core.calibration.RatioStore` shared by router replicas.
+"""Redis-backed :class:`~extproc.core.estimate.calibration.RatioStore` shared by router replicas.
 
 The request path never waits for Redis. Each replica keeps a local
-:class:`~extproc.core.calibration.InMemoryRatioStore` that ``get`` reads and ``observe`` updates at
+:class:`~extproc.core.estimate.calibration.InMemoryRatioStore` that ``get`` reads and ``observe`` updates at
 once; every observation is also queued and a background task, every ``sync_interval_s``:
 
 1. **pushes** queued observations in batches to a Lua script that applies the same learner as
-   :func:`~extproc.core.calibration.learn` (weighted EMA of ĉ and σ̂, low-quantile tracker) atomically
+   :func:`~extproc.core.estimate.calibration.learn` (weighted EMA of ĉ and σ̂, low-quantile tracker) atomically
    on the server (EVALSHA; the script is
    (re)loaded automatically, e.g. after a Redis restart). Each batch carries an id the script
    records (``SET NX``, 1 h TTL), so a batch retried after a lost reply is applied once; then
@@ -60,7 +60,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from extproc.core.calibration import InMemoryRatioStore, LearnerParams, RatioKey, RatioState, learn
+from extproc.core.estimate.calibration import InMemoryRatioStore, LearnerParams, RatioKey, RatioState, learn
 from extproc.service.metrics import RouterMetrics
 from extproc.service.periodic_sync import PeriodicSync
 from extproc.service.redis_lua import EMA_BATCH_LUA, SEED_LUA
@@ -180,7 +180,7 @@ class RedisRatioStore(PeriodicSync):
         self.local.beta = value.beta
 
     def get(self, key: RatioKey) -> RatioState | None:
-        """See :meth:`extproc.core.calibration.RatioStore.get` (local cache, no I/O)."""
+        """See :meth:`extproc.core.estimate.calibration.RatioStore.get` (local cache, no I/O)."""
         return self.local.get(key)
 
     def observe(self, key: RatioKey, c_obs: float, weight: float = 1.0) -> RatioState:
@@ -200,7 +200,7 @@ class RedisRatioStore(PeriodicSync):
         return state
 
     def items(self) -> list[tuple[RatioKey, RatioState]]:
-        """See :meth:`extproc.core.calibration.RatioStore.items` (local cache)."""
+        """See :meth:`extproc.core.estimate.calibration.RatioStore.items` (local cache)."""
         return self.local.items()
 
     @property

@@ -1,4 +1,4 @@
-"""Share the Responses API ``id`` → pool map (:mod:`extproc.core.response_ids`) across router replicas.
+"""Share the Responses API ``id`` → pool map (:mod:`extproc.core.route.response_ids`) across router replicas.
 
 With ``calibration.redis_url`` set, every replica appends the entries it learns to one Redis
 stream and reads the others' entries from it, every ``redis_sync_interval_s`` (the same cadence and
@@ -20,7 +20,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from extproc.core.response_ids import ResponsePools
+from extproc.core.route.response_ids import ResponsePools
 from extproc.service.periodic_sync import PeriodicSync
 
 __all__ = ["ResponsePoolSync"]

@@ -1,4 +1,4 @@
-"""Scrape vLLM ``/metrics`` of each pool and feed :class:`~extproc.core.load.LoadTracker`.
+"""Scrape vLLM ``/metrics`` of each pool and feed :class:`~extproc.core.route.load.LoadTracker`.
 
 Metric names (vLLM V1, https://docs.vllm.ai/en/stable/usage/metrics/): the gauges
 ``vllm:num_requests_waiting`` and ``vllm:kv_cache_usage_perc`` (fraction 0..1; named
@@ -20,7 +20,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from extproc.config import PoolConfig, SpilloverConfig
-from extproc.core.load import LoadTracker, PoolSignals
+from extproc.core.route.load import LoadTracker, PoolSignals
 from extproc.service.load_metrics import LoadMetrics
 from extproc.service.pool_poller import PoolPoller
 

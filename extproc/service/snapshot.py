@@ -1,8 +1,8 @@
 """Ratio snapshots on disk: learned ratios written atomically as JSON and restored at start.
 
-The document is :func:`extproc.core.calibration.encode_snapshot`'s, plus, when the output reserve
+The document is :func:`extproc.core.estimate.calibration.encode_snapshot`'s, plus, when the output reserve
 is learned (issue 30), the learned answer lengths under ``"output_lengths"``: encoded class key
-(:func:`~extproc.core.output_reserve.encode_class_key`) → :meth:`OutputLengthState.to_dict`
+(:func:`~extproc.core.estimate.output_reserve.encode_class_key`) → :meth:`OutputLengthState.to_dict`
 (a router without it ignores the key; a snapshot without it restores no output state). This
 module only does the file I/O: write to a temporary file in the same directory, fsync, then ``os.replace`` (atomic on POSIX),
 so a crash never leaves a half-written snapshot. :class:`PeriodicSnapshot` writes one every
@@ -22,14 +22,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from extproc.core.calibration import (
+from extproc.core.estimate.calibration import (
     InMemoryRatioStore,
     RatioKey,
     RatioState,
     decode_snapshot,
     encode_snapshot,
 )
-from extproc.core.output_reserve import (
+from extproc.core.estimate.output_reserve import (
     OutputClassKey,
     OutputLengthLearner,
     OutputLengthState,

@@ -23,8 +23,8 @@ import numpy.typing as npt
 
 from planner.des.instance import Instance, PoolSpec, RequestTable
 from planner.des.result import SimResult
-from planner.routers import Router
-from planner.trace import Trace
+from planner.des.routers import Router
+from planner.workload.trace import Trace
 
 __all__ = ["EventKind", "simulate"]
 
@@ -39,7 +39,7 @@ class EventKind(IntEnum):
 
 
 class _PoolView:
-    """:class:`planner.routers.FleetView` over the live instances (read-only; KV extrapolated to ``now``)."""
+    """:class:`planner.des.routers.FleetView` over the live instances (read-only; KV extrapolated to ``now``)."""
 
     def __init__(self, pools: list[list[Instance]]) -> None:
         self.pools = pools

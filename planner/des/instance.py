@@ -4,7 +4,7 @@ Model (see :mod:`planner.des` for the whole simulator):
 
 - The instance runs iterations back to back while it has running sequences. An iteration takes
   ``t_iter = W + S * n + H * Σ c_i + P * Σ chunk_i + A * Σ chunk_i * input_i / 2``
-  (:mod:`planner.profiles`; n running sequences; the last term is prefill attention, each prefill
+  (:mod:`planner.model.profiles`; n running sequences; the last term is prefill attention, each prefill
   chunk attending to half its prompt on average over the prefill), ``c_i = input + output/2``
   the running request's mean context and ``chunk_i = input/ceil(input/chunk)`` its prefill tokens per
   iteration while prefilling. Between two events the batch is fixed, so ``t_iter`` is constant and
@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
-from planner.profiles import PoolProfile
+from planner.model.profiles import PoolProfile
 
 __all__ = [
     "LB_POLICIES",

@@ -46,10 +46,10 @@ class SimResult:
         """Fleet and per-pool metrics after excluding the first ``warmup_fraction`` of arrivals.
 
         Latencies in seconds (P50/P99, numpy linear percentiles); the steady-state checks of
-        :mod:`planner.steady` use ``p99_ttft_first_half_s``/``p99_ttft_second_half_s`` (the measured
+        :mod:`planner.des.steady` use ``p99_ttft_first_half_s``/``p99_ttft_second_half_s`` (the measured
         requests split in arrival order), ``p99_ttft_fifths_s`` and ``p99_ttft_batches_s`` (the P99 of
         each of :data:`BATCHES` equal-count batches in arrival order: the batch-means input of
-        :func:`planner.steady.verdict`); ``preemptions_per_1000`` = preemption
+        :func:`planner.des.steady.verdict`); ``preemptions_per_1000`` = preemption
         events per 1,000 measured requests (the paper's ‰); rates are fractions of measured requests.
         """
         n = self.arrival_s.shape[0]

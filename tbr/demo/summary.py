@@ -15,7 +15,7 @@ Definitions (all sizes in tokens, true counts from the serving pool's ``usage.pr
 * **truncated misroute**: answered 200 by a pool that cut the answer at its ``max_model_len``
   although a larger pool would have let it finish and the client's own maximum was not the limit
   (vLLM caps an answer at ``max_model_len − prompt`` silently, ``finish_reason: "length"``): the
-  router's decision log says ``truncated: true`` (``extproc/core/truncation.py``). Only answers the
+  router's decision log says ``truncated: true`` (``extproc/core/learn/truncation.py``). Only answers the
   router read are judged (``calibration.sample_rate``, 1 in the demo).
 * **estimate error** = ``(estimated_prompt_tokens − prompt_tokens) / prompt_tokens`` per request,
   joining the router's decision log on ``x-request-id``; negative = under-estimate (the risky side).

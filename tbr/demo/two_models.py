@@ -61,7 +61,7 @@ def run_two_models(
         StartupError: the stack could not start.
     """
     from devstack.model_stack import ModelSetsStack, cluster_of
-    from tbr.cmd_demo import _read_decisions
+    from tbr.demo.decision_log import read_decisions
 
     with ModelSetsStack(work_dir) as stack:
         shares = split_by_model(requests, list(stack.models))
@@ -82,7 +82,7 @@ def run_two_models(
         elapsed = time.perf_counter() - t0
         runs = [ModelRun(m, stack.models[m], outs) for m, outs in zip(shares, results, strict=True)]
         answered = sum(o.pool is not None for r in runs for o in r.outcomes)
-        decisions = _read_decisions(stack.decision_log_path, answered)
+        decisions = read_decisions(stack.decision_log_path, answered)
         ratios = httpx.get(f"{stack.router_admin_url}/ratios", timeout=5.0).json()["ratios"]
         assert stack.envoy is not None
         ext_proc = stack.envoy.stats("ext_proc.tbr.")

@@ -19,7 +19,7 @@ import tiktoken
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 
 from extproc.config import parse_config
-from extproc.core.request_body import parse_request_body
+from extproc.core.request.request_body import parse_request_body
 from extproc.service.app import RouterApp
 from tests.pb import (
     chat_body,

@@ -1,7 +1,7 @@
 """Adaptive response reads on real gRPC streams (``calibration.response_reads.mode: adaptive``, one
 message per request as envoy/envoy.yaml): the body answer carries the observability payload only for
 the requests whose response the decision reads, each decision is counted with its reason, and what
-a read teaches feeds the next decisions (extproc/core/read_decision.py)."""
+a read teaches feeds the next decisions (extproc/core/learn/read_decision.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter.off_path import decode_payload
 from extproc.config import parse_config
-from extproc.core.output_reserve import ALL_BANDS
-from extproc.core.request_body import parse_request_body
+from extproc.core.estimate.output_reserve import ALL_BANDS
+from extproc.core.request.request_body import parse_request_body
 from extproc.service.app import RouterApp
 from tests.pb import chat_body, headers, open_stream, resp_body, resp_headers, run_stream, usage_body
 

@@ -21,7 +21,7 @@ import pytest
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.config import parse_config
-from extproc.core import run_languages, runs
+from extproc.core.text import run_languages, runs
 from extproc.service.app import RouterApp
 from tests import pb as tpb
 from tests.pb import chat_body, req_body, run_stream

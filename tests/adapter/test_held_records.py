@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from extproc.adapter.held_records import HeldRecords
-from extproc.core.decision import DecisionRecord
+from extproc.core.route.decision import DecisionRecord
 
 
 def _rec(rid: str) -> DecisionRecord:

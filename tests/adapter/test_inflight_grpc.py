@@ -14,8 +14,8 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.config import parse_config
-from extproc.core.calibration import RatioState
-from extproc.core.request_body import parse_request_body
+from extproc.core.estimate.calibration import RatioState
+from extproc.core.request.request_body import parse_request_body
 from extproc.service.app import RouterApp
 from tests import pb as tpb
 from tests.pb import EOF, ExtProcCall, headers, open_stream, read_response

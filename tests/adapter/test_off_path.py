@@ -18,7 +18,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter.off_path import CALIB_HEADER, CalibPayload, decode_payload, encode_payload
 from extproc.config import parse_config
-from extproc.core.budget import TokenBudget
+from extproc.core.estimate.budget import TokenBudget
 from extproc.service.app import RouterApp
 from tests.pb import (
     chat_body,

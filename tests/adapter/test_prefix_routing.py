@@ -1,5 +1,5 @@
 """A long prompt over every pool is routed from a prefix of its text when nobody reads its estimate
-(extproc.core.screen.prefix_budget: category ``bounded``), to the same pool with the same reason as
+(extproc.core.estimate.screen.prefix_budget: category ``bounded``), to the same pool with the same reason as
 when it is counted whole (a read request), through the real gRPC stream."""
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def _decision_categories(app: RouterApp) -> set[str]:
 async def test_byte_bound_routes_unread_requests_and_sampled_ones_get_the_exact_estimate(
     apps: dict[str, RouterApp],
 ) -> None:
-    """A short prompt whose estimate nobody reads is routed by the byte bound (extproc.core.screen:
+    """A short prompt whose estimate nobody reads is routed by the byte bound (extproc.core.estimate.screen:
     category ``bounded``, no run counts); a sampled one is estimated exactly (its estimate is learned)."""
     msgs = [
         pb.ProcessingRequest(request_headers=REQ),

@@ -12,9 +12,9 @@ from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.config import parse_config
-from extproc.core.calibration import InMemoryRatioStore
-from extproc.core.estimator import Estimator
-from extproc.core.request_body import parse_request_body
+from extproc.core.estimate.calibration import InMemoryRatioStore
+from extproc.core.estimate.estimator import Estimator
+from extproc.core.request.request_body import parse_request_body
 from extproc.service.app import RouterApp
 from tests.pb import chat_body, headers, open_stream, passed_through, routed_pool, run_stream
 from tests.waiting import until_async

@@ -17,8 +17,8 @@ from extproc.adapter.off_path import CALIB_HEADER, CalibPayload, decode_payload,
 from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.runtime import Runtime
 from extproc.config import parse_config
-from extproc.core.decision import DecisionRecord
-from extproc.core.output_reserve import ALL_BANDS
+from extproc.core.estimate.output_reserve import ALL_BANDS
+from extproc.core.route.decision import DecisionRecord
 
 CONFIG: dict[str, Any] = {
     "pools": [

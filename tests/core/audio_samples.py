@@ -1,5 +1,5 @@
 """Audio clips of a given duration built in memory, for the header-only duration reader
-(extproc.core.audio): no encoder is needed, only each format's header fields (silence or zero
+(extproc.core.request.audio): no encoder is needed, only each format's header fields (silence or zero
 payloads; ``mutagen`` reads the headers, never the audio)."""
 
 from __future__ import annotations

@@ -9,11 +9,11 @@ from typing import Any
 import yaml
 
 from extproc.config import parse_config
-from extproc.core.endpoints import parse_body, spec_of
 from extproc.core.facade import CoreState, Decision, decide, fallback_pool, learn
-from extproc.core.misroute_cause import ESTIMATE_TOO_LOW, POOL_UNAVAILABLE, TRUNCATED
-from extproc.core.sse import StreamError
-from extproc.core.usage_reader import ResponseUsage
+from extproc.core.learn.misroute_cause import ESTIMATE_TOO_LOW, POOL_UNAVAILABLE, TRUNCATED
+from extproc.core.learn.usage_reader import ResponseUsage
+from extproc.core.request.endpoints import parse_body, spec_of
+from extproc.core.response.sse import StreamError
 from tests.e2e.harness import ROUTER_2MODELS
 
 PROSE = "The committee reviewed the quarterly figures and agreed to revisit the budget next week. "

@@ -16,9 +16,9 @@ import yaml
 from devstack.envoy_runner import EnvoyProcess
 from devstack.inprocess import InProcessStack, inprocess_stack
 from extproc.config import CalibrationConfig, EstimatorConfig
-from extproc.core.calibration import InMemoryRatioStore
-from extproc.core.estimator import Estimator
-from extproc.core.request_body import parse_request_body
+from extproc.core.estimate.calibration import InMemoryRatioStore
+from extproc.core.estimate.estimator import Estimator
+from extproc.core.request.request_body import parse_request_body
 from extproc.service.app import RouterApp
 from tests.shared_data import SHARED_DATA
 from tests.waiting import until, until_async

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from extproc.core.estimator import Estimator
-from extproc.core.request_body import parse_request_body
+from extproc.core.estimate.estimator import Estimator
+from extproc.core.request.request_body import parse_request_body
 from tests.e2e.harness import three_pool_stack, wait_for_metric
 from tests.shared_data import BROAD_CORPUS
 

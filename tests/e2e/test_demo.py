@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from devstack.stack import Gateway
-from tbr.cmd_demo import _read_decisions
+from tbr.demo.decision_log import read_decisions
 from tbr.demo.replay import replay
 from tbr.demo.summary import SummaryInputs, build_summary
 from tbr.demo.workload import build_workload
@@ -32,7 +32,7 @@ def test_builtin_replay_through_envoy(gateway: Gateway, router: RouterEndpoints,
     assert pools["prose"] == "short"
     # The router logs a decision when its ext_proc stream ends, which can trail the client's
     # response; wait (bounded) for all of them.
-    decisions = _read_decisions(router.decision_log, 24, timeout_s=30.0)
+    decisions = read_decisions(router.decision_log, 24, timeout_s=30.0)
     summary = build_summary(
         SummaryInputs(
             outcomes=outcomes,

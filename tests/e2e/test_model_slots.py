@@ -16,9 +16,9 @@ import pytest
 
 from devstack.stack import Stack, StackOptions
 from extproc.config import CalibrationConfig, EstimatorConfig
-from extproc.core.calibration import InMemoryRatioStore
-from extproc.core.estimator import OTHER, Estimator
-from extproc.core.request_body import parse_request_body
+from extproc.core.estimate.calibration import InMemoryRatioStore
+from extproc.core.estimate.estimator import OTHER, Estimator
+from extproc.core.request.request_body import parse_request_body
 from tests.stacks import running
 from tests.waiting import until
 

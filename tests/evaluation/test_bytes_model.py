@@ -13,10 +13,10 @@ from evaluation.baselines.categories import classify_text, count_digits, count_s
 from evaluation.baselines.priors import CATEGORY_PRIORS_BPT
 from evaluation.corpus import ReplayRequest, request_body
 from extproc.config import CalibrationConfig, EstimatorConfig
-from extproc.core.budget import TokenBudget
-from extproc.core.calibration import InMemoryRatioStore
-from extproc.core.estimator import Estimator
-from extproc.core.request_body import parse_request_body
+from extproc.core.estimate.budget import TokenBudget
+from extproc.core.estimate.calibration import InMemoryRatioStore
+from extproc.core.estimate.estimator import Estimator
+from extproc.core.request.request_body import parse_request_body
 
 
 def _model(config: BytesModelConfig | None = None, **cal: object) -> BytesModel:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from extproc.config import CalibrationConfig
-from extproc.core.calibration import InMemoryRatioStore, LearnerParams, RatioState, learn
+from extproc.core.estimate.calibration import InMemoryRatioStore, LearnerParams, RatioState, learn
 from extproc.service.snapshot import load_snapshot, save_snapshot
 
 

@@ -44,7 +44,7 @@ def _zstd_bomb() -> bytes:
 
 CHILD = """
 import resource, sys
-from extproc.core.encoding import DecodeError, make_decoder
+from extproc.core.response.encoding import DecodeError, make_decoder
 data = open(sys.argv[1], "rb").read()
 cap = int(sys.argv[3])
 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
@@ -61,7 +61,7 @@ sys.exit(1)
 
 def _baseline_address_space_bytes() -> int:
     code = (
-        "import extproc.core.encoding, resource\n"
+        "import extproc.core.response.encoding, resource\n"
         "print([l for l in open('/proc/self/status') if l.startswith('VmPeak')][0].split()[1])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -160,7 +160,7 @@ def test_body_just_under_envoy_buffer_limit_is_routed_by_the_router(stack: Stack
     """A ~7.9 MiB body (one large data-URI image, so the stand-in pool need not tokenize 8 MiB
     of text) is buffered by Envoy, read by the router (decision counted, no fail-open) and
     budgeted as one image → short pool. The image is a real 64×64 PNG header followed by padding:
-    the router reads its size from the header (extproc.core.images), never the rest."""
+    the router reads its size from the header (extproc.core.request.images), never the rest."""
     failopen_before = envoy_stat(stack, "ext_proc.tbr.failure_mode_allowed")
     short_before = stack.router_metric("tbr_routing_decisions_total", {"pool": "short"})
     png = io.BytesIO()

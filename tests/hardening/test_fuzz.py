@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.runtime import Runtime
 from extproc.config import parse_config
-from extproc.core.encoding import DecodeError, make_decoder
-from extproc.core.request_body import RequestFeatures, UnreadableRequest, parse_request_body
-from extproc.core.sse import SSEUsageReader
+from extproc.core.learn.outcomes import STREAM_ENDS, StreamEnd
+from extproc.core.request.request_body import RequestFeatures, UnreadableRequest, parse_request_body
+from extproc.core.response.encoding import DecodeError, make_decoder
+from extproc.core.response.sse import SSEUsageReader
 from extproc.service.metrics import PrometheusObserver, RouterMetrics
 from tests.hardening.helpers import CONFIG
 
@@ -273,8 +274,10 @@ sequences = st.one_of(st.lists(processing_request, max_size=10), st.composite(_e
 
 
 @FUZZ_HEAVY
-@given(seq=sequences, end=st.sampled_from(["complete", "cancelled", "error"]))
-def test_processor_never_raises_and_answers_the_phase_sent(seq: list[pb.ProcessingRequest], end: str) -> None:
+@given(seq=sequences, end=st.sampled_from(STREAM_ENDS))
+def test_processor_never_raises_and_answers_the_phase_sent(
+    seq: list[pb.ProcessingRequest], end: StreamEnd
+) -> None:
     def errs() -> float:
         return sum(
             s.value for fam in METRICS.errors.collect() for s in fam.samples if s.name.endswith("_total")

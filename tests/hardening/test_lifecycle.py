@@ -231,12 +231,12 @@ async def test_server_stop_with_open_streams_drains_and_zeroes_gauge() -> None:
 async def test_processing_error_is_answered_for_its_phase(shared_app: RouterApp, monkeypatch) -> None:
     """A bug inside a phase handler (simulated by a classifier that raises) is counted in
     tbr_processing_errors_total and answered with the safe default for that phase: long pool."""
-    import extproc.core.estimator
+    import extproc.core.estimate.estimator
 
     def boom(*args: object) -> object:
         raise RuntimeError("injected fault")
 
-    monkeypatch.setattr(extproc.core.estimator, "run_costs", boom)
+    monkeypatch.setattr(extproc.core.estimate.estimator, "run_costs", boom)
     c = Counts(shared_app)
     ch, call = await _open(shared_app)
     out = await _send(call, [req_headers(), req_body(chat_body("hi", max_tokens=3))])

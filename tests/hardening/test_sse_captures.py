@@ -16,9 +16,9 @@ from pathlib import Path
 import brotli
 import pytest
 
-from extproc.core import sse
-from extproc.core.encoding import make_decoder
-from extproc.core.sse import SSEUsageReader
+from extproc.core.response import sse
+from extproc.core.response.encoding import make_decoder
+from extproc.core.response.sse import SSEUsageReader
 
 CAPTURES = sorted((Path(__file__).parent / "captures").glob("*.sse"))
 

@@ -3,7 +3,7 @@ service times and queueing are easy to work out by hand."""
 
 from __future__ import annotations
 
-from planner.profiles import PoolProfile
+from planner.model.profiles import PoolProfile
 
 
 def toy_profile(**kw: float) -> PoolProfile:

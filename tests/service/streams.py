@@ -5,9 +5,9 @@ from __future__ import annotations
 import httpx
 
 from extproc.config import CalibrationConfig, EstimatorConfig
-from extproc.core.calibration import InMemoryRatioStore
-from extproc.core.estimator import Estimator
-from extproc.core.request_body import parse_request_body
+from extproc.core.estimate.calibration import InMemoryRatioStore
+from extproc.core.estimate.estimator import Estimator
+from extproc.core.request.request_body import parse_request_body
 from tests.pb import chat_body, json_response_msgs, request_msgs, routed_pool, run_stream
 
 POOLS = [

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from extproc.config import parse_config
-from extproc.core.audio import duration_s
+from extproc.core.request.audio import duration_s
 from extproc.service.app import RouterApp
 from tests import pb as tpb
 from tests.core.audio_samples import flac, mp3, ogg_opus, wav

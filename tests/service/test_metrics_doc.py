@@ -7,7 +7,7 @@ import re
 from prometheus_client.metrics import MetricWrapperBase
 
 from extproc.config import parse_config
-from extproc.core.load import LoadTracker
+from extproc.core.route.load import LoadTracker
 from extproc.service.app import RouterApp
 from extproc.service.fleet_advice import AdviceCollector, FleetAdvisor
 from extproc.service.load_metrics import LoadCollector
@@ -74,7 +74,7 @@ def test_platform_telemetry_and_no_created_series() -> None:
 
     from prometheus_client import generate_latest
 
-    from extproc.core.runs import RUNSCAN, RUNSCAN_PASS
+    from extproc.core.text.runs import RUNSCAN, RUNSCAN_PASS
     from extproc.service.metrics import RouterMetrics, build_version
 
     text = generate_latest(RouterMetrics().registry).decode()

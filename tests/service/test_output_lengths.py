@@ -12,7 +12,12 @@ import pytest
 from devstack.redis import RedisServer
 from extproc.config import parse_config
 from extproc.config.estimation import OutputReserveConfig
-from extproc.core.output_reserve import ALL_BANDS, OutputClassKey, OutputLengthLearner, encode_class_key
+from extproc.core.estimate.output_reserve import (
+    ALL_BANDS,
+    OutputClassKey,
+    OutputLengthLearner,
+    encode_class_key,
+)
 from extproc.service.app import RouterApp
 from extproc.service.output_sync import OutputLengthSync
 from extproc.service.snapshot import encode_output_states, load_output_states, write_snapshot

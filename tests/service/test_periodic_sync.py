@@ -12,10 +12,10 @@ import redis.asyncio as aioredis
 from devstack.procs import free_port
 from devstack.redis import RedisServer
 from extproc.config import OutputReserveConfig
-from extproc.core.calibration import LearnerParams
-from extproc.core.fleet_window import FleetWindow
-from extproc.core.output_reserve import OutputLengthLearner
-from extproc.core.response_ids import ResponsePools
+from extproc.core.estimate.calibration import LearnerParams
+from extproc.core.estimate.output_reserve import OutputLengthLearner
+from extproc.core.route.fleet_window import FleetWindow
+from extproc.core.route.response_ids import ResponsePools
 from extproc.service.fleet_sync import FleetWindowSync
 from extproc.service.metrics import RouterMetrics
 from extproc.service.output_sync import OutputLengthSync

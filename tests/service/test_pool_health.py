@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from devstack.procs import free_port
 from extproc.config import PoolConfig, PoolHealthConfig
-from extproc.core.load import LoadTracker
+from extproc.core.route.load import LoadTracker
 from extproc.service.load_metrics import LoadCollector
 from extproc.service.pool_health import PoolHealthChecker, PoolHealthMetrics, classify_status, health_url_of
 from mockpool.server import serve_pool

@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from devstack.redis import RedisServer, redis_binary
-from extproc.core.calibration import LearnerParams
+from extproc.core.estimate.calibration import LearnerParams
 from extproc.service.metrics import RouterMetrics
 from extproc.service.redis_store import RedisRatioStore
 from tests.waiting import until_async

@@ -9,7 +9,7 @@ import redis.asyncio as aioredis
 
 from devstack.redis import RedisServer
 from extproc.config import parse_config
-from extproc.core.calibration import InMemoryRatioStore, LearnerParams
+from extproc.core.estimate.calibration import InMemoryRatioStore, LearnerParams
 from extproc.service.app import RouterApp
 from extproc.service.metrics import RouterMetrics
 from extproc.service.redis_store import RedisRatioStore

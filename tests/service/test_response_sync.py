@@ -8,7 +8,7 @@ import pytest
 
 from devstack.redis import RedisServer
 from extproc.config import parse_config
-from extproc.core.response_ids import ResponsePools
+from extproc.core.route.response_ids import ResponsePools
 from extproc.service.app import RouterApp
 from extproc.service.response_sync import ResponsePoolSync
 from tests.service.streams import POOLS

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from devstack.procs import free_port
 from extproc.config import PoolConfig, SpilloverConfig
-from extproc.core.load import LoadTracker, Thresholds
+from extproc.core.route.load import LoadTracker, Thresholds
 from extproc.service.load_metrics import LoadCollector, LoadMetrics
 from extproc.service.scrape import MetricsParseError, PoolScraper, parse_vllm_metrics
 from mockpool.server import serve_pool

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from extproc.core.calibration import InMemoryRatioStore, RatioState
+from extproc.core.estimate.calibration import InMemoryRatioStore, RatioState
 from extproc.service.snapshot import load_snapshot, save_snapshot
 
 

@@ -28,7 +28,7 @@ import pytest
 
 from devstack.procs import LOOPBACK, free_port
 from devstack.vllm_pool import FAMILY_MODEL_NAMES, VllmPoolSpec, VllmSetup, vllm_pool_process
-from planner import cmd_engine_check
+from planner.cli import cmd_engine_check
 from tests.stacks import logs_shown
 from tests.vllm.conftest import DATA_DIR
 

@@ -3,7 +3,7 @@
 One tiny random-weight Qwen3 server (max_model_len 4,096, max_num_seqs 8, a small fixed KV). Its
 ``/metrics`` is scraped three times around two bounded bursts of traffic (6 requests one at a time,
 then 3 rounds of 4 at once; 512-token prompts, 16 output tokens): two intervals at two batch sizes.
-What is checked: vLLM exports every metric the fit reads under the names of planner/profile_metrics.py;
+What is checked: vLLM exports every metric the fit reads under the names of planner/model/profile_metrics.py;
 the per-step batch of each interval is what the client ran (about 1, then between 2 and 4); the CLI
 fits a profile from the saved scrapes whose KV is the server's and whose W, H, P reproduce the ITL
 (median error within 35 % on the shared, noisy 2-core box); and `tbr plan` accepts the file.
@@ -21,10 +21,10 @@ import pytest
 
 from devstack.procs import LOOPBACK, free_port
 from devstack.vllm_pool import FAMILY_MODEL_NAMES, VllmPoolSpec, VllmSetup, vllm_pool_process
-from planner import cmd_plan, cmd_profile
-from planner.cmd_profile import measure
-from planner.profile_file import load_profile_file
-from planner.profile_metrics import HISTOGRAMS, ITERATIONS, intervals, read_snapshot
+from planner.cli import cmd_plan, cmd_profile
+from planner.cli.cmd_profile import measure
+from planner.model.profile_file import load_profile_file
+from planner.model.profile_metrics import HISTOGRAMS, ITERATIONS, intervals, read_snapshot
 from tests.stacks import logs_shown
 from tests.vllm.conftest import DATA_DIR
 

@@ -19,8 +19,8 @@ import pytest
 
 from devstack.procs import LOOPBACK, free_port
 from devstack.vllm_pool import FAMILY_MODEL_NAMES, VllmPoolSpec, VllmSetup, vllm_pool_process
-from planner import cmd_plan, cmd_profile
-from planner.profile_file import load_profile_file
+from planner.cli import cmd_plan, cmd_profile
+from planner.model.profile_file import load_profile_file
 from tests.stacks import logs_shown
 from tests.vllm.conftest import DATA_DIR
 

@@ -1,0 +1,1 @@
+"""Tests of :mod:`extproc.core.estimate` (the tree mirrors the package)."""

@@ -1,0 +1,1 @@
+"""Tests of :mod:`extproc.core.learn` (the tree mirrors the package)."""

@@ -1,0 +1,1 @@
+"""Tests of :mod:`extproc.core.request` (the tree mirrors the package)."""

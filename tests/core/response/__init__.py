@@ -1,0 +1,1 @@
+"""Tests of :mod:`extproc.core.response` (the tree mirrors the package)."""

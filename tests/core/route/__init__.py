@@ -1,0 +1,1 @@
+"""Tests of :mod:`extproc.core.route` (the tree mirrors the package)."""

@@ -1,0 +1,1 @@
+"""Tests of :mod:`extproc.core.text` (the tree mirrors the package)."""

@@ -1,0 +1,1 @@
+"""Tests of :mod:`planner.cli` (the tree mirrors the package)."""

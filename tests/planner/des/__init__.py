@@ -1,0 +1,1 @@
+"""Tests of :mod:`planner.des` (the tree mirrors the package)."""

@@ -1,0 +1,1 @@
+"""Tests of :mod:`planner.model` (the tree mirrors the package)."""

@@ -1,0 +1,1 @@
+"""Tests of :mod:`planner.report` (the tree mirrors the package)."""

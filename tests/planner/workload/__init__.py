@@ -1,0 +1,1 @@
+"""Tests of :mod:`planner.workload` (the tree mirrors the package)."""
