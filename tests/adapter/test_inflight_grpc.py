@@ -196,7 +196,11 @@ async def test_failed_retry_is_counted_by_cause_and_not_calibrated(
         call, _ = await routed(ch)
         pairs = {":status": str(status), "content-type": content_type, "x-envoy-attempt-count": "2"}
         await call.write(tpb.resp_headers(pairs, eos=answer is None))
-        if answer is not None:  # the error body is asked for (STREAMED), read and passed unchanged
+        if answer is None:
+            # the router ends the stream once it has read the headers (EOF): wait for that, since
+            # closing the channel first can cancel the stream before the router reads them
+            assert await call.read() == grpc.aio.EOF
+        else:  # the error body is asked for (STREAMED), read and passed unchanged
             answered = await read_response(call)
             assert answered.mode_override.response_body_mode == pm.ProcessingMode.STREAMED
             await call.write(tpb.resp_body(answer[:7]))
