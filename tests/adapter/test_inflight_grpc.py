@@ -199,7 +199,7 @@ async def test_failed_retry_is_counted_by_cause_and_not_calibrated(
         if answer is None:
             # the router ends the stream once it has read the headers (EOF): wait for that, since
             # closing the channel first can cancel the stream before the router reads them
-            assert await call.read() == grpc.aio.EOF
+            assert await call.read() is EOF
         else:  # the error body is asked for (STREAMED), read and passed unchanged
             answered = await read_response(call)
             assert answered.mode_override.response_body_mode == pm.ProcessingMode.STREAMED
