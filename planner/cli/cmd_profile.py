@@ -151,15 +151,17 @@ def measure(
     output_tokens: int,
     repeats: int,
     timeout_s: float,
+    warmup_requests: int = WARMUP_REQUESTS,
 ) -> list[Measurement]:
-    """Run the sweep (module docstring) after :data:`WARMUP_REQUESTS` unmeasured ones; one
-    :class:`Measurement` per request. Raises ``RuntimeError`` naming the request that failed."""
+    """Run the sweep (module docstring) after ``warmup_requests`` unmeasured ones (of at most 4
+    output tokens); one :class:`Measurement` per request. Raises ``RuntimeError`` naming the
+    request that failed."""
     out: list[Measurement] = []
     serial = 0
     with httpx.Client(timeout=timeout_s) as client, ThreadPoolExecutor(max_workers=max(concurrency)) as pool:
         # warm-up, not measured: a server's first requests pay one-time costs (connections, allocator,
         # kernels' first calls) that would otherwise land in the single-request TTFTs and so in R
-        for i in range(WARMUP_REQUESTS):
+        for i in range(warmup_requests):
             _one(client, url, model, f"warm-up {i} " + " ".join(["hello"] * 62), min(output_tokens, 4))
         for n in prompt_tokens:
             for c in concurrency:

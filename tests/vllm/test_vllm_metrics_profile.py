@@ -22,7 +22,7 @@ import pytest
 from devstack.procs import LOOPBACK, free_port
 from devstack.vllm_pool import FAMILY_MODEL_NAMES, VllmPoolSpec, VllmSetup, vllm_pool_process
 from planner.cli import cmd_plan, cmd_profile
-from planner.cli.cmd_profile import measure
+from planner.cli.cmd_profile import WARMUP_REQUESTS, measure
 from planner.model.profile_file import load_profile_file
 from planner.model.profile_metrics import HISTOGRAMS, ITERATIONS, intervals, read_snapshot
 from tests.stacks import logs_shown
@@ -73,15 +73,17 @@ def test_profile_from_real_vllm_metrics(
     live = read_snapshot(server)  # the live path: a URL scrape
     assert ITERATIONS in live.counts and live.generated_tokens is not None
     assert live.kv_capacity_tokens == BLOCKS * CPU_BLOCK_TOKENS
+    # the sweep's warm-up requests run before the first scrape, so the intervals hold only the sweep
+    measure(server, model, [64], [1], 4, repeats=0, timeout_s=120.0)
     files = [_save(server, tmp_path / "scrape0.txt")]
-    measure(server, model, [512], [1], 16, repeats=6, timeout_s=120.0)
+    measure(server, model, [512], [1], 16, repeats=6, timeout_s=120.0, warmup_requests=0)
     files.append(_save(server, tmp_path / "scrape1.txt"))
-    ms4 = measure(server, model, [512], [4], 16, repeats=3, timeout_s=120.0)
+    ms4 = measure(server, model, [512], [4], 16, repeats=3, timeout_s=120.0, warmup_requests=0)
     files.append(_save(server, tmp_path / "scrape2.txt"))
     snaps = [read_snapshot(str(f)) for f in files]
     for h in HISTOGRAMS[:1] + HISTOGRAMS[2:]:  # vLLM 0.32 exports all but the deprecated ITL name
         assert h in snaps[-1].counts, h
-    assert snaps[-1].generated_tokens == pytest.approx(16 * (6 + 12))
+    assert snaps[-1].generated_tokens == pytest.approx(16 * (6 + 12) + 4 * WARMUP_REQUESTS)
     one, four = intervals(snaps)
     assert (one.requests, four.requests) == (6, 12)
     assert 0.8 <= one.running <= 1.2, one
