@@ -103,7 +103,9 @@ def test_simulator_agrees_with_real_vllm(server: str, capsys: pytest.CaptureFixt
         )
     assert out["profile"]["kv_capacity_tokens"] == BLOCKS * 128
     for res in (light, heavy):
-        rows = {r["metric"]: r for r in res["rows"]}
+        # the scheduler model, checked at the speed the engine really ran during this replay (the
+        # speed-matched column): the fitted profile's own error moves with the shared box's load
+        rows = {r["metric"]: r for r in res["rows_speed_matched"]}
         report = json.dumps(res, indent=1)
         for key in ("output_tokens_per_s", "requests_per_s"):
             assert abs(rows[key]["rel_diff"]) <= THROUGHPUT_BOUND, report
