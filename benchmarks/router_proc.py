@@ -30,6 +30,8 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from extproc.adapter import responses as R
 from extproc.adapter import server as server_module
+from extproc.adapter.exchange import Exchange
+from extproc.adapter.processor import StreamProcessor
 from extproc.adapter.server import freeze_startup_objects, start_write
 from extproc.config import load_config
 from extproc.service.app import RouterApp
@@ -123,6 +125,18 @@ async def _serve(args: argparse.Namespace) -> dict[str, list[float]] | None:
     return phase_seconds(app)
 
 
+def _skip_decision() -> None:
+    """``--no-decide``: the request body is answered as the router answers it (its stream, the
+    request line from ``request_attributes``, the phase timing and the stream's end all run), but
+    with the first pool's prebuilt answer instead of parsing the body and deciding."""
+
+    def on_request_body(self: StreamProcessor, msg: pb.HttpBody) -> pb.ProcessingResponse:
+        self.exchange = Exchange.DONE
+        return self.router.metadata_responses[self.router.config.pools[0].name]
+
+    StreamProcessor.on_request_body = on_request_body  # type: ignore[method-assign]
+
+
 def phase_seconds(app: RouterApp) -> dict[str, list[float]]:
     """``{phase: [seconds, messages]}`` from the router's ``tbr_phase_processing_seconds``
     histogram: the time ``StreamProcessor.handle`` took, in the process, over the whole run."""
@@ -155,6 +169,12 @@ def main() -> None:
         action="store_true",
         help="router: await the last answer's write before ending the call (lever off)",
     )
+    ap.add_argument(
+        "--no-decide",
+        action="store_true",
+        help="router: answer every request body with the prebuilt answer of the first pool, parsing and"
+        " deciding nothing (diagnosis: the servicer, stream and metrics around the decision, alone)",
+    )
     ap.add_argument("--no-gc-freeze", action="store_true", help="skip gc.freeze() after start (lever off)")
     ap.add_argument("--grpc-option", action="append", default=[])
     ap.add_argument("--stats-out", default=None, help="router: write the per-phase handle time here on exit")
@@ -174,6 +194,8 @@ def main() -> None:
         profiler.enable()
     if args.await_last_write:
         server_module.EAGER_LAST_WRITE = False
+    if args.no_decide:
+        _skip_decision()
     if args.uvloop:
         import uvloop
 

@@ -121,6 +121,15 @@ def _variants() -> list[Variant]:
             sizes=ALL,
         ),
         Variant(
+            "shipped_nodecide_1msg",
+            "the shipped default's process answering every body with its prebuilt first-pool answer without"
+            " parsing or deciding (`--no-decide`; diagnosis: the servicer, stream, request line, metrics and"
+            " stream end around the decision)",
+            one_message=True,
+            shipped=True,
+            flags=["--no-decide"],
+        ),
+        Variant(
             "calib_10_off",
             "router, routing + calibration sampled at 10 % off the request path (`off_path`: sampled"
             " responses through the observability-mode filter, 2 msgs/req on the routing filter)",
