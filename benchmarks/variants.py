@@ -7,15 +7,17 @@ from dataclasses import replace
 
 from benchmarks.stack import Variant
 
-__all__ = ["ALL", "SIZES", "variants"]
+__all__ = ["ALL", "DIAGNOSTIC", "SIZES", "variants"]
 
 SIZES = {"1KB": 1024, "32KB": 32 * 1024, "512KB": 512 * 1024}
 ALL = tuple(SIZES)
+DIAGNOSTIC = frozenset({"shipped_nodecide_1msg"})
+"""Variants measured only when named (``--variants``): diagnoses, not part of ``make bench``."""
 
 
 def variants(names: Sequence[str] | None = None, sizes: Sequence[str] | None = None) -> list[Variant]:
     """Every configuration measured, side by side (or only ``names``, with bare Envoy always, on
-    ``sizes``).
+    ``sizes``; the :data:`DIAGNOSTIC` variants only when named).
 
     A router variant measured on several body sizes gets its own process per size (named
     ``<name>_<size>`` beyond 1 KB), so that no process's history (heap grown by 512 KB bodies,
@@ -25,7 +27,9 @@ def variants(names: Sequence[str] | None = None, sizes: Sequence[str] | None = N
         ValueError: a name that is no variant, or a size that is not in :data:`SIZES`.
     """
     chosen = _variants()
-    if names is not None:
+    if names is None:
+        chosen = [v for v in chosen if v.name not in DIAGNOSTIC]
+    else:
         known = {v.name for v in chosen}
         unknown = sorted(set(names) - known)
         if unknown:

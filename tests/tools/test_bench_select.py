@@ -107,3 +107,30 @@ def test_hot_path_times_every_part_of_a_request_and_refuses_unknown_configs() ->
     assert all(us > 0 for us in [*shipped.values(), *route.values()])
     with pytest.raises(ValueError, match="shipped or route"):
         measure("calib_all")
+
+
+def test_diagnostic_variants_run_only_when_named() -> None:
+    from benchmarks.variants import DIAGNOSTIC
+
+    every = {v.name for v in variants()}
+    assert not DIAGNOSTIC & every  # make bench does not run them
+    assert [v.name for v in variants(["shipped_nodecide_1msg"])] == ["bare", "shipped_nodecide_1msg"]
+
+
+def test_shipped_targets_judge_the_shipped_default_against_the_floor_on_its_own_loop() -> None:
+    from benchmarks.report import _shipped_targets
+
+    e2e = [
+        _row("floor_1msg", 0, 2000, 0.40),
+        _row("floor_1msg_uvloop", 0, 2400, 0.30),
+        _row("shipped_1msg", 0, 2000, 0.39),
+    ]
+    lines = _shipped_targets(e2e)
+    assert "against the one-message floor on the same event loop" in lines[0]
+    assert "`shipped_1msg` vs `floor_1msg_uvloop`" in lines[2]
+    # same loop: 2000/2400 = 0.83 req/s (missed), 0.39/0.30 = 1.30 CPU (missed); the asyncio floor
+    # would have passed both (1.00 and 0.97): the verdict is the same-loop one
+    rps = next(line for line in lines if line.startswith("| 1 KB: throughput"))
+    cpu = next(line for line in lines if line.startswith("| 1 KB: router CPU"))
+    assert rps.split(" | ")[1:4] == ["0.83", "not met", "1.00"]
+    assert cpu.split(" | ")[1:4] == ["1.30", "not met", "0.97"]
