@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -137,6 +139,32 @@ def _skip_decision() -> None:
     StreamProcessor.on_request_body = on_request_body  # type: ignore[method-assign]
 
 
+HANDLE_CPU_ENV = "TBR_BENCH_HANDLE_CPU_DIR"
+"""When set (a directory), each router process measures the thread CPU time of every
+``StreamProcessor.handle`` call per phase and writes ``{phase: [cpu_seconds, wall_seconds, calls]}``
+to ``<dir>/<stats file name>`` on exit (diagnosis: the phase histogram is wall time, which on a
+loaded box includes the time the thread waited for a core; two clock reads per message)."""
+
+
+def _time_handle() -> dict[str, list[float]]:
+    """Wrap ``StreamProcessor.handle`` to add up its thread CPU and wall time per phase."""
+    totals: dict[str, list[float]] = {}
+    handle = StreamProcessor.handle
+
+    def timed(self: StreamProcessor, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
+        c0, w0 = time.thread_time(), time.perf_counter()
+        resp = handle(self, req)
+        c1, w1 = time.thread_time(), time.perf_counter()
+        t = totals.setdefault(req.WhichOneof("request") or "unknown", [0.0, 0.0, 0])
+        t[0] += c1 - c0
+        t[1] += w1 - w0
+        t[2] += 1
+        return resp
+
+    StreamProcessor.handle = timed  # type: ignore[method-assign]
+    return totals
+
+
 def phase_seconds(app: RouterApp) -> dict[str, list[float]]:
     """``{phase: [seconds, messages]}`` from the router's ``tbr_phase_processing_seconds``
     histogram: the time ``StreamProcessor.handle`` took, in the process, over the whole run."""
@@ -196,6 +224,7 @@ def main() -> None:
         server_module.EAGER_LAST_WRITE = False
     if args.no_decide:
         _skip_decision()
+    handle_cpu = _time_handle() if os.environ.get(HANDLE_CPU_ENV) and not args.floor else None
     if args.uvloop:
         import uvloop
 
@@ -207,6 +236,8 @@ def main() -> None:
         profiler.dump_stats(args.cprofile)
     if args.stats_out and phases is not None:
         Path(args.stats_out).write_text(json.dumps(phases))
+    if handle_cpu is not None and args.stats_out:
+        Path(os.environ[HANDLE_CPU_ENV], Path(args.stats_out).name).write_text(json.dumps(handle_cpu))
 
 
 if __name__ == "__main__":

@@ -266,6 +266,25 @@ def parse_request_body(body: bytes, endpoint: str) -> RequestFeatures:
     return features_of(load_object(body), endpoint)
 
 
+_RARE_FIELDS = frozenset(
+    (
+        "tools",
+        "functions",
+        "documents",
+        "chat_template_kwargs",
+        "n",
+        "best_of",
+        "truncate_prompt_tokens",
+        "reasoning_effort",
+        "reasoning",
+        "thinking",
+    )
+)
+"""Every field :func:`features_of` reads besides the prompt, the output maximum and the stream flags:
+a body holding none of them (most) skips their readers, whose answers for absent fields are the
+defaults (no tools, no template texts, ``n`` 1, no truncation, no reasoning switch)."""
+
+
 def features_of(parsed: dict[str, Any], endpoint: str) -> RequestFeatures:
     """:func:`parse_request_body` of an already loaded object (see :func:`load_object`)."""
     model: str = parsed.get("model", "")
@@ -290,11 +309,14 @@ def features_of(parsed: dict[str, Any], endpoint: str) -> RequestFeatures:
     else:
         raise UnreadableRequest("unsupported_path")
 
-    tool_defs = tool_defs_of(parsed)
-    tools = tool_json(tool_defs)
+    # A body without any of the rare fields (most) skips their readers: absent, each reads its
+    # default. The readers run in the order they raise in (the first bad field is the one reported).
+    rare = not _RARE_FIELDS.isdisjoint(parsed)
+    tool_defs: list[Any] = tool_defs_of(parsed) if rare else []
+    tools = tool_json(tool_defs) if rare else None
     tool_schema_bytes = utf8_bytes(tools[0]) if tools else 0
     template_texts = []
-    for name in ("documents", "chat_template_kwargs"):
+    for name in ("documents", "chat_template_kwargs") if rare else ():
         value = parsed.get(name)
         if value is not None:
             template_texts.append(json_text(value))
@@ -302,10 +324,11 @@ def features_of(parsed: dict[str, Any], endpoint: str) -> RequestFeatures:
     max_completion = int_field(parsed, "max_completion_tokens")
     max_tokens = int_field(parsed, "max_tokens")
     max_output = max_completion if max_completion is not None else max_tokens
-    n = int_field(parsed, "n") or 1
-    best_of = int_field(parsed, "best_of") or 1
+    n = (int_field(parsed, "n") or 1) if rare else 1
+    best_of = (int_field(parsed, "best_of") or 1) if rare else 1
     stream, include_usage = stream_flags(parsed)
-    truncate = truncate_prompt_tokens(parsed)
+    truncate = truncate_prompt_tokens(parsed) if rare else None
+    reasoning_request = reasoning_request_of(parsed) if rare else None
     prompt_text, text_bytes, prompt_codes = text.joined(template_texts)
 
     return RequestFeatures(
@@ -330,7 +353,7 @@ def features_of(parsed: dict[str, Any], endpoint: str) -> RequestFeatures:
         rendered_bytes=rendered_bytes(text_bytes, reasoning + template_texts, tools),
         image_sizes=tuple(x for x in images if not isinstance(x, AudioClip)),
         audio_clips=tuple(x for x in images if isinstance(x, AudioClip)),
-        reasoning_request=reasoning_request_of(parsed),
+        reasoning_request=reasoning_request,
         truncate_prompt_tokens=truncate,
     ).with_prompt_codes(prompt_codes)
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extproc.core.request.endpoints import endpoint_for_path
-from extproc.core.request.request_body import UnreadableRequest, parse_request_body
+from extproc.core.request.request_body import _RARE_FIELDS, UnreadableRequest, features_of, parse_request_body
 
 
 def _chat(messages: list[dict[str, object]], **extra: object) -> bytes:
@@ -132,3 +134,52 @@ def test_completions_text_list_is_its_longest_member_carrying_each() -> None:
     assert f.text_bytes == len(prompts[1].encode())
     assert [c.text_bytes for c in f.conversations] == [len(p.encode()) for p in prompts]
     assert f.n_sequences == 2 and all(c.n_sequences == 2 for c in f.conversations)
+
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 70_000),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.lists(st.dictionaries(st.sampled_from(["type", "function", "name"]), st.text(max_size=6)), max_size=2),
+    st.dictionaries(
+        st.sampled_from(["enable_thinking", "thinking", "effort", "type", "include_usage"]),
+        st.booleans() | st.text(max_size=6),
+    ),
+)
+_COMMON = ("max_tokens", "max_completion_tokens", "stream", "stream_options", "temperature", "user")
+
+
+def _outcome(parsed: dict[str, object]) -> object:
+    try:
+        f = features_of(parsed, "chat")
+    except UnreadableRequest as exc:
+        return ("unreadable", str(exc))
+    return f
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    common=st.dictionaries(st.sampled_from(_COMMON), _VALUES, max_size=4),
+    rare=st.dictionaries(st.sampled_from(sorted(_RARE_FIELDS)), _VALUES, max_size=3),
+    content=st.text(max_size=40),
+)
+def test_skipping_the_rare_fields_readers_changes_nothing(
+    common: dict[str, object], rare: dict[str, object], content: str
+) -> None:
+    """A body without any rare field is read as the readers would read it (``n: null`` is absent to
+    them but makes the parse run them); with rare fields, the first bad field is the one reported
+    whatever the fast path (the readers run in the order they always ran in)."""
+    body: dict[str, object] = {"model": "m", "messages": [{"role": "user", "content": content}], **common}
+    assert _outcome(body) == _outcome({**body, "n": None})
+    with_rare = {**body, **rare}
+    assert _outcome(with_rare) == _outcome({**with_rare, "n": rare.get("n")})
+
+
+def test_a_bad_rare_field_is_reported_before_a_bad_output_maximum() -> None:
+    with pytest.raises(UnreadableRequest, match="tools"):
+        features_of(
+            {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": 3, "max_tokens": "a"},
+            "chat",
+        )
