@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from extproc.core.estimate.calibration import RatioKey, RatioState
 from extproc.core.estimate.output_reserve import OutputClassKey
+from extproc.core.records import record
 
 __all__ = ["Framing", "Observation", "TokenBudget"]
 
@@ -28,7 +29,7 @@ class Framing:
     tools_json_spaced: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class TokenBudget:
     """The routing estimate of one request (all counts in tokens).
 

@@ -15,12 +15,13 @@ fixed string (a bounded metric label); the caller sends such requests to the lar
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 import orjson
 
+from extproc.core.records import record
 from extproc.core.request.audio import AudioClip
 from extproc.core.request.chat_messages import (
     MediaItem,
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RequestFeatures:
     """What the estimator needs from one request.
 
