@@ -2,11 +2,11 @@
 
 :func:`record` is ``@dataclass(frozen=True, slots=True)`` to the type checker (mypy strict refuses
 any assignment to a field) and ``@dataclass(slots=True, unsafe_hash=True)`` at run time: the same
-fields, equality, hash and repr, but constructed ~9× faster. A frozen dataclass sets every field
-through ``object.__setattr__`` (~0.1 µs a field; 2.7 against 0.3 µs for 27 fields, measured with
-Python 3.11), and the router builds a 27-field :class:`~extproc.core.request.request_body.RequestFeatures`
+fields, equality, hash and repr, built several times faster. A frozen dataclass sets every field
+through ``object.__setattr__`` (~0.1 µs a field; 2.7 against 0.3 µs for 27 plain fields, measured
+with Python 3.11; ``RequestFeatures`` 3.05 → 0.87 µs), and the router builds a 27-field :class:`~extproc.core.request.request_body.RequestFeatures`
 and a :class:`~extproc.core.estimate.budget.TokenBudget` for every request (docs/performance.md,
-"The shipped default against the same-loop floor"). What the run time no longer does is refuse an
+"Against the same-loop floor: where the rest went"). What the run time no longer does is refuse an
 assignment, which mypy strict refuses statically (PEP 681 ``frozen_default``).
 """
 
