@@ -476,7 +476,7 @@ def learn(
     # the observation's own key: a model admitted by this very answer learns under its name
     core.read_policy.observed(
         obs.key if obs is not None else learned.key,
-        obs.rel_error if obs is not None else None,
+        obs.central_rel_error if obs is not None else None,
         clock(),
     )
     if obs is None:

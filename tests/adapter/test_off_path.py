@@ -77,7 +77,7 @@ def test_payload_round_trip_and_rejections() -> None:
     p = CalibPayload(budget, "short", "chat", True, "r1")
     value = encode_payload(p)
     assert value.isascii() and decode_payload(value) == p
-    assert decode_payload(value.replace('"v":1', '"v":2')) is None
+    assert decode_payload(value.replace('"v":2', '"v":3')) is None
     assert decode_payload(value.replace('"prompt_tokens":150', '"prompt_tokens":"150"')) is None
     assert decode_payload(value.replace('"warm":true', '"warm":1')) is None
     assert decode_payload("{" + value) is None

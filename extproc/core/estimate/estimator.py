@@ -336,7 +336,7 @@ class Estimator:
             key,
             text_tokens,
             self.fixed_tokens(f),
-            ratio_bytes=round(text_tokens),
+            modelled_units=round(text_tokens),
             model_tokens=text_tokens,
             unexplained=f.unknown_fields > 0,
         )
@@ -348,7 +348,7 @@ class Estimator:
         units: float,
         fixed: int,
         *,
-        ratio_bytes: int,
+        modelled_units: int,
         model_tokens: float = 0.0,
         unexplained: bool = False,
     ) -> TokenBudget:
@@ -369,7 +369,7 @@ class Estimator:
             fixed_prompt_tokens=fixed,
             prompt_tokens=math.ceil(units / ratio) + fixed,
             warm=warm,
-            ratio_bytes=ratio_bytes,
+            modelled_units=modelled_units,
             central_prompt_tokens=math.ceil(units / central) + fixed,
             model_tokens=model_tokens,
             n_media=f.n_images + f.n_audio,
@@ -523,7 +523,10 @@ class Estimator:
             else:
                 self._recovered[budget.key] = (held[0], held[1] - 1)
         rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
-        return Observation(key=budget.key, observed_ratio=c_obs, rel_error=rel, state=new)
+        central = (budget.central_prompt_tokens - prompt_tokens) / prompt_tokens
+        return Observation(
+            key=budget.key, observed_ratio=c_obs, rel_error=rel, state=new, central_rel_error=central
+        )
 
     def _learn_media(
         self, budget: TokenBudget, prompt_tokens: int, *, recovery: bool, recovery_step: float = 1.0
