@@ -272,22 +272,15 @@ class BytesModel:
         modelled_units = f.text_bytes + f.tool_schema_bytes - structure_bytes
         fixed = self.router.fixed_tokens(f) + structure_tokens
         ratio, central, warm = self.ratio(key)
-        media_tokens, media_key, media_base = (
-            self.router.media_budget(f) if f.n_images or f.n_audio else (0, "", 0.0)
-        )
-        return self.router.budget_for(
+        return self.router.ratio_budget(
             f,
-            media_tokens=media_tokens,
-            media_key=media_key,
-            media_base_tokens=media_base,
-            key=key,
-            routing_ratio=ratio,
-            fixed_prompt_tokens=fixed,
-            prompt_tokens=math.ceil(modelled_units / ratio) + fixed,
+            key,
+            modelled_units,
+            fixed,
+            ratio=ratio,
+            central_ratio=central,
             warm=warm,
             modelled_units=modelled_units,
-            central_prompt_tokens=math.ceil(modelled_units / central) + fixed,
-            n_media=f.n_images + f.n_audio,
         )
 
     def observe(self, budget: TokenBudget, prompt_tokens: int) -> Observation | None:

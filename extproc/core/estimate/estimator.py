@@ -352,10 +352,41 @@ class Estimator:
         model_tokens: float = 0.0,
         unexplained: bool = False,
     ) -> TokenBudget:
-        """The budget of ``f`` when ``units`` (bytes, or modelled tokens) are divided by the
-        routing value of ``key`` and ``fixed`` prompt tokens are added: ``L_total = prompt +
-        n_sequences · output_reserve`` (docs/method.md §2)."""
+        """The budget of ``f`` when ``units`` (modelled tokens) are divided by the routing value of
+        ``key`` and ``fixed`` prompt tokens are added (:meth:`ratio_budget`)."""
         ratio, central, warm = self._routing(key)
+        return self.ratio_budget(
+            f,
+            key,
+            units,
+            fixed,
+            ratio=ratio,
+            central_ratio=central,
+            warm=warm,
+            modelled_units=modelled_units,
+            model_tokens=model_tokens,
+            unexplained=unexplained,
+        )
+
+    def ratio_budget(
+        self,
+        f: RequestFeatures,
+        key: RatioKey,
+        units: float,
+        fixed: int,
+        *,
+        ratio: float,
+        central_ratio: float,
+        warm: bool,
+        modelled_units: int,
+        model_tokens: float = 0.0,
+        unexplained: bool = False,
+    ) -> TokenBudget:
+        """The budget of ``f`` when its text's ``units`` (modelled tokens; bytes for the evaluation's
+        ``bytes`` baseline) are divided by ``ratio`` (conservative) and ``central_ratio`` (the mean
+        ĉ), plus ``fixed`` prompt tokens and the request's media budget: ``prompt_tokens =
+        ceil(units / ratio) + fixed``, ``L_total = prompt + n_sequences · output_reserve``
+        (docs/method.md §2; :meth:`budget_for`). ``ratio`` and ``central_ratio`` must be > 0."""
         media_tokens, media_key, media_base = (
             self.media_budget(f) if f.n_images or f.n_audio else (0, "", 0.0)
         )
@@ -370,7 +401,7 @@ class Estimator:
             prompt_tokens=math.ceil(units / ratio) + fixed,
             warm=warm,
             modelled_units=modelled_units,
-            central_prompt_tokens=math.ceil(units / central) + fixed,
+            central_prompt_tokens=math.ceil(units / central_ratio) + fixed,
             model_tokens=model_tokens,
             n_media=f.n_images + f.n_audio,
             unexplained=unexplained,
