@@ -89,12 +89,15 @@ class ReadReplay:
         read: per request, whether its answer was read (bool array).
         reasons: decision reason → count (``read_all`` for the replay that reads everything).
         answers_known: requests whose true answer length was known.
+        uncapped_answer_tokens: per request, the true answer length (tokens) of a request without a
+            client maximum whose answer is known; −1 otherwise (int array).
     """
 
     result: ReplayResult
     read: np.ndarray
     reasons: dict[str, int]
     answers_known: int
+    uncapped_answer_tokens: np.ndarray
 
 
 def served_usage(
@@ -163,6 +166,7 @@ def replay_reads(
     central = np.zeros(n, dtype=np.int64)
     reserve = np.zeros(n, dtype=np.int64)
     read = np.zeros(n, dtype=bool)
+    uncapped = np.full(n, -1, dtype=np.int64)
     categories: list[str] = []
     reasons: Counter[str] = Counter()
     known = 0
@@ -190,6 +194,8 @@ def replay_reads(
         reasons[d.read_reason or "read_all"] += 1
         answer = answers.get((item.source, item.req_id))
         known += answer is not None
+        if answer is not None and item.max_tokens is None:
+            uncapped[i] = answer
         if not d.read:
             continue
         read[i] = True
@@ -226,11 +232,14 @@ def replay_reads(
         np.zeros(n, dtype=np.int64),
         {},
     )
-    return ReadReplay(result, read, dict(reasons), known)
+    return ReadReplay(result, read, dict(reasons), known, uncapped)
 
 
 def summarise_reads(rr: ReadReplay, thresholds: list[int], windows: int = 10) -> dict[str, Any]:
-    """Share read, reasons, and per tenth of the replay: mean |estimate − true| / true and
+    """Share read, reasons, and per tenth of the replay: mean |estimate − true| / true of the routing
+    (conservative) estimate (``window_abs_err``) and of the central one (``window_central_abs_err``:
+    the learned mean ratio's accuracy), the share of known answers without a client maximum longer
+    than the output reserve held for them (``window_over_reserve``: the output learner's state), and
     misroutes per B."""
     res = rr.result
     n = len(res.true_prompt)
@@ -242,11 +251,19 @@ def summarise_reads(rr: ReadReplay, thresholds: list[int], windows: int = 10) ->
         "reasons": dict(sorted(rr.reasons.items())),
         "answers_known": rr.answers_known,
     }
-    out["window_abs_err"] = [float(err[a:b].mean()) if b > a else 0.0 for a, b in itertools.pairwise(edges)]
+    central = np.abs(res.central_prompt - res.true_prompt) / np.maximum(res.true_prompt, 1)
+    known = rr.uncapped_answer_tokens >= 0
+    over = known & (rr.uncapped_answer_tokens > res.reserve)
+    pairs = list(itertools.pairwise(edges))
+    out["window_abs_err"] = [float(err[a:b].mean()) if b > a else 0.0 for a, b in pairs]
+    out["window_central_abs_err"] = [float(central[a:b].mean()) if b > a else 0.0 for a, b in pairs]
+    out["window_over_reserve"] = [
+        float(over[a:b].sum() / known[a:b].sum()) if known[a:b].any() else 0.0 for a, b in pairs
+    ]
     out["misroutes"] = {}
     for b in thresholds:
         rows = []
-        for lo, hi in itertools.pairwise(edges):
+        for lo, hi in pairs:
             mask = np.zeros(n, dtype=bool)
             mask[lo:hi] = True
             m = misroutes(res, b, mask)
@@ -321,10 +338,15 @@ def compare(
 
 
 def render_rows(report: dict[str, Any]) -> list[str]:
-    """Markdown rows ``| corpus | reads | share read | first tenth | tenths 2–5 | tenths 6–10 |
+    """Markdown rows ``| corpus | reads | share read | error first tenth | tenths 2–5 | tenths 6–10 |
+    central error first tenth / tenths 6–10 | answers over reserve first tenth / tenths 6–10 |
     misroutes harmful/wasteful per B |`` of one :func:`compare` report."""
     rows = []
     name = "repository" if report["corpus"] == "shared" else Path(report["corpus"]).name
+
+    def late(w: list[float]) -> float:
+        return sum(w[5:]) / max(len(w[5:]), 1)
+
     for key, v in report.items():
         if not (isinstance(v, dict) and "read_share" in v):
             continue
@@ -333,11 +355,13 @@ def render_rows(report: dict[str, Any]) -> list[str]:
             if key == "read_all"
             else f"adaptive, {key.split('_')[1].removesuffix('rps')} req/s"
         )
-        w = v["window_abs_err"]
+        w, c, o = v["window_abs_err"], v["window_central_abs_err"], v["window_over_reserve"]
         mis = " / ".join(f"{m['harmful']}/{m['wasteful']}" for m in v["misroutes"].values())
+        over = f"{o[0]:.1%} / {late(o):.1%}" if v["answers_known"] else "no answers"
         rows.append(
             f"| {name} ({v['n']:,}) | {reads} | {v['read_share']:.1%} | {w[0]:.1%} | "
-            f"{sum(w[1:5]) / max(len(w[1:5]), 1):.1%} | {sum(w[5:]) / max(len(w[5:]), 1):.1%} | {mis} |"
+            f"{sum(w[1:5]) / max(len(w[1:5]), 1):.1%} | {late(w):.1%} | {c[0]:.1%} / {late(c):.1%} | "
+            f"{over} | {mis} |"
         )
     return rows
 

@@ -349,6 +349,9 @@ def decide_read(
         now_s=now_s,
         draw=draw,
     )
+    if not decision.read and not truncation and learner is not None and key is not None:
+        # an answer skipped because it cannot be cut: untruncated, for the truncation controller
+        learner.count_untruncated(key)
     return decision.read, decision.reason
 
 
