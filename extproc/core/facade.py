@@ -319,7 +319,9 @@ def decide_read(
     now_s: float,
 ) -> tuple[bool, str]:
     """The adaptive read decision for a request routed with ``budget`` to ``pool_name``
-    (:class:`extproc.core.learn.read_decision.ResponseReadPolicy`): (read, reason)."""
+    (:class:`extproc.core.learn.read_decision.ResponseReadPolicy`): (read, reason). A request
+    skipped while its pool cannot cut its answer counts as one untruncated answer for the output
+    learner's truncation controller (:meth:`OutputLengthLearner.count_untruncated`)."""
     # the largest pool's cuts are not misroutes: no truncation to look for there
     truncation = pool_name in core.pools_with_larger and truncation_possible(
         prompt_tokens=budget.prompt_tokens,
