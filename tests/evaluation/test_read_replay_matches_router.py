@@ -10,13 +10,10 @@ thresholds make every reason but ``floor`` and ``required`` occur within a few d
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections import Counter
 from pathlib import Path
 
-import grpc
-from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from tokenizers import Tokenizer
 
 from evaluation.corpus import load_derived_counts, load_requests
@@ -26,7 +23,7 @@ from evaluation.read_replay import replay_reads, served_usage
 from evaluation.replay import build_items
 from extproc.config import RouterConfig, parse_config
 from extproc.service.app import RouterApp
-from tests.pb import headers, open_stream, resp_body, resp_headers, run_stream
+from tests.pb import body_first, forwarded, resp_body, resp_headers, run_stream, silent_stream
 
 SOURCES = ("mt_bench_en", "mt_bench_ja", "humaneval", "mgsm_en")
 """Sources with answers (MT-Bench, HumanEval) and one without (MGSM: answered by the default)."""
@@ -57,32 +54,6 @@ def _config() -> RouterConfig:
     )
 
 
-def _body_first(body: bytes, request_id: str) -> pb.ProcessingRequest:
-    req = pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
-    attrs = req.attributes["envoy.filters.http.ext_proc"]
-    attrs["request.path"] = "/v1/chat/completions"
-    attrs["request.method"] = "POST"
-    attrs["request.id"] = request_id
-    return req
-
-
-async def _answer(port: int, routing: pb.ProcessingResponse, body: bytes) -> None:
-    """The observability stream Envoy opens for a read request, carrying the answer ``body``."""
-    req = pb.ProcessingRequest(request_headers=headers({":method": "POST", ":path": "/v1/chat/completions"}))
-    req.metadata_context.filter_metadata["tbr"].CopyFrom(routing.dynamic_metadata.fields["tbr"].struct_value)
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        call = open_stream(ch)
-        for m in (
-            req,
-            resp_headers({":status": "200", "content-type": "application/json"}),
-            resp_body(body, eos=True),
-        ):
-            await call.write(m)
-        with contextlib.suppress(grpc.aio.AioRpcError):
-            await call.done_writing()
-        assert [m async for m in call] == []
-
-
 async def test_the_replay_reads_what_the_grpc_router_reads(data_dir: Path) -> None:
     requests = load_requests(data_dir, SOURCES)
     derived = load_derived_counts(data_dir)
@@ -99,7 +70,7 @@ async def test_the_replay_reads_what_the_grpc_router_reads(data_dir: Path) -> No
     routed: list[bool] = []
     async with RouterApp(cfg, grpc_port=0) as app:
         for n, item in enumerate(items):
-            (routing,) = await run_stream(app.grpc_port, [_body_first(item.body, f"r{n}")])
+            (routing,) = await run_stream(app.grpc_port, [body_first(item.body, f"r{n}")])
             tbr = routing.dynamic_metadata.fields["tbr"].struct_value.fields
             routed.append("calib" in tbr)
             if "calib" not in tbr:
@@ -117,7 +88,12 @@ async def test_the_replay_reads_what_the_grpc_router_reads(data_dir: Path) -> No
                 "choices": [{"index": 0, "finish_reason": usage.finish_reasons[0]}],
                 "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens},
             }
-            await _answer(app.grpc_port, routing, json.dumps(body).encode())
+            msgs = [
+                forwarded(routing),
+                resp_headers({":status": "200", "content-type": "application/json"}),
+                resp_body(json.dumps(body).encode(), eos=True),
+            ]
+            assert await silent_stream(app.grpc_port, msgs) == []
         counted = Counter[str]()
         for metric in app.metrics.registry.collect():
             for s in metric.samples:

@@ -331,41 +331,18 @@ class Estimator:
             counts = counts + f.tools_runs[1 if fr.tools_json_spaced else 0]
         text_tokens, kind = costs.text_tokens(counts)
         key = (model_key, kind if self.cfg.per_category else ALL_CATEGORY)
-        return self._budget(
-            f,
-            key,
-            text_tokens,
-            self.fixed_tokens(f),
-            modelled_units=round(text_tokens),
-            model_tokens=text_tokens,
-            unexplained=f.unknown_fields > 0,
-        )
-
-    def _budget(
-        self,
-        f: RequestFeatures,
-        key: RatioKey,
-        units: float,
-        fixed: int,
-        *,
-        modelled_units: int,
-        model_tokens: float = 0.0,
-        unexplained: bool = False,
-    ) -> TokenBudget:
-        """The budget of ``f`` when ``units`` (modelled tokens) are divided by the routing value of
-        ``key`` and ``fixed`` prompt tokens are added (:meth:`ratio_budget`)."""
         ratio, central, warm = self._routing(key)
         return self.ratio_budget(
             f,
             key,
-            units,
-            fixed,
+            text_tokens,
+            self.fixed_tokens(f),
             ratio=ratio,
             central_ratio=central,
             warm=warm,
-            modelled_units=modelled_units,
-            model_tokens=model_tokens,
-            unexplained=unexplained,
+            modelled_units=round(text_tokens),
+            model_tokens=text_tokens,
+            unexplained=f.unknown_fields > 0,
         )
 
     def ratio_budget(
