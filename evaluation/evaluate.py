@@ -144,8 +144,8 @@ def summarise(res: ReplayResult, thresholds: list[int], *, detail: bool = True) 
 def _c_obs(res: ReplayResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(c_obs, weight, usable)`` per request, as :meth:`Estimator.observe` computes them."""
     ratio_tokens = (res.true_prompt - res.fixed).astype(np.float64)
-    usable = (ratio_tokens > 0) & (ratio_tokens >= 0.5 * res.true_prompt) & (res.ratio_bytes > 0)
-    c_obs = np.where(usable, res.ratio_bytes / np.maximum(ratio_tokens, 1.0), 0.0)
+    usable = (ratio_tokens > 0) & (ratio_tokens >= 0.5 * res.true_prompt) & (res.modelled_units > 0)
+    c_obs = np.where(usable, res.modelled_units / np.maximum(ratio_tokens, 1.0), 0.0)
     weight = np.minimum(1.0, np.maximum(ratio_tokens, 0.0) / WEIGHT_REF_TOKENS)
     return c_obs, weight, usable
 
@@ -182,10 +182,10 @@ def hindsight(res: ReplayResult, quantile: float | None = None) -> dict[str, Any
     low: dict[str, float] = {}
     for cat, c in ratios.items():
         sel = cats == cat
-        est_h[sel] = np.ceil(res.ratio_bytes[sel] / c) + res.fixed[sel]
+        est_h[sel] = np.ceil(res.modelled_units[sel] / c) + res.fixed[sel]
         pool = sel & usable
         low[cat] = _weighted_quantile(c_obs[pool], weight[pool], alpha) if pool.any() else c
-        est_hc[sel] = np.ceil(res.ratio_bytes[sel] / low[cat]) + res.fixed[sel]
+        est_hc[sel] = np.ceil(res.modelled_units[sel] / low[cat]) + res.fixed[sel]
     p90_h = abs_error_percentiles(est_h[mask], res.true_prompt[mask])[1]
     p90_hc = abs_error_percentiles(est_hc[mask], res.true_prompt[mask])[1]
     p90_c = abs_error_percentiles(res.central_prompt[mask], res.true_prompt[mask])[1]

@@ -80,7 +80,7 @@ def convergence_requests(trajectory: list[float], tolerance: float = 0.05) -> in
 def hindsight_fixed_ratios(res: ReplayResult, mask: np.ndarray, grid_points: int = 400) -> dict[str, float]:
     """Per category, the fixed ratio minimising p90 |error| over the requests in ``mask``.
 
-    The estimate of a fixed ratio c is ``ceil(ratio_bytes / c) + fixed`` (same framing and digit
+    The estimate of a fixed ratio c is ``ceil(modelled_units / c) + fixed`` (same framing and digit
     model as the router), searched on a grid of ``grid_points`` ratios from 0.5× to 1.5× of the
     category's median observed ratio.
     """
@@ -88,7 +88,7 @@ def hindsight_fixed_ratios(res: ReplayResult, mask: np.ndarray, grid_points: int
     out: dict[str, float] = {}
     for cat in sorted(set(cats[mask])):
         sel = mask & (cats == cat)
-        rb = res.ratio_bytes[sel].astype(np.float64)
+        rb = res.modelled_units[sel].astype(np.float64)
         fixed = res.fixed[sel]
         true = res.true_prompt[sel]
         tok = np.maximum(true - fixed, 1)

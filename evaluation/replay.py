@@ -155,7 +155,7 @@ class ReplayResult:
     central_prompt: np.ndarray
     reserve: np.ndarray
     warm: np.ndarray
-    ratio_bytes: np.ndarray
+    modelled_units: np.ndarray
     fixed: np.ndarray
     trajectories: dict[str, list[float]]
     """Per category: the learned central ratio ĉ after each observation (convergence)."""
@@ -182,7 +182,7 @@ def run_strategy(
     central = np.zeros(n, dtype=np.int64)
     reserve = np.zeros(n, dtype=np.int64)
     warm = np.zeros(n, dtype=bool)
-    ratio_bytes = np.zeros(n, dtype=np.int64)
+    modelled_units = np.zeros(n, dtype=np.int64)
     fixed = np.zeros(n, dtype=np.int64)
     categories: list[str] = []
     groups: list[str] = []
@@ -196,7 +196,7 @@ def run_strategy(
         reserve[i] = budget.output_reserve_tokens * budget.n_sequences
         categories.append(budget.key[1])
         groups.append(source_group(item.source))
-        ratio_bytes[i] = budget.ratio_bytes
+        modelled_units[i] = budget.modelled_units
         fixed[i] = budget.fixed_prompt_tokens
         if strategy.body_ratio is not None:
             est_prompt[i] = central[i] = math.ceil(len(item.body) / strategy.body_ratio)
@@ -220,7 +220,7 @@ def run_strategy(
         central,
         reserve,
         warm,
-        ratio_bytes,
+        modelled_units,
         fixed,
         traj,
     )

@@ -8,6 +8,7 @@ Envoy's lock-step order (one message, its answer, the next ...) and collects the
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable
 
@@ -166,5 +167,38 @@ async def run_stream(
             assert isinstance(msg, pb.ProcessingResponse), msg
             out.append(msg)
         await call.done_writing()
+        assert await call.code() == grpc.StatusCode.OK
+        return out
+
+
+def body_first(body: bytes, request_id: str, path: str = "/v1/chat/completions") -> pb.ProcessingRequest:
+    """The one message of the one-message design (envoy/envoy.yaml): the body, with the request
+    line as attributes."""
+    req = pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
+    attrs = req.attributes["envoy.filters.http.ext_proc"]
+    attrs["request.path"] = path
+    attrs["request.method"] = "POST"
+    attrs["request.id"] = request_id
+    return req
+
+
+def forwarded(answer: pb.ProcessingResponse) -> pb.ProcessingRequest:
+    """The observability stream's request headers as Envoy sends them: the routing answer's ``tbr``
+    namespace forwarded in ``metadata_context`` (``forwarding_namespaces``), no router header."""
+    req = pb.ProcessingRequest(request_headers=headers({":method": "POST", ":path": "/v1/chat/completions"}))
+    req.metadata_context.filter_metadata["tbr"].CopyFrom(answer.dynamic_metadata.fields["tbr"].struct_value)
+    return req
+
+
+async def silent_stream(port: int, msgs: list[pb.ProcessingRequest]) -> list[pb.ProcessingResponse]:
+    """Write every message (Envoy's observability mode waits for no answer), then read to the end
+    (status OK asserted); returns what the router answered."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        call = open_stream(ch)
+        for m in msgs:
+            await call.write(m)
+        with contextlib.suppress(grpc.aio.AioRpcError):  # the router may end the call first
+            await call.done_writing()
+        out = [m async for m in call]
         assert await call.code() == grpc.StatusCode.OK
         return out

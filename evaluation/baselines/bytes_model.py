@@ -1,9 +1,9 @@
 """The ``bytes`` cost model as an evaluation baseline: one bytes/token ratio per content category.
 
 This is the paper's estimator (arXiv 2604.09613 §3; docs/method.md §3) as the router ran it before it
-counted runs (docs/estimator.md): ``prompt_tokens_est = ceil(ratio_bytes / c*_k) + fixed`` where
+counted runs (docs/estimator.md): ``prompt_tokens_est = ceil(modelled_units / c*_k) + fixed`` where
 
-* ``ratio_bytes`` = UTF-8 bytes of the prompt text plus the compact JSON of the tool schemas, minus
+* ``modelled_units`` (the budget's field; this baseline's modelled units are bytes) = UTF-8 bytes of the prompt text plus the compact JSON of the tool schemas, minus
   the ASCII digits (and, with ``count_punctuation``, punctuation and newlines) of the text;
 * those structure characters cost the tokenizer family's tokens per character instead
   (:data:`STRUCTURE_TOKENS_PER_CHAR`, scaled from a classifier sample of the first ``sample_bytes``
@@ -19,7 +19,7 @@ counted runs (docs/estimator.md): ``prompt_tokens_est = ceil(ratio_bytes / c*_k)
 
 Everything but the ratio comes from the router's :class:`~extproc.core.estimate.estimator.Estimator`: model
 keys, framing, media budgets and the output reserve (:meth:`Estimator.budget_for`), so the baseline
-differs from the shipped estimator only in how prompt text is costed. Learning: ``c_obs = ratio_bytes
+differs from the shipped estimator only in how prompt text is costed. Learning: ``c_obs = modelled_units
 / (prompt_tokens − fixed)`` when text is at least half of the prompt, weighted ``min(1, text tokens /
 weight_ref_tokens)``. The baseline learns nothing from requests with media or truncated prompts and
 has no misroute recovery.
@@ -269,29 +269,22 @@ class BytesModel:
             category = prof.category if prof is not None else "no_letters"
         key = (self.router.model_key(f.model), category)
         structure_bytes, structure_tokens = self._structure(f, prof, len(sample))
-        ratio_bytes = f.text_bytes + f.tool_schema_bytes - structure_bytes
+        modelled_units = f.text_bytes + f.tool_schema_bytes - structure_bytes
         fixed = self.router.fixed_tokens(f) + structure_tokens
         ratio, central, warm = self.ratio(key)
-        media_tokens, media_key, media_base = (
-            self.router.media_budget(f) if f.n_images or f.n_audio else (0, "", 0.0)
-        )
-        return self.router.budget_for(
+        return self.router.ratio_budget(
             f,
-            media_tokens=media_tokens,
-            media_key=media_key,
-            media_base_tokens=media_base,
-            key=key,
-            routing_ratio=ratio,
-            fixed_prompt_tokens=fixed,
-            prompt_tokens=math.ceil(ratio_bytes / ratio) + fixed,
+            key,
+            modelled_units,
+            fixed,
+            ratio=ratio,
+            central_ratio=central,
             warm=warm,
-            ratio_bytes=ratio_bytes,
-            central_prompt_tokens=math.ceil(ratio_bytes / central) + fixed,
-            n_media=f.n_images + f.n_audio,
+            modelled_units=modelled_units,
         )
 
     def observe(self, budget: TokenBudget, prompt_tokens: int) -> Observation | None:
-        """Learn ``c_obs = ratio_bytes / (prompt_tokens − fixed)`` from a served
+        """Learn ``c_obs = modelled_units / (prompt_tokens − fixed)`` from a served
         ``usage.prompt_tokens``; None (nothing learned) without a text signal: no text, media in the
         request, a prompt cut to ``truncate_prompt_tokens``, or text under half of the prompt."""
         if budget.key[0] == OTHER and budget.model and prompt_tokens > 0:
@@ -302,7 +295,7 @@ class BytesModel:
             return None
         if budget.n_media:
             return None
-        nbytes = budget.ratio_bytes or budget.text_bytes
+        nbytes = budget.modelled_units or budget.text_bytes
         if prompt_tokens <= 0 or nbytes <= 0:
             return None
         ratio_tokens = prompt_tokens - budget.fixed_prompt_tokens
@@ -314,4 +307,7 @@ class BytesModel:
         state = self.store.observe(budget.key, c_obs, weight)
         self.router.admit(budget.key[0], learned=True)
         rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
-        return Observation(key=budget.key, observed_ratio=c_obs, rel_error=rel, state=state)
+        central = (budget.central_prompt_tokens - prompt_tokens) / prompt_tokens
+        return Observation(
+            key=budget.key, observed_ratio=c_obs, rel_error=rel, state=state, central_rel_error=central
+        )

@@ -49,7 +49,8 @@ cannot set a header: the payload goes into the routing answer's dynamic metadata
 (``metadata_options.forwarding_namespaces``) in each message's ``metadata_context``. A client cannot
 write dynamic metadata, so nothing needs stripping."""
 
-_VERSION = 1
+_VERSION = 2
+"""2: the budget field ``ratio_bytes`` renamed ``modelled_units`` (a version-1 payload is not read)."""
 _MAX_PAYLOAD_CHARS = 4096
 _BUDGET_FIELDS = {f.name: f.type for f in dataclasses.fields(TokenBudget)}
 

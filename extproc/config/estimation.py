@@ -417,8 +417,9 @@ class ResponseReadsConfig(Strict):
     output_cold_samples: Annotated[int, Field(ge=0)] = 32
     """An output class with fewer answers is read (reason ``output_cold``)."""
     drift_rel_error: Annotated[float, Field(gt=0.0)] = 0.25
-    """A read whose prompt estimate missed by more than this share of the true count marks its key
-    drifting (reason ``drift``) for the next ``drift_reads`` reads."""
+    """A read whose central prompt estimate (the key's learned mean ratio, not the conservative
+    routing estimate) missed by more than this share of the true count marks its key drifting
+    (reason ``drift``) for the next ``drift_reads`` reads."""
     drift_reads: Annotated[int, Field(ge=0)] = 16
     """Responses of a drifting key read after a miss."""
     floor_rate: Annotated[float, Field(ge=0.0, le=1.0)] = 0.01

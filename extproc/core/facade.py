@@ -319,7 +319,9 @@ def decide_read(
     now_s: float,
 ) -> tuple[bool, str]:
     """The adaptive read decision for a request routed with ``budget`` to ``pool_name``
-    (:class:`extproc.core.learn.read_decision.ResponseReadPolicy`): (read, reason)."""
+    (:class:`extproc.core.learn.read_decision.ResponseReadPolicy`): (read, reason). A request
+    skipped while its pool cannot cut its answer counts as one untruncated answer for the output
+    learner's truncation controller (:meth:`OutputLengthLearner.count_untruncated`)."""
     # the largest pool's cuts are not misroutes: no truncation to look for there
     truncation = pool_name in core.pools_with_larger and truncation_possible(
         prompt_tokens=budget.prompt_tokens,
@@ -349,6 +351,9 @@ def decide_read(
         now_s=now_s,
         draw=draw,
     )
+    if not decision.read and not truncation and learner is not None and key is not None:
+        # an answer skipped because it cannot be cut: untruncated, for the truncation controller
+        learner.count_untruncated(key)
     return decision.read, decision.reason
 
 
@@ -476,7 +481,7 @@ def learn(
     # the observation's own key: a model admitted by this very answer learns under its name
     core.read_policy.observed(
         obs.key if obs is not None else learned.key,
-        obs.rel_error if obs is not None else None,
+        obs.central_rel_error if obs is not None else None,
         clock(),
     )
     if obs is None:

@@ -5,9 +5,6 @@ a read teaches feeds the next decisions (extproc/core/learn/read_decision.py).""
 
 from __future__ import annotations
 
-import contextlib
-
-import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 
 from extproc.adapter.off_path import decode_payload
@@ -15,7 +12,16 @@ from extproc.config import parse_config
 from extproc.core.estimate.output_reserve import ALL_BANDS
 from extproc.core.request.request_body import parse_request_body
 from extproc.service.app import RouterApp
-from tests.pb import chat_body, headers, open_stream, resp_body, resp_headers, run_stream, usage_body
+from tests.pb import (
+    body_first,
+    chat_body,
+    forwarded,
+    resp_body,
+    resp_headers,
+    run_stream,
+    silent_stream,
+    usage_body,
+)
 
 TEXT = "Explain in two sentences why the sky is blue during the day and red at sunset. "
 
@@ -31,15 +37,6 @@ def _cfg(**reads: object) -> dict[str, object]:
     }
 
 
-def _body_first(body: bytes, request_id: str) -> pb.ProcessingRequest:
-    req = pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
-    attrs = req.attributes["envoy.filters.http.ext_proc"]
-    attrs["request.path"] = "/v1/chat/completions"
-    attrs["request.method"] = "POST"
-    attrs["request.id"] = request_id
-    return req
-
-
 def _payload(answer: pb.ProcessingResponse) -> str | None:
     tbr = answer.dynamic_metadata.fields["tbr"].struct_value.fields
     return tbr["calib"].string_value if "calib" in tbr else None
@@ -47,19 +44,12 @@ def _payload(answer: pb.ProcessingResponse) -> str | None:
 
 async def _read(port: int, answer: pb.ProcessingResponse, prompt_tokens: int) -> None:
     """The observability stream Envoy opens for a read request (metadata forwarded, no answers)."""
-    req = pb.ProcessingRequest(request_headers=headers({":method": "POST", ":path": "/v1/chat/completions"}))
-    req.metadata_context.filter_metadata["tbr"].CopyFrom(answer.dynamic_metadata.fields["tbr"].struct_value)
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        call = open_stream(ch)
-        for m in (
-            req,
-            resp_headers({":status": "200", "content-type": "application/json"}),
-            resp_body(usage_body(prompt_tokens), eos=True),
-        ):
-            await call.write(m)
-        with contextlib.suppress(grpc.aio.AioRpcError):
-            await call.done_writing()
-        assert [m async for m in call] == []
+    msgs = [
+        forwarded(answer),
+        resp_headers({":status": "200", "content-type": "application/json"}),
+        resp_body(usage_body(prompt_tokens), eos=True),
+    ]
+    assert await silent_stream(port, msgs) == []
 
 
 def _count(app: RouterApp, decision: str, reason: str) -> float:
@@ -73,7 +63,7 @@ async def test_a_cold_key_is_read_until_learned_then_skipped() -> None:
     cfg = parse_config(_cfg(cold_samples=3, output_cold_samples=0, floor_rate=0.0))
     async with RouterApp(cfg, grpc_port=0) as app:
         for i in range(3):
-            (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT * 3), f"c{i}")])
+            (answer,) = await run_stream(app.grpc_port, [body_first(chat_body(TEXT * 3), f"c{i}")])
             value = _payload(answer)
             assert value is not None, i
             payload = decode_payload(value)
@@ -82,7 +72,7 @@ async def test_a_cold_key_is_read_until_learned_then_skipped() -> None:
         assert _count(app, "read", "cold") == 3
         ((_, state),) = app.store.items()
         assert state.samples == 3
-        (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT * 3), "w")])
+        (answer,) = await run_stream(app.grpc_port, [body_first(chat_body(TEXT * 3), "w")])
         assert _payload(answer) is None
         assert answer.dynamic_metadata.fields["tbr"].struct_value.fields["pool"].string_value == "short"
         assert _count(app, "skip", "learned") == 1
@@ -93,7 +83,7 @@ async def test_the_budget_caps_a_cold_keys_reads() -> None:
     async with RouterApp(cfg, grpc_port=0) as app:
         got = []
         for i in range(4):
-            (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), f"b{i}")])
+            (answer,) = await run_stream(app.grpc_port, [body_first(chat_body(TEXT), f"b{i}")])
             got.append(_payload(answer) is not None)
         assert got == [True, True, False, False]
         assert _count(app, "skip", "over_budget") == 2
@@ -113,11 +103,11 @@ async def test_a_request_its_pool_may_truncate_is_read() -> None:
                 break
             reps += 1
         assert budget.total_tokens <= 8192
-        (answer,) = await run_stream(app.grpc_port, [_body_first(body, "t")])
+        (answer,) = await run_stream(app.grpc_port, [body_first(body, "t")])
         assert answer.dynamic_metadata.fields["tbr"].struct_value.fields["pool"].string_value == "short"
         assert _payload(answer) is not None
         assert _count(app, "read", "truncation_possible") == 1
-        (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "far")])
+        (answer,) = await run_stream(app.grpc_port, [body_first(chat_body(TEXT), "far")])
         assert _payload(answer) is None  # far from the boundary, learned (cold_samples 0): skipped
 
 
@@ -129,7 +119,7 @@ async def test_a_bounded_requests_output_is_cold_until_its_all_bands_class_has_l
         | {"estimator": {"output_reserve": {"learned": True}}}
     )
     async with RouterApp(cfg, grpc_port=0) as app:
-        (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "o1")])
+        (answer,) = await run_stream(app.grpc_port, [body_first(chat_body(TEXT), "o1")])
         value = _payload(answer)
         assert value is not None and _count(app, "read", "output_cold") == 1
         payload = decode_payload(value)
@@ -138,5 +128,5 @@ async def test_a_bounded_requests_output_is_cold_until_its_all_bands_class_has_l
         parent = payload.budget.output_class._replace(prompt_band=ALL_BANDS)
         for _ in range(3):
             router.observe_output(parent, 40, truncated=False, capped=False)
-        (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "o2")])
+        (answer,) = await run_stream(app.grpc_port, [body_first(chat_body(TEXT), "o2")])
         assert _payload(answer) is None and _count(app, "skip", "learned") == 1

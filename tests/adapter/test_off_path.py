@@ -4,14 +4,12 @@ silently and calibrates; a damaged payload is counted and learned from never."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as pm
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
@@ -21,13 +19,15 @@ from extproc.config import parse_config
 from extproc.core.estimate.budget import TokenBudget
 from extproc.service.app import RouterApp
 from tests.pb import (
+    body_first,
     chat_body,
+    forwarded,
     headers,
-    open_stream,
     req_body,
     resp_body,
     resp_headers,
     run_stream,
+    silent_stream,
     usage_body,
 )
 
@@ -59,25 +59,12 @@ def _calib_header(resp: pb.ProcessingResponse) -> str | None:
     return None
 
 
-async def _silent_stream(port: int, msgs: list[pb.ProcessingRequest]) -> list[pb.ProcessingResponse]:
-    """Write every message (Envoy's observability mode waits for no answer), then read to the end."""
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        call = open_stream(ch)
-        for m in msgs:
-            await call.write(m)
-        with contextlib.suppress(grpc.aio.AioRpcError):  # the router may end the call first
-            await call.done_writing()
-        out = [m async for m in call]
-        assert await call.code() == grpc.StatusCode.OK
-        return out
-
-
 def test_payload_round_trip_and_rejections() -> None:
     budget = TokenBudget(("modèle", "latin"), 0.9, 120, 12, 150, 256, 1, 406, True, 120, 140, 130.5, 0, False)
     p = CalibPayload(budget, "short", "chat", True, "r1")
     value = encode_payload(p)
     assert value.isascii() and decode_payload(value) == p
-    assert decode_payload(value.replace('"v":1', '"v":2')) is None
+    assert decode_payload(value.replace('"v":2', '"v":3')) is None
     assert decode_payload(value.replace('"prompt_tokens":150', '"prompt_tokens":"150"')) is None
     assert decode_payload(value.replace('"warm":true', '"warm":1')) is None
     assert decode_payload("{" + value) is None
@@ -101,7 +88,7 @@ async def test_sampled_request_routes_with_the_payload_and_its_response_is_read_
     payload = decode_payload(value)
     assert payload is not None and payload.pool == "short" and payload.budget.screened == ""
     obs_headers = headers({":method": "POST", ":path": "/v1/chat/completions", CALIB_HEADER: value})
-    out = await _silent_stream(
+    out = await silent_stream(
         app.grpc_port,
         [
             pb.ProcessingRequest(request_headers=obs_headers),
@@ -118,7 +105,7 @@ async def test_a_damaged_payload_is_counted_and_not_learned(app: RouterApp) -> N
     bad = headers({":method": "POST", ":path": "/v1/chat/completions", CALIB_HEADER: '{"v":1}'})
     # The router ends the call at once on a bad payload (status OK), so only the headers are sent:
     # a later write would race that end and fail on the client's side.
-    out = await _silent_stream(app.grpc_port, [pb.ProcessingRequest(request_headers=bad)])
+    out = await silent_stream(app.grpc_port, [pb.ProcessingRequest(request_headers=bad)])
     assert out == []
     assert not list(app.store.items())
     value = app.metrics.registry.get_sample_value("tbr_calibration_events_total", {"outcome": "bad_payload"})
@@ -152,24 +139,6 @@ def test_one_message_payload_travels_in_dynamic_metadata() -> None:
     assert payload_from_metadata(req) is None
 
 
-def _body_first(body: bytes, request_id: str) -> pb.ProcessingRequest:
-    """The one message of the one-message design: the body with the request line as attributes."""
-    req = pb.ProcessingRequest(request_body=pb.HttpBody(body=body, end_of_stream=True))
-    attrs = req.attributes["envoy.filters.http.ext_proc"]
-    attrs["request.path"] = "/v1/chat/completions"
-    attrs["request.method"] = "POST"
-    attrs["request.id"] = request_id
-    return req
-
-
-def _forwarded(answer: pb.ProcessingResponse) -> pb.ProcessingRequest:
-    """The observability stream's request headers as Envoy sends them: the routing answer's ``tbr``
-    namespace forwarded in ``metadata_context`` (``forwarding_namespaces``), no router header."""
-    req = pb.ProcessingRequest(request_headers=headers({":method": "POST", ":path": "/v1/chat/completions"}))
-    req.metadata_context.filter_metadata["tbr"].CopyFrom(answer.dynamic_metadata.fields["tbr"].struct_value)
-    return req
-
-
 def _one_message_logging(tmp_path: Path) -> tuple[dict[str, object], Path]:
     """Every response sampled, ``off_path`` unset (one message needs none), a decision log."""
     cfg = _cfg(1.0)
@@ -193,13 +162,13 @@ async def test_one_message_sample_is_learned_off_path_without_the_flag_and_logge
     still logged, without usage."""
     cfg, log_path = _one_message_logging(tmp_path)
     async with RouterApp(parse_config(cfg), grpc_port=0) as app:
-        (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "one-a")])
+        (answer,) = await run_stream(app.grpc_port, [body_first(chat_body(TEXT), "one-a")])
         assert answer.dynamic_metadata.fields["tbr"].struct_value.fields["pool"].string_value == "short"
         assert not _calib_header(answer)
-        out = await _silent_stream(
+        out = await silent_stream(
             app.grpc_port,
             [
-                _forwarded(answer),
+                forwarded(answer),
                 resp_headers({":status": "200", "content-type": "application/json"}),
                 resp_body(usage_body(123, 7), eos=True),
             ],
@@ -208,7 +177,7 @@ async def test_one_message_sample_is_learned_off_path_without_the_flag_and_logge
         ((_, state),) = app.store.items()
         assert state.samples == 1
         # the second request's observability stream never comes (no calibration filter)
-        await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "one-b")])
+        await run_stream(app.grpc_port, [body_first(chat_body(TEXT), "one-b")])
     rows = _rows(log_path)
     by_id = {r["request_id"]: r for r in rows}
     assert len(rows) == len(by_id) == 2
@@ -223,11 +192,11 @@ async def test_a_misroute_seen_off_path_is_counted_and_ratchets(tmp_path: Path) 
     pool refused: it counts the misroute (recovered on long) and, since the served usage proves the
     request overflowed the short pool, the recovery correction runs (docs/design/003)."""
     async with RouterApp(parse_config(_cfg(1.0) | {"calibration": {"sample_rate": 1.0}}), grpc_port=0) as app:
-        (answer,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "mis-1")])
-        await _silent_stream(
+        (answer,) = await run_stream(app.grpc_port, [body_first(chat_body(TEXT), "mis-1")])
+        await silent_stream(
             app.grpc_port,
             [
-                _forwarded(answer),
+                forwarded(answer),
                 resp_headers(
                     {":status": "200", "content-type": "application/json", "x-envoy-attempt-count": "2"}
                 ),
@@ -253,13 +222,13 @@ async def test_a_reused_request_id_never_mixes_two_requests_records(tmp_path: Pa
     pairing key is the router's own (``record_key`` in the payload)."""
     cfg, log_path = _one_message_logging(tmp_path)
     async with RouterApp(parse_config(cfg), grpc_port=0) as app:
-        (small,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT), "dup")])
-        (large,) = await run_stream(app.grpc_port, [_body_first(chat_body(TEXT * 4), "dup")])
+        (small,) = await run_stream(app.grpc_port, [body_first(chat_body(TEXT), "dup")])
+        (large,) = await run_stream(app.grpc_port, [body_first(chat_body(TEXT * 4), "dup")])
         for answer, prompt_tokens in ((large, 400), (small, 100)):  # the later request ends first
-            await _silent_stream(
+            await silent_stream(
                 app.grpc_port,
                 [
-                    _forwarded(answer),
+                    forwarded(answer),
                     resp_headers({":status": "200", "content-type": "application/json"}),
                     resp_body(usage_body(prompt_tokens), eos=True),
                 ],

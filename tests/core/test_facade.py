@@ -173,3 +173,38 @@ def test_same_requests_same_answers_same_state() -> None:
         return seen
 
     assert replay() == replay()
+
+
+def test_an_adaptive_skip_counts_as_untruncated_only_when_the_pool_cannot_cut_the_answer() -> None:
+    """The truncation controller sees every request once: read answers as they come, skipped ones as
+    untruncated, unless the skip was of a request its pool may cut (then nothing is known)."""
+    reads = {"mode": "adaptive", "cold_samples": 0, "output_cold_samples": 0, "floor_rate": 0.0}
+    core = core_of(calibration={"warmup_samples": 2, "response_reads": reads})
+    learner = core.estimator.output_learner
+    assert learner is not None
+    start = learner.fleet_tail_share
+    far = decide_chat(core, chat(PROSE), read=None)
+    assert (far.read, far.read_reason) == (False, "learned")
+    assert learner.fleet_tail_share > start
+    # one read of budget, and a prompt that leaves the short pool less than two reserves of room
+    starved = core_of(
+        calibration={
+            "warmup_samples": 2,
+            "response_reads": reads | {"burst_reads": 1.0, "reads_per_key_per_s": 0.0},
+        }
+    )
+    learner = starved.estimator.output_learner
+    assert learner is not None
+    reps = 1
+    while True:
+        body = chat(PROSE * reps)
+        budget = starved.estimator.estimate(parse_body(body, "chat"))
+        if 8192 - budget.prompt_tokens < 2 * budget.output_reserve_tokens:
+            break
+        reps += 1
+    first = decide_chat(starved, body, read=None)
+    assert first.pool == "short" and (first.read, first.read_reason) == (True, "truncation_possible")
+    start = learner.fleet_tail_share
+    near = decide_chat(starved, body, read=None)
+    assert near.pool == "short" and (near.read, near.read_reason) == (False, "over_budget")
+    assert learner.fleet_tail_share == start

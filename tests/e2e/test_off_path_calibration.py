@@ -108,7 +108,7 @@ async def test_unsampled_requests_open_no_calibration_stream_and_a_forged_header
 ) -> None:
     async with _stack(tmp_path, 0.0) as (stack, c):
         forged = (
-            '{"v":1,"b":{"key":["Qwen/Qwen3-8B","latin"]},"pool":"short","ep":"chat","learn":true,"id":""}'
+            '{"v":2,"b":{"key":["Qwen/Qwen3-8B","latin"]},"pool":"short","ep":"chat","learn":true,"id":""}'
         )
         for p in PROMPTS:
             r = await c.chat.completions.create(

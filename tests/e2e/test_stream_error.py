@@ -2,8 +2,8 @@
 
 The short pool (8192) answers a streamed request that does not fit with ``200 text/event-stream``
 and one ``data: {"error": {…, "code": 400}}`` event, as SGLang does (``tbr mock-pool
---context-error-in-stream``). The router's estimate is forced low by a restored snapshot (40
-bytes/token) so it sends ~8,300 tokens there. Through the real Envoy (envoy/envoy.yaml) the client
+--context-error-in-stream``). The router's estimate is forced low by a restored snapshot (a
+model-to-true ratio of 40) so it sends ~8,300 tokens there. Through the real Envoy (envoy/envoy.yaml) the client
 gets the pool's bytes unchanged; the router counts a misroute of the short pool in the same metric
 and decision-log field as the 400 case and learns nothing from the stream.
 """

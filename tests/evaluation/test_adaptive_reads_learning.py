@@ -19,7 +19,17 @@ def test_adaptive_reads_learn_as_fast_as_reading_everything(data_dir: Path) -> N
     for b, m in adaptive["misroutes"].items():
         assert m["harmful"] <= every["misroutes"][b]["harmful"] + 2
         assert m["wasteful"] <= 1.1 * every["misroutes"][b]["wasteful"] + 5
-    assert adaptive["reasons"]["cold"] > 0  # the cold keys were read
+    # the learned mean ratio is as accurate, tenth by tenth, cold start included
+    for c_all, c_adaptive in zip(
+        every["window_central_abs_err"], adaptive["window_central_abs_err"], strict=True
+    ):
+        assert c_adaptive <= c_all + 0.005
+    # answers were known for the sources that hold them, and the output reserve learned from the
+    # reads is no less safe than the one learned from every answer
+    assert 0 < adaptive["answers_known"] < adaptive["n"]
+    assert sum(adaptive["window_over_reserve"]) <= sum(every["window_over_reserve"])
+    # the cold keys, the cold output classes and the requests a pool may cut were read
+    assert {"cold", "output_cold", "truncation_possible"} <= set(adaptive["reasons"])
 
 
 def test_same_seed_same_replay(data_dir: Path) -> None:

@@ -112,7 +112,7 @@ def test_framing_is_per_model_and_not_in_the_ratio() -> None:
         f = parse_request_body(body, "chat")
         b = _estimate(model, body)
         assert b.fixed_prompt_tokens == per_msg * 6 + per_req
-        assert b.ratio_bytes == f.text_bytes
+        assert b.modelled_units == f.text_bytes
 
 
 def test_digits_are_budgeted_per_tokenizer() -> None:
@@ -124,7 +124,7 @@ def test_digits_are_budgeted_per_tokenizer() -> None:
         body = _chat(name, text)
         f = parse_request_body(body, "chat")
         b = _estimate(model, body)
-        assert b.ratio_bytes == f.text_bytes - digits
+        assert b.modelled_units == f.text_bytes - digits
         assert b.fixed_prompt_tokens == math.ceil(digits * per_digit) + model.router.fixed_tokens(f)
 
 
@@ -139,10 +139,10 @@ def test_punctuation_and_newlines_are_budgeted_outside_the_ratio() -> None:
     f = parse_request_body(body, "chat")
     b = _estimate(model, body)
     assert b.key[1] not in ("code", "tools")
-    assert b.ratio_bytes == f.text_bytes - punct - newlines
+    assert b.modelled_units == f.text_bytes - punct - newlines
     assert b.fixed_prompt_tokens == math.ceil(punct * 0.75 + newlines * 1.0) + model.router.fixed_tokens(f)
     off = _estimate(_model(BytesModelConfig(count_punctuation=False)), body)
-    assert off.ratio_bytes == f.text_bytes and off.fixed_prompt_tokens == model.router.fixed_tokens(f)
+    assert off.modelled_units == f.text_bytes and off.fixed_prompt_tokens == model.router.fixed_tokens(f)
 
 
 def test_tools_are_their_own_category_with_template_boilerplate() -> None:
@@ -153,7 +153,7 @@ def test_tools_are_their_own_category_with_template_boilerplate() -> None:
     f = parse_request_body(raw, "chat")
     b = _estimate(model, raw)
     assert b.key[1] == "tools"
-    assert b.ratio_bytes == f.text_bytes + f.tool_schema_bytes
+    assert b.modelled_units == f.text_bytes + f.tool_schema_bytes
     assert b.fixed_prompt_tokens == 3 + 5 + 96 + 3
 
 

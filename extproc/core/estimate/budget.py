@@ -45,8 +45,9 @@ class TokenBudget:
         total_tokens: ``min(prompt_tokens, prompt_cap_tokens) + n_sequences · output_reserve_tokens``
             (the routing budget).
         warm: the learned ratio (not the prior) was used.
-        ratio_bytes: the units the ratio divides, as an integer: the modelled tokens, rounded (the
-            byte bound: the rendered bytes; the evaluation's ``bytes`` baseline: text bytes).
+        modelled_units: the text's modelled units, which the learned model-to-true ratio divides,
+            as an integer: the run model's tokens, rounded (the byte bound: the rendered bytes; the
+            evaluation's ``bytes`` baseline: text bytes).
         central_prompt_tokens: the prompt estimate with the central ratio ĉ (not the
             conservative one): the learner's accuracy, reported by the evaluation.
     """
@@ -60,7 +61,7 @@ class TokenBudget:
     n_sequences: int
     total_tokens: int
     warm: bool
-    ratio_bytes: int = 0
+    modelled_units: int = 0
     central_prompt_tokens: int = 0
     model_tokens: float = 0.0
     """Modelled tokens of the text (what the key's value divides); 0 for a bound or a baseline's budget."""
@@ -98,9 +99,15 @@ class TokenBudget:
 class Observation:
     """One calibration observation: the observed model-to-true ratio ``c_obs`` for ``key``
     (``observed_ratio``), the signed relative error of the prompt estimate, ``(estimated − actual)
-    / actual``, and the key's state after it."""
+    / actual``, and the key's state after it.
+
+    ``rel_error`` is the routing (conservative) estimate's error: it overestimates by design (the
+    learned low quantile of the ratio). ``central_rel_error`` is the same for the central estimate
+    (the learned mean ratio ĉ, :attr:`TokenBudget.central_prompt_tokens`): what the key's ratio
+    fails to explain, the read decision's drift signal (:mod:`extproc.core.learn.read_decision`)."""
 
     key: RatioKey
     observed_ratio: float
     rel_error: float
     state: RatioState
+    central_rel_error: float = 0.0

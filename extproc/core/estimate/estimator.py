@@ -331,31 +331,39 @@ class Estimator:
             counts = counts + f.tools_runs[1 if fr.tools_json_spaced else 0]
         text_tokens, kind = costs.text_tokens(counts)
         key = (model_key, kind if self.cfg.per_category else ALL_CATEGORY)
-        return self._budget(
+        ratio, central, warm = self._routing(key)
+        return self.ratio_budget(
             f,
             key,
             text_tokens,
             self.fixed_tokens(f),
-            ratio_bytes=round(text_tokens),
+            ratio=ratio,
+            central_ratio=central,
+            warm=warm,
+            modelled_units=round(text_tokens),
             model_tokens=text_tokens,
             unexplained=f.unknown_fields > 0,
         )
 
-    def _budget(
+    def ratio_budget(
         self,
         f: RequestFeatures,
         key: RatioKey,
         units: float,
         fixed: int,
         *,
-        ratio_bytes: int,
+        ratio: float,
+        central_ratio: float,
+        warm: bool,
+        modelled_units: int,
         model_tokens: float = 0.0,
         unexplained: bool = False,
     ) -> TokenBudget:
-        """The budget of ``f`` when ``units`` (bytes, or modelled tokens) are divided by the
-        routing value of ``key`` and ``fixed`` prompt tokens are added: ``L_total = prompt +
-        n_sequences · output_reserve`` (docs/method.md §2)."""
-        ratio, central, warm = self._routing(key)
+        """The budget of ``f`` when its text's ``units`` (modelled tokens; bytes for the evaluation's
+        ``bytes`` baseline) are divided by ``ratio`` (conservative) and ``central_ratio`` (the mean
+        ĉ), plus ``fixed`` prompt tokens and the request's media budget: ``prompt_tokens =
+        ceil(units / ratio) + fixed``, ``L_total = prompt + n_sequences · output_reserve``
+        (docs/method.md §2; :meth:`budget_for`). ``ratio`` and ``central_ratio`` must be > 0."""
         media_tokens, media_key, media_base = (
             self.media_budget(f) if f.n_images or f.n_audio else (0, "", 0.0)
         )
@@ -369,8 +377,8 @@ class Estimator:
             fixed_prompt_tokens=fixed,
             prompt_tokens=math.ceil(units / ratio) + fixed,
             warm=warm,
-            ratio_bytes=ratio_bytes,
-            central_prompt_tokens=math.ceil(units / central) + fixed,
+            modelled_units=modelled_units,
+            central_prompt_tokens=math.ceil(units / central_ratio) + fixed,
             model_tokens=model_tokens,
             n_media=f.n_images + f.n_audio,
             unexplained=unexplained,
@@ -523,7 +531,10 @@ class Estimator:
             else:
                 self._recovered[budget.key] = (held[0], held[1] - 1)
         rel = (budget.prompt_tokens - prompt_tokens) / prompt_tokens
-        return Observation(key=budget.key, observed_ratio=c_obs, rel_error=rel, state=new)
+        central = (budget.central_prompt_tokens - prompt_tokens) / prompt_tokens
+        return Observation(
+            key=budget.key, observed_ratio=c_obs, rel_error=rel, state=new, central_rel_error=central
+        )
 
     def _learn_media(
         self, budget: TokenBudget, prompt_tokens: int, *, recovery: bool, recovery_step: float = 1.0

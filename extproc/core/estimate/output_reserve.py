@@ -632,6 +632,24 @@ class OutputLengthLearner:
         for k in reversed(keys):  # the parent first: a new band class starts from it
             self._refresh(k, self._states[k])
 
+    def count_untruncated(self, key: OutputClassKey) -> None:
+        """One untruncated answer for the truncation controller, without its length: a request of
+        class ``key`` whose answer is not read because it cannot be truncated (the adaptive read
+        decision reads every request its pool may cut, :mod:`extproc.core.learn.read_decision`).
+        Steps the fleet's tail share and, under ``controller_scope: class``, the class's and its
+        parent's (those that have answers) as :meth:`observe` does for an untruncated answer, so that
+        the controller sees every request once, read or not, instead of a sample that holds every
+        possible truncation and few of the rest (which would hold the tail share far too low). The
+        histograms learn nothing."""
+        self.fleet_tail_share = self._steer(self.fleet_tail_share, False)
+        if self.cfg.controller_scope != "class":
+            return
+        keys = [key] if key.prompt_band == ALL_BANDS else [key, key._replace(prompt_band=ALL_BANDS)]
+        for k in keys:
+            state = self._states.get(k)
+            if state is not None:
+                state.tail_share = self._steer(state.tail_share or self.cfg.tail_share, False)
+
     def _add_censored(
         self, key: OutputClassKey, state: OutputLengthState, tokens: int, weight: float
     ) -> None:

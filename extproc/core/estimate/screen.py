@@ -84,7 +84,7 @@ def bound_budget(est: Estimator, f: RequestFeatures) -> TokenBudget | None:
         fixed_prompt_tokens=fixed,
         prompt_tokens=prompt,
         warm=False,
-        ratio_bytes=f.rendered_bytes,
+        modelled_units=f.rendered_bytes,
         central_prompt_tokens=prompt,
         screened="bound",
     )
@@ -176,7 +176,7 @@ def prefix_budget(est: Estimator, f: RequestFeatures, limits_tokens: Sequence[in
                 fixed_prompt_tokens=fixed,
                 prompt_tokens=prompt,
                 warm=False,
-                ratio_bytes=round(lower),
+                modelled_units=round(lower),
                 central_prompt_tokens=prompt,
                 screened="prefix",
             )

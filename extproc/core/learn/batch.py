@@ -33,7 +33,7 @@ def batch_budget(budgets: Sequence[TokenBudget]) -> TokenBudget | None:
         fixed_prompt_tokens=sum(b.fixed_prompt_tokens for b in budgets),
         prompt_tokens=sum(b.prompt_tokens for b in budgets),
         total_tokens=sum(b.total_tokens for b in budgets),
-        ratio_bytes=sum(b.ratio_bytes for b in budgets),
+        modelled_units=sum(b.modelled_units for b in budgets),
         central_prompt_tokens=sum(b.central_prompt_tokens for b in budgets),
         model_tokens=sum(b.model_tokens for b in budgets),
         n_media=sum(b.n_media for b in budgets),

@@ -12,8 +12,10 @@ router asks :meth:`ResponseReadPolicy.decide` whether this request's response is
 * ``cold``: the request's prompt key (model, category) has fewer than ``cold_samples``
   observations. For a request routed by the byte bound (category ``bounded``: no category was
   computed) the count is the observations this policy saw for the model's keys.
-* ``drift``: one of the key's last reads missed the true prompt by more than ``drift_rel_error``
-  (relative to the true count); the next ``drift_reads`` responses of the key are read.
+* ``drift``: one of the key's last reads showed a central estimate (the key's learned mean ratio ĉ,
+  not the conservative routing estimate, which overestimates by design) that missed the true prompt
+  by more than ``drift_rel_error`` (relative to the true count): the key's ratio no longer explains
+  its requests; the next ``drift_reads`` responses of the key are read.
 * ``output_cold``: the request's output class has fewer than ``output_cold_samples`` answers.
 * ``floor``: a ``floor_rate`` share of the other responses, so that drift stays visible.
 
@@ -58,7 +60,8 @@ class ReadPolicyParams:
     Attributes:
         cold_samples: a prompt key with fewer observations is read (``cold``).
         output_cold_samples: an output class with fewer answers is read (``output_cold``).
-        drift_rel_error: a read whose ``|estimate − true| / true`` exceeds this marks its key drifting.
+        drift_rel_error: a read whose ``|central estimate − true| / true`` exceeds this marks its key
+            drifting.
         drift_reads: responses of a drifting key read after such a miss.
         floor_rate: share of the remaining responses read (``floor``), in [0, 1].
         reads_per_key_per_s: refill rate of each key's read budget (reads per second).
@@ -196,9 +199,10 @@ class ResponseReadPolicy:
         return ReadDecision(True, reason)
 
     def observed(self, key: tuple[str, str], rel_error: float | None, now_s: float) -> None:
-        """A read response of ``key`` was learned from: ``rel_error`` = (estimate − true) / true of its
-        prompt (None when the response taught the prompt key nothing). A miss beyond
-        ``drift_rel_error`` marks the key drifting for the next ``drift_reads`` reads."""
+        """A read response of ``key`` was learned from: ``rel_error`` = (central estimate − true) / true
+        of its prompt (:attr:`extproc.core.estimate.budget.Observation.central_rel_error`; None when the
+        response taught the prompt key nothing). A miss beyond ``drift_rel_error`` marks the key
+        drifting for the next ``drift_reads`` reads."""
         p = self.params
         model = self._models.get(key[0])
         if model is None:

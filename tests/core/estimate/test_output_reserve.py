@@ -288,6 +288,29 @@ def test_one_tail_share_for_the_fleet_or_one_per_class() -> None:
     assert per_class.tail_share(a) > per_class.cfg.tail_share > per_class.tail_share(b)
 
 
+def test_an_answer_skipped_as_uncuttable_steps_the_controller_as_an_untruncated_one() -> None:
+    """The adaptive read decision reads every request its pool may cut and skips the rest: each skip
+    counts as an untruncated answer for the controller (its length is not learned)."""
+    key = OutputClassKey("m", prompt_band=1)
+    parent = key._replace(prompt_band=ALL_BANDS)
+    for scope in ("fleet", "class"):
+        read, skipped = _learner(controller_scope=scope), _learner(controller_scope=scope)
+        read.observe(key, 100, truncated=True)
+        skipped.observe(key, 100, truncated=True)
+        for _ in range(50):
+            read.observe(key, 100, truncated=False)
+            skipped.count_untruncated(key)
+        assert skipped.fleet_tail_share == pytest.approx(read.fleet_tail_share)
+        assert skipped.tail_share(key) == pytest.approx(read.tail_share(key))
+        assert skipped.tail_share(parent) == pytest.approx(read.tail_share(parent))
+        state = skipped.get(key)
+        assert state is not None and state.samples == 1 and skipped.observations == 1
+    # a class with no answers yet keeps no state (nothing is created for a skip)
+    fresh = _learner(controller_scope="class")
+    fresh.count_untruncated(key)
+    assert fresh.get(key) is None and fresh.fleet_tail_share > fresh.cfg.tail_share
+
+
 def test_same_observations_same_reserves() -> None:
     def run() -> list[int]:
         learner = _learner()

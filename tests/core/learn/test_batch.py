@@ -19,7 +19,7 @@ def _budget(key: tuple[str, str], text_bytes: int, prompt: int, **extra: object)
         n_sequences=1,
         total_tokens=prompt + 64,
         warm=True,
-        ratio_bytes=text_bytes,
+        modelled_units=text_bytes,
         central_prompt_tokens=prompt - 5,
         model_tokens=prompt * 0.9,
     )
@@ -33,7 +33,7 @@ def test_conversations_of_one_key_sum_their_counts() -> None:
     assert out is not None
     assert out.key == ("m", "latin")
     assert (out.text_bytes, out.prompt_tokens, out.total_tokens) == (1400, 370, 370 + 128)
-    assert (out.fixed_prompt_tokens, out.ratio_bytes, out.central_prompt_tokens) == (20, 1400, 360)
+    assert (out.fixed_prompt_tokens, out.modelled_units, out.central_prompt_tokens) == (20, 1400, 360)
     assert out.model_tokens == a.model_tokens + b.model_tokens
     assert (out.n_media, out.media_tokens, out.media_key) == (1, 50, "image:small")
     assert out.prompt_cap_tokens == 0

@@ -35,7 +35,7 @@ def _budget(
         n_sequences=1,
         total_tokens=prompt + reserve,
         warm=True,
-        ratio_bytes=round(model_tokens),
+        modelled_units=round(model_tokens),
         model_tokens=model_tokens,
     )
 
