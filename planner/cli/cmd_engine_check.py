@@ -162,7 +162,9 @@ def run(args: argparse.Namespace) -> int:
             meas = measured_metrics(work, run_)
             sim = simulate_workload(work, prof, args.max_model_len)
             rows = [r.__dict__ for r in compare(meas, sim)]
-            factor, matched = speed_matched(work, prof, args.max_model_len, meas["tpot_mean_s"])
+            factor, matched = speed_matched(
+                work, prof, args.max_model_len, meas["tpot_mean_s"], measured_overhead_s=meas["overhead_s"]
+            )
             results.append(
                 {
                     "rate_req_per_s": rate,

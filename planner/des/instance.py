@@ -116,11 +116,13 @@ class RequestTable:
     the prompt), ``ctx`` mean context tokens, ``pf_rate`` prefill tokens per iteration, ``pf_attn`` their
     attention's context tokens per iteration (``pf_rate * input / 2``), ``pf_v`` the
     iteration at which the prefill ends, ``epoch`` invalidates milestones of a preempted admission,
-    ``first_tok_s``/``done_s`` simulated times (NaN until reached), ``served_pool`` (−1 = rejected),
+    ``admitted_s`` (first admission: the end of its wait in the queue), ``first_tok_s``/``done_s``
+    simulated times (NaN until reached), ``served_pool`` (−1 = rejected),
     ``preemptions``, ``rejected``, ``misrouted``.
     """
 
     __slots__ = (
+        "admitted_s",
         "ctx",
         "done_s",
         "epoch",
@@ -145,6 +147,7 @@ class RequestTable:
         self.pf_attn = [0.0] * n
         self.pf_v = [0.0] * n
         self.epoch = [0] * n
+        self.admitted_s = [math.nan] * n
         self.first_tok_s = [math.nan] * n
         self.done_s = [math.nan] * n
         self.served_pool = [-1] * n
@@ -370,6 +373,8 @@ class Instance:
                 if self.n_active and self.n_dec + self.sum_pf + rate > self.mnbt + 1e-9:
                     break  # max_num_batched_tokens: no room for its prefill chunk this iteration
             q.popleft()
+            if math.isnan(reqs.admitted_s[r]):
+                reqs.admitted_s[r] = self.t
             pf_rate[r] = rate
             reqs.pf_attn[r] = rate * need / 2.0
             pv = self.v + k_pf
