@@ -180,6 +180,8 @@ class Instance:
         "ms_seq",
         "n_active",
         "n_dec",
+        "phase_v",
+        "q_tried",
         "next_v",
         "on_done",
         "p",
@@ -238,6 +240,8 @@ class Instance:
         self.sum_pf_attn = 0.0
         self.n_active = 0
         self.n_dec = 0
+        self.phase_v = 0.0
+        self.q_tried = 0
         self.kv = 0.0
         self.busy_s = 0.0
         self.seq_time = 0.0
@@ -318,8 +322,22 @@ class Instance:
             self.preempt_last()
         q = self.queue
         ms = self.milestones
+        wake_v = math.inf
         if q and self.n_active < self.max_seqs:
-            self._admit(q, ms)
+            if not self.partial_chunks:
+                self._admit(q, ms)
+            elif not self.n_active:  # vLLM's engine idles on its input queue: it schedules at once
+                self.phase_v = self.v
+                self._admit(q, ms)
+                self.q_tried = len(q)
+            else:  # busy: a newcomer waits for the next scheduler step (the end of this iteration)
+                steps = self.v - self.phase_v
+                next_step_v = self.phase_v + math.ceil(steps - EPS_ITER)
+                if next_step_v - self.v <= EPS_ITER:
+                    self._admit(q, ms)
+                    self.q_tried = len(q)
+                elif len(q) > self.q_tried:  # not yet tried at a step boundary
+                    wake_v = next_step_v
         self.version += 1
         if not self.n_active:
             self.t_iter = 0.0
@@ -332,7 +350,7 @@ class Instance:
             + self.a * self.sum_pf_attn
         )
         self.t_iter = t_iter
-        nv = ms[0][0]
+        nv = min(ms[0][0], wake_v)
         if self.n_dec:
             v_full = self.v + (self.cap - self.kv) / self.n_dec
             if v_full < nv:
