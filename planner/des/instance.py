@@ -230,7 +230,9 @@ class Instance:
         self.watermark = spec.watermark_fraction * self.cap
         self.partial_chunks = prof.admission == "vllm"
         self.block_tokens = max(1, prof.block_size_tokens)
-        self.total_blocks = prof.kv_capacity_tokens // self.block_tokens
+        # vLLM 0.32's BlockPool takes one block out as its null block (block_pool.py): usable blocks
+        # are num_gpu_blocks - 1
+        self.total_blocks = max(1, prof.kv_capacity_tokens // self.block_tokens - 1)
         self.watermark_blocks = int(spec.watermark_fraction * self.total_blocks)
         self.min_chunk = max(1.0, MIN_PREFILL_CHUNK_FRACTION * self.chunk)
         self.max_seqs = spec.slots

@@ -110,9 +110,10 @@ def test_des_vllm_takes_kv_in_whole_blocks_at_the_next_step(kv_blocks: int, queu
     is scheduled at once: first token at 10 ms, done at 50 ms. B (the same) arrives at 1 ms. Both fit
     36 tokens, but each needs 2 blocks: with 3 blocks B waits until A has finished (50 ms, queue
     49 ms); with 4 it waits only for the next scheduler step (10 ms, queue 9 ms), as vLLM's engine
-    core takes new requests between steps."""
+    core takes new requests between steps. The profile's KV holds one block more: vLLM keeps one
+    out as its null block."""
     prof = with_admission(
-        toy_profile(kv_capacity_tokens=16 * kv_blocks, block_size_tokens=16),
+        toy_profile(kv_capacity_tokens=16 * (kv_blocks + 1), block_size_tokens=16),
         "vllm",
         max_num_batched_tokens=64,
     )
