@@ -45,6 +45,7 @@ from planner.model.profiles import PoolProfile
 from planner.workload.trace import Trace, build_trace
 
 __all__ = [
+    "SERVER_HISTOGRAMS",
     "TARGETS",
     "ComparisonRow",
     "EngineRun",
@@ -55,6 +56,7 @@ __all__ = [
     "scaled_profile",
     "scaled_slice",
     "simulate_workload",
+    "slowest_requests",
     "speed_matched",
     "vllm_counter",
 ]
@@ -260,6 +262,7 @@ def simulate_workload(trace: Trace, profile: PoolProfile, max_model_len: int) ->
             if res.queue_s is not None
             else math.nan,
             "overhead_s": profile.request_overhead_s,
+            "ttft_per_request_s": res.ttft_s.tolist(),
         },
     )
 
@@ -354,6 +357,7 @@ def measured_metrics(trace: Trace, run: EngineRun) -> dict[str, Any]:
             "prefill_mean_s": sm.get("prefill_mean_s", math.nan),
             "server_ttft_mean_s": sm.get("server_ttft_mean_s", math.nan),
             "overhead_s": float(np.nanmean(ttft)) - engine_s,
+            "ttft_per_request_s": ttft.tolist(),
         },
     )
 
@@ -393,3 +397,22 @@ def compare(measured: dict[str, Any], simulated: dict[str, Any]) -> list[Compari
         target = TARGETS.get(key)
         rows.append(ComparisonRow(key, m, s, rel, target, None if target is None else abs(rel) <= target))
     return rows
+
+
+def slowest_requests(
+    trace: Trace, measured: dict[str, Any], simulated: dict[str, Any], count: int = 3
+) -> list[dict[str, Any]]:
+    """The ``count`` requests with the longest measured TTFT (what P99 of a short replay is made of):
+    index, prompt tokens, measured and simulated TTFT (seconds), longest first."""
+    m = np.asarray(measured["ttft_per_request_s"], dtype=np.float64)
+    s = np.asarray(simulated["ttft_per_request_s"], dtype=np.float64)
+    order = np.argsort(-np.nan_to_num(m, nan=-np.inf), kind="stable")[:count]
+    return [
+        {
+            "request": int(i),
+            "prompt_tokens": int(trace.input_tokens[i]),
+            "measured_ttft_s": float(m[i]),
+            "simulated_ttft_s": float(s[i]),
+        }
+        for i in order
+    ]
