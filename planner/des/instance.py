@@ -13,7 +13,14 @@ Model (see :mod:`planner.des` for the whole simulator):
 - KV: a request allocates its prompt at admission and one token per decode iteration. When the
   batch would exceed ``kv_capacity_tokens`` the most recently admitted request is preempted (vLLM's
   recompute policy): its KV is freed and it goes back to the head of the waiting queue with the
-  tokens generated so far added to its prompt.
+  tokens generated so far added to its prompt. Under vLLM's admission KV is taken in whole blocks of
+  ``block_size_tokens`` as vLLM 0.32's ``KVCacheManager.allocate_slots`` counts them
+  (``ceil((computed + new) / block_size)`` per request; one block of the capacity is vLLM's null
+  block), preemption comes at the first scheduler step whose blocks run out, and that step admits
+  nobody (``Scheduler.schedule``: no waiting request is scheduled in a step that preempted).
+- Steps (vLLM admission): the engine core takes new requests between steps, so a request arriving
+  while the instance is busy waits for the end of the current iteration; one arriving at an idle
+  instance is scheduled at once (the step grid restarts there, ``phase_v``).
 - Admission (FCFS, head of line) while running < ``max_num_seqs``, the prompt fits in the free KV
   (minus the watermark) and, when set, ``max_num_batched_tokens`` holds with the newcomer's chunk.
   Under the paper's admission (``profile.admission == "paper"``) a prefill's chunk is fixed
