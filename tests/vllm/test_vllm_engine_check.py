@@ -14,7 +14,7 @@ Azure 2023 conversation trace, token counts halved, at a light load (1.5 req/s) 
 (6 req/s offered; ~5 served), then simulates the same requests on the fitted profile. What is asserted is the agreement
 docs/planner.md §Checked against the real engine documents for this noisy box (throughput within the
 issue's 15 %; TTFT, when the engine ran near its profile's speed, within the measured bounds there),
-preemptions at the high load on both sides, and none at the light one in the simulator. The table,
+preemptions at the high load on both sides and within 2 of the measured count at both loads. The table,
 with the TTFT's parts (vLLM's queue and prefill times, the overhead outside the engine) and the
 longest TTFTs, is printed pass or fail.
 """
@@ -129,8 +129,10 @@ def test_simulator_agrees_with_real_vllm(server: str, capsys: pytest.CaptureFixt
         assert abs(rows["ttft_p50_s"]["rel_diff"]) <= TTFT_P50_BOUND, report
         ratio = rows["ttft_p99_s"]["simulated"] / rows["ttft_p99_s"]["measured"]
         assert 1 / TTFT_P99_FACTOR <= ratio <= TTFT_P99_FACTOR, report
-    # near saturation the engine runs out of KV blocks and preempts; the simulator too
-    assert heavy["measured"]["preemptions"] > 0 and heavy["simulated"]["preemptions"] > 0, heavy
-    assert light["simulated"]["preemptions"] == 0, light
+    # near saturation the engine runs out of KV blocks and preempts; the simulator too, about as often
+    # at the engine's speed (measured 4-5, simulated 4-6 in the runs of docs/planner.md)
+    assert heavy["measured"]["preemptions"] > 0 and heavy["simulated_speed_matched"]["preemptions"] > 0
+    for res in (light, heavy):
+        assert abs(res["simulated_speed_matched"]["preemptions"] - res["measured"]["preemptions"]) <= 2
     # the heavy load is near saturation: its output rate is well above the light one's
     assert heavy["measured"]["output_tokens_per_s"] > 1.8 * light["measured"]["output_tokens_per_s"]
