@@ -25,6 +25,7 @@ from planner.des.engine_check import (
     replay,
     scaled_slice,
     simulate_workload,
+    slowest_requests,
     speed_matched,
 )
 from planner.model.profile_file import load_profile_file, write_profile_file
@@ -113,7 +114,8 @@ def _target(row: dict[str, Any]) -> str:
 
 def format_table(results: list[dict[str, Any]]) -> list[str]:
     """Text table: one block per rate, one row per metric: measured; simulated on the profile (difference,
-    target); simulated at the engine speed measured during the replay (factor in the block's header)."""
+    target); simulated at the engine speed and per-request overhead measured during the replay (factor
+    in the block's header); then the requests with the longest measured TTFTs."""
     out = [
         f"{'rate req/s':>10}  {'metric':<20} {'measured':>10} {'simulated':>10} {'diff':>8} {'target':<9}"
         f" {'speed-matched':>13} {'diff':>8} target"
@@ -130,6 +132,13 @@ def format_table(results: list[dict[str, Any]]) -> list[str]:
                 f"{row['rel_diff']:>+8.1%} {_target(row):<9} {_fmt(key, m['simulated']):>13} "
                 f"{m['rel_diff']:>+8.1%} {_target(m)}"
             )
+        slow = ", ".join(
+            f"#{x['request']} ({x['prompt_tokens']} tokens) {x['measured_ttft_s']:.3g} s / "
+            f"{x['simulated_ttft_s']:.3g} s"
+            for x in res.get("slowest", [])
+        )
+        if slow:
+            out.append(f"{'':>10}  longest TTFTs measured / speed-matched: {slow}")
     return out
 
 
@@ -162,7 +171,9 @@ def run(args: argparse.Namespace) -> int:
             meas = measured_metrics(work, run_)
             sim = simulate_workload(work, prof, args.max_model_len)
             rows = [r.__dict__ for r in compare(meas, sim)]
-            factor, matched = speed_matched(work, prof, args.max_model_len, meas["tpot_mean_s"])
+            factor, matched = speed_matched(
+                work, prof, args.max_model_len, meas["tpot_mean_s"], measured_overhead_s=meas["overhead_s"]
+            )
             results.append(
                 {
                     "rate_req_per_s": rate,
@@ -173,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
                     "speed_factor": factor,
                     "simulated_speed_matched": matched,
                     "rows_speed_matched": [r.__dict__ for r in compare(meas, matched)],
+                    "slowest": slowest_requests(work, meas, matched),
                 }
             )
     except (httpx.HTTPError, RuntimeError, ValueError) as exc:

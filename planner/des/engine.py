@@ -230,4 +230,5 @@ def _result(
         makespan_s=makespan,
         warmup_fraction=warmup_fraction,
         events=events,
+        queue_s=np.asarray(reqs.admitted_s, dtype=np.float64) - arr,
     )

@@ -45,6 +45,7 @@ from planner.model.profiles import PoolProfile
 from planner.workload.trace import Trace, build_trace
 
 __all__ = [
+    "SERVER_HISTOGRAMS",
     "TARGETS",
     "ComparisonRow",
     "EngineRun",
@@ -55,6 +56,7 @@ __all__ = [
     "scaled_profile",
     "scaled_slice",
     "simulate_workload",
+    "slowest_requests",
     "speed_matched",
     "vllm_counter",
 ]
@@ -110,7 +112,8 @@ class EngineRun:
     """What one replay measured: per request (arrays shape ``(n,)``, seconds since the first
     arrival) the send time, first-token time and end time; usage's ``completion_tokens``; the
     preemption events the server counted; the worst lateness of a send behind its arrival; the mean
-    inter-token latency the server measured (seconds)."""
+    inter-token latency the server measured (seconds); the means of :data:`SERVER_HISTOGRAMS` over the
+    replay (seconds, keyed as there)."""
 
     sent_s: npt.NDArray[np.float64]
     first_token_s: npt.NDArray[np.float64]
@@ -120,6 +123,7 @@ class EngineRun:
     max_send_lateness_s: float
     errors: list[str] = field(default_factory=list)
     tpot_mean_s: float = math.nan
+    server_means: dict[str, float] = field(default_factory=dict)
 
 
 def vllm_counter(base_url: str, name: str, timeout_s: float = 10.0) -> float:
@@ -196,18 +200,35 @@ async def _replay(url: str, model: str, trace: Trace, seed: int, timeout_s: floa
     return EngineRun(sent, first, done, comp, 0, late, errors)
 
 
+SERVER_HISTOGRAMS = {
+    "queue_mean_s": "vllm:request_queue_time_seconds",
+    "prefill_mean_s": "vllm:request_prefill_time_seconds",
+    "server_ttft_mean_s": "vllm:time_to_first_token_seconds",
+    "tpot_mean_s": "vllm:inter_token_latency_seconds",
+}
+"""vLLM 0.32's per-request histograms (``vllm/v1/metrics/loggers.py``) whose means over a replay
+decompose its TTFT: queue (engine core: queued → first scheduled, which includes the wait for the next
+scheduler step), prefill (first scheduled → first token), and the frontend's TTFT (its arrival →
+first token); plus the inter-token latency (the engine's speed)."""
+
+
 def replay(url: str, model: str, trace: Trace, *, seed: int = 0, timeout_s: float = 300.0) -> EngineRun:
-    """Send ``trace`` open-loop to the server at ``url`` (module docstring) and measure it.
+    """Send ``trace`` open-loop to the server at ``url`` (module docstring) and measure it; the means
+    of :data:`SERVER_HISTOGRAMS` over the replay go to ``server_means`` (NaN when a histogram is absent).
 
     Every request must succeed: a failed one (HTTP error, timeout, a completion shorter than asked)
     raises ``RuntimeError`` naming it, never a silent hole in the comparison."""
-    itl = "vllm:inter_token_latency_seconds"
-    before = [vllm_counter(url, m) for m in ("vllm:num_preemptions_total", f"{itl}_sum", f"{itl}_count")]
+    names = ["vllm:num_preemptions_total"]
+    for h in SERVER_HISTOGRAMS.values():
+        names += [f"{h}_sum", f"{h}_count"]
+    before = [vllm_counter(url, m) for m in names]
     run = asyncio.run(_replay(url, model, trace, seed, timeout_s))
-    after = [vllm_counter(url, m) for m in ("vllm:num_preemptions_total", f"{itl}_sum", f"{itl}_count")]
+    after = [vllm_counter(url, m) for m in names]
     run.preemptions = round(after[0] - before[0])
-    if after[2] > before[2]:
-        run.tpot_mean_s = (after[1] - before[1]) / (after[2] - before[2])
+    for i, key in enumerate(SERVER_HISTOGRAMS):
+        d_sum, d_count = after[1 + 2 * i] - before[1 + 2 * i], after[2 + 2 * i] - before[2 + 2 * i]
+        run.server_means[key] = d_sum / d_count if d_count > 0 else math.nan
+    run.tpot_mean_s = run.server_means["tpot_mean_s"]
     short = np.flatnonzero(run.completion_tokens != trace.output_tokens)
     for i in short[:5]:
         if not run.errors or str(i) not in "".join(run.errors):
@@ -234,7 +255,15 @@ def simulate_workload(trace: Trace, profile: PoolProfile, max_model_len: int) ->
         output_tokens=int(trace.output_tokens.sum()),
         requests=len(trace),
         preemptions=int(res.preemptions.sum()),
-        extra={"tpot_mean_s": decode_s / gaps.sum() if gaps.sum() else math.nan},
+        extra={
+            "tpot_mean_s": decode_s / gaps.sum() if gaps.sum() else math.nan,
+            "queue_mean_s": float(np.nanmean(res.queue_s)) if res.queue_s is not None else math.nan,
+            "prefill_mean_s": float(np.nanmean(res.ttft_s - res.queue_s)) - profile.request_overhead_s
+            if res.queue_s is not None
+            else math.nan,
+            "overhead_s": profile.request_overhead_s,
+            "ttft_per_request_s": res.ttft_s.tolist(),
+        },
     )
 
 
@@ -252,14 +281,25 @@ def scaled_profile(profile: PoolProfile, factor: float) -> PoolProfile:
 
 
 def speed_matched(
-    trace: Trace, profile: PoolProfile, max_model_len: int, measured_tpot_mean_s: float, rounds: int = 10
+    trace: Trace,
+    profile: PoolProfile,
+    max_model_len: int,
+    measured_tpot_mean_s: float,
+    rounds: int = 10,
+    measured_overhead_s: float = math.nan,
 ) -> tuple[float, dict[str, Any]]:
     """Re-simulate with the profile's time constants scaled until the simulated mean time per output
     token equals ``measured_tpot_mean_s`` (fixed-point: the batch a token waits in changes with the
-    speed: up to ``rounds`` rounds, until within 0.1 %). Returns ``(factor, metrics)``; factor 1.0 and the plain simulation when
-    the measured mean is not a positive number."""
+    speed: up to ``rounds`` rounds, until within 0.1 %), and with the per-request overhead R set to
+    ``measured_overhead_s`` when that is a number ≥ 0 (the client's mean TTFT less vLLM's mean queue and
+    prefill times during the replay: R does not change the schedule, it is added to each TTFT).
+    Returns ``(factor, metrics)``; factor 1.0 and the plain simulation when the measured mean is not a
+    positive number."""
     factor = 1.0
-    sim = simulate_workload(trace, profile, max_model_len)
+    prof = profile
+    if measured_overhead_s >= 0.0:
+        prof = replace(profile, request_overhead_s=measured_overhead_s)
+    sim = simulate_workload(trace, prof, max_model_len)
     if not measured_tpot_mean_s > 0:
         return factor, sim
     for _ in range(rounds):
@@ -269,7 +309,10 @@ def speed_matched(
         if abs(step - 1.0) < 1e-3:
             break
         factor *= step
-        sim = simulate_workload(trace, scaled_profile(profile, factor), max_model_len)
+        scaled = scaled_profile(prof, factor)
+        if measured_overhead_s >= 0.0:
+            scaled = replace(scaled, request_overhead_s=measured_overhead_s)
+        sim = simulate_workload(trace, scaled, max_model_len)
     return factor, sim
 
 
@@ -285,6 +328,7 @@ def metrics_from(
     """The compared metrics (module docstring) from per-request TTFTs (seconds) and the span (seconds)."""
     t = ttft_s[~np.isnan(ttft_s)]
     return {
+        "ttft_mean_s": float(np.mean(t)),
         "ttft_p50_s": float(np.percentile(t, 50)),
         "ttft_p99_s": float(np.percentile(t, 99)),
         "output_tokens_per_s": output_tokens / span_s,
@@ -297,13 +341,24 @@ def metrics_from(
 
 def measured_metrics(trace: Trace, run: EngineRun) -> dict[str, Any]:
     """:func:`metrics_from` of a replay (TTFT from each request's send time)."""
+    ttft = run.first_token_s - run.sent_s
+    sm = run.server_means
+    engine_s = sm.get("queue_mean_s", math.nan) + sm.get("prefill_mean_s", math.nan)
     return metrics_from(
-        ttft_s=run.first_token_s - run.sent_s,
+        ttft_s=ttft,
         span_s=float(np.nanmax(run.done_s)),
         output_tokens=int(run.completion_tokens.sum()),
         requests=len(trace),
         preemptions=run.preemptions,
-        extra={"max_send_lateness_s": run.max_send_lateness_s, "tpot_mean_s": run.tpot_mean_s},
+        extra={
+            "max_send_lateness_s": run.max_send_lateness_s,
+            "tpot_mean_s": run.tpot_mean_s,
+            "queue_mean_s": sm.get("queue_mean_s", math.nan),
+            "prefill_mean_s": sm.get("prefill_mean_s", math.nan),
+            "server_ttft_mean_s": sm.get("server_ttft_mean_s", math.nan),
+            "overhead_s": float(np.nanmean(ttft)) - engine_s,
+            "ttft_per_request_s": ttft.tolist(),
+        },
     )
 
 
@@ -322,7 +377,8 @@ class ComparisonRow:
 
 def compare(measured: dict[str, Any], simulated: dict[str, Any]) -> list[ComparisonRow]:
     """Rows for the TTFT, throughput, preemption and mean TPOT metrics of two :func:`metrics_from`
-    dicts (``tpot_mean_s`` NaN when a side has no decode step)."""
+    dicts (``tpot_mean_s`` NaN when a side has no decode step), then the mean TTFT's parts: queue,
+    prefill and the per-request overhead outside the engine (no targets; NaN when not measured)."""
     rows = []
     for key in (
         "ttft_p50_s",
@@ -331,9 +387,32 @@ def compare(measured: dict[str, Any], simulated: dict[str, Any]) -> list[Compari
         "requests_per_s",
         "preemptions",
         "tpot_mean_s",
+        "ttft_mean_s",
+        "queue_mean_s",
+        "prefill_mean_s",
+        "overhead_s",
     ):
         m, s = float(measured.get(key, math.nan)), float(simulated.get(key, math.nan))
         rel = s / m - 1.0 if m else (0.0 if s == 0 else math.inf)
         target = TARGETS.get(key)
         rows.append(ComparisonRow(key, m, s, rel, target, None if target is None else abs(rel) <= target))
     return rows
+
+
+def slowest_requests(
+    trace: Trace, measured: dict[str, Any], simulated: dict[str, Any], count: int = 3
+) -> list[dict[str, Any]]:
+    """The ``count`` requests with the longest measured TTFT (what P99 of a short replay is made of):
+    index, prompt tokens, measured and simulated TTFT (seconds), longest first."""
+    m = np.asarray(measured["ttft_per_request_s"], dtype=np.float64)
+    s = np.asarray(simulated["ttft_per_request_s"], dtype=np.float64)
+    order = np.argsort(-np.nan_to_num(m, nan=-np.inf), kind="stable")[:count]
+    return [
+        {
+            "request": int(i),
+            "prompt_tokens": int(trace.input_tokens[i]),
+            "measured_ttft_s": float(m[i]),
+            "simulated_ttft_s": float(s[i]),
+        }
+        for i in order
+    ]

@@ -13,7 +13,14 @@ Model (see :mod:`planner.des` for the whole simulator):
 - KV: a request allocates its prompt at admission and one token per decode iteration. When the
   batch would exceed ``kv_capacity_tokens`` the most recently admitted request is preempted (vLLM's
   recompute policy): its KV is freed and it goes back to the head of the waiting queue with the
-  tokens generated so far added to its prompt.
+  tokens generated so far added to its prompt. Under vLLM's admission KV is taken in whole blocks of
+  ``block_size_tokens`` as vLLM 0.32's ``KVCacheManager.allocate_slots`` counts them
+  (``ceil((computed + new) / block_size)`` per request; one block of the capacity is vLLM's null
+  block), preemption comes at the first scheduler step whose blocks run out, and that step admits
+  nobody (``Scheduler.schedule``: no waiting request is scheduled in a step that preempted).
+- Steps (vLLM admission): the engine core takes new requests between steps, so a request arriving
+  while the instance is busy waits for the end of the current iteration; one arriving at an idle
+  instance is scheduled at once (the step grid restarts there, ``phase_v``).
 - Admission (FCFS, head of line) while running < ``max_num_seqs``, the prompt fits in the free KV
   (minus the watermark) and, when set, ``max_num_batched_tokens`` holds with the newcomer's chunk.
   Under the paper's admission (``profile.admission == "paper"``) a prefill's chunk is fixed
@@ -116,11 +123,13 @@ class RequestTable:
     the prompt), ``ctx`` mean context tokens, ``pf_rate`` prefill tokens per iteration, ``pf_attn`` their
     attention's context tokens per iteration (``pf_rate * input / 2``), ``pf_v`` the
     iteration at which the prefill ends, ``epoch`` invalidates milestones of a preempted admission,
-    ``first_tok_s``/``done_s`` simulated times (NaN until reached), ``served_pool`` (−1 = rejected),
+    ``admitted_s`` (first admission: the end of its wait in the queue), ``first_tok_s``/``done_s``
+    simulated times (NaN until reached), ``served_pool`` (−1 = rejected),
     ``preemptions``, ``rejected``, ``misrouted``.
     """
 
     __slots__ = (
+        "admitted_s",
         "ctx",
         "done_s",
         "epoch",
@@ -145,6 +154,7 @@ class RequestTable:
         self.pf_attn = [0.0] * n
         self.pf_v = [0.0] * n
         self.epoch = [0] * n
+        self.admitted_s = [math.nan] * n
         self.first_tok_s = [math.nan] * n
         self.done_s = [math.nan] * n
         self.served_pool = [-1] * n
@@ -163,6 +173,7 @@ class Instance:
 
     __slots__ = (
         "a",
+        "block_tokens",
         "busy_s",
         "cap",
         "chunk",
@@ -181,7 +192,9 @@ class Instance:
         "on_done",
         "p",
         "partial_chunks",
+        "phase_v",
         "pool",
+        "q_tried",
         "queue",
         "reqs",
         "running",
@@ -193,10 +206,12 @@ class Instance:
         "sum_pf_attn",
         "t",
         "t_iter",
+        "total_blocks",
         "v",
         "version",
         "w",
         "watermark",
+        "watermark_blocks",
     )
 
     def __init__(
@@ -221,6 +236,11 @@ class Instance:
         self.cap = float(prof.kv_capacity_tokens)
         self.watermark = spec.watermark_fraction * self.cap
         self.partial_chunks = prof.admission == "vllm"
+        self.block_tokens = max(1, prof.block_size_tokens)
+        # vLLM 0.32's BlockPool takes one block out as its null block (block_pool.py): usable blocks
+        # are num_gpu_blocks - 1
+        self.total_blocks = max(1, prof.kv_capacity_tokens // self.block_tokens - 1)
+        self.watermark_blocks = int(spec.watermark_fraction * self.total_blocks)
         self.min_chunk = max(1.0, MIN_PREFILL_CHUNK_FRACTION * self.chunk)
         self.max_seqs = spec.slots
         mnbt = prof.max_num_batched_tokens
@@ -235,6 +255,8 @@ class Instance:
         self.sum_pf_attn = 0.0
         self.n_active = 0
         self.n_dec = 0
+        self.phase_v = 0.0
+        self.q_tried = 0
         self.kv = 0.0
         self.busy_s = 0.0
         self.seq_time = 0.0
@@ -311,12 +333,23 @@ class Instance:
     def schedule(self) -> float:
         """Preempt on a full KV, admit waiting requests, and return the simulated time until this
         instance's next event (``-1.0`` when idle). Bumps ``version`` (older heap entries go stale)."""
-        while self.n_dec > 0 and self.kv >= self.cap - 1e-6:
-            self.preempt_last()
         q = self.queue
         ms = self.milestones
-        if q and self.n_active < self.max_seqs:
-            self._admit(q, ms)
+        wake_v = math.inf
+        if self._preempt():  # vLLM admits no waiting request in a step that preempted
+            wake_v = self.v + 1.0
+        elif q and self.n_active < self.max_seqs:
+            if not self.partial_chunks:
+                self._admit(q, ms)
+            elif not self.n_active:  # vLLM's engine idles on its input queue: it schedules at once
+                self.phase_v = self.v
+                self._admit(q, ms)
+                self.q_tried = len(q)
+            elif self._at_step():  # busy: a newcomer waits for the next scheduler step
+                self._admit(q, ms)
+                self.q_tried = len(q)
+            elif len(q) > self.q_tried:  # not yet tried at a step boundary: wake at the next one
+                wake_v = self.phase_v + math.ceil(self.v - self.phase_v - EPS_ITER)
         self.version += 1
         if not self.n_active:
             self.t_iter = 0.0
@@ -329,15 +362,101 @@ class Instance:
             + self.a * self.sum_pf_attn
         )
         self.t_iter = t_iter
-        nv = ms[0][0]
+        nv = min(ms[0][0], wake_v)
         if self.n_dec:
-            v_full = self.v + (self.cap - self.kv) / self.n_dec
+            if self.partial_chunks:
+                v_full = self._v_blocks_exhausted(nv)
+            else:
+                v_full = self.v + (self.cap - self.kv) / self.n_dec
             if v_full < nv:
                 nv = v_full
         if nv < self.v:
             nv = self.v
         self.next_v = nv
         return (nv - self.v) * t_iter
+
+    def _preempt(self) -> bool:
+        """Preempt the last admitted requests while the KV is short (paper: tokens; vLLM: blocks, at a
+        step boundary); True when some were preempted and others still run."""
+        if not self.partial_chunks:
+            while self.n_dec > 0 and self.kv >= self.cap - 1e-6:
+                self.preempt_last()
+            return False
+        preempted = False
+        if self.n_dec and self._at_step() and self._may_exceed(0):
+            while self.n_dec > 0 and self._blocks_needed() > self.total_blocks:
+                self.preempt_last()
+                preempted = True
+        return preempted and self.n_active > 0
+
+    def _at_step(self) -> bool:
+        """True when ``v`` is a scheduler step boundary (``phase_v`` + a whole number of iterations)."""
+        frac = (self.v - self.phase_v) % 1.0
+        return frac <= EPS_ITER or frac >= 1.0 - EPS_ITER
+
+    def _may_exceed(self, extra_blocks: int) -> bool:
+        """False when the running requests' blocks for the next step plus ``extra_blocks`` surely fit
+        (each request wastes less than one block: an O(1) bound that spares :meth:`_blocks_needed`)."""
+        upper = (self.kv + self.n_dec) / self.block_tokens + self.n_active + extra_blocks
+        return upper > self.total_blocks - 1e-9
+
+    def _blocks_needed(self) -> int:
+        """KV blocks the running requests need for the next step, as vLLM 0.32's ``KVCacheManager.
+        allocate_slots`` counts them: ``ceil((computed + new) / block_size)`` per request, a
+        prefilling request holding its prompt's blocks, a decoding one ``ceil((kv_r + 1) / block)``
+        (``kv_r`` its computed tokens, one new token this step). O(running requests)."""
+        bs = self.block_tokens
+        reqs = self.reqs
+        l_in, pf_v = reqs.l_in, reqs.pf_v
+        v = self.v
+        total = 0
+        for r in self.running:
+            if v + EPS_ITER < pf_v[r]:
+                total += -(-l_in[r] // bs)
+            else:
+                total += -(-(l_in[r] + int(v - pf_v[r] + EPS_ITER) + 1) // bs)
+        return total
+
+    def _v_blocks_exhausted(self, before_v: float) -> float:
+        """The first step boundary at which the decoding requests need more blocks than the instance
+        has (vLLM then preempts), or ``inf`` if not before ``before_v``. Exact: a decoding request with
+        ``x`` slots needed takes its next block after ``ceil(x / block) * block + 1 - x`` steps, then
+        every ``block`` steps; the first step at which the new blocks exceed the free ones is found by
+        bisection. Computed only when the O(1) token bound says it may come before ``before_v``."""
+        bs = self.block_tokens
+        g0 = self.phase_v + math.floor(self.v - self.phase_v + EPS_ITER)
+        n_dec = self.n_dec
+        # each running request wastes < 1 block: no block can run out before this many steps
+        k_lb = ((self.total_blocks - self.n_active) * bs - self.kv) / n_dec - 1.0
+        if g0 + k_lb >= before_v:
+            return math.inf
+        reqs = self.reqs
+        l_in, pf_v = reqs.l_in, reqs.pf_v
+        used = 0
+        first: list[int] = []
+        for r in self.running:
+            if g0 + EPS_ITER < pf_v[r]:
+                used += -(-l_in[r] // bs)
+                continue
+            x = l_in[r] + int(g0 - pf_v[r] + EPS_ITER) + 1
+            b = -(-x // bs)
+            used += b
+            first.append(b * bs + 1 - x)
+        free = self.total_blocks - used
+        if not first:
+            return math.inf
+
+        def new_blocks(k: int) -> int:
+            return sum((k - d) // bs + 1 for d in first if k >= d)
+
+        lo, hi = 1, bs * (max(free, 0) + 1) + bs
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if new_blocks(mid) > free:
+                hi = mid
+            else:
+                lo = mid + 1
+        return g0 + lo
 
     def _admit(self, q: deque[int], ms: list[tuple[float, int, int, int, int]]) -> None:
         """Admit waiting requests FCFS while a slot, the KV and the token budget allow."""
@@ -350,13 +469,21 @@ class Instance:
             reqs.epoch,
             reqs.ctx,
         )
+        bs = self.block_tokens
+        used_blocks = -1  # vLLM: blocks of the running requests for this step, computed when needed
         while q and self.n_active < self.max_seqs:
             r = q[0]
             need = l_in[r]
-            # vLLM allocates this step's decode tokens of the running requests before admitting
-            # (they are scheduled first): a newcomer fits only beside one more iteration's growth
-            growth = self.n_dec if self.partial_chunks else 0
-            if self.n_active and self.kv + need + growth > self.cap - self.watermark:
+            if self.partial_chunks:
+                # vLLM allocates this step's decode slots of the running requests first (they are
+                # scheduled first); a newcomer's prompt takes whole blocks beside them
+                need_blocks = -(-need // bs)
+                if self.n_active and self._may_exceed(need_blocks + self.watermark_blocks):
+                    if used_blocks < 0:
+                        used_blocks = self._blocks_needed()
+                    if used_blocks + need_blocks > self.total_blocks - self.watermark_blocks:
+                        break
+            elif self.n_active and self.kv + need > self.cap - self.watermark:
                 break
             if self.partial_chunks:  # vLLM: the prefill takes what the budget has left
                 chunk = min(float(self.chunk), self.mnbt - self.n_dec - self.sum_pf)
@@ -370,6 +497,8 @@ class Instance:
                 if self.n_active and self.n_dec + self.sum_pf + rate > self.mnbt + 1e-9:
                     break  # max_num_batched_tokens: no room for its prefill chunk this iteration
             q.popleft()
+            if math.isnan(reqs.admitted_s[r]):
+                reqs.admitted_s[r] = self.t
             pf_rate[r] = rate
             reqs.pf_attn[r] = rate * need / 2.0
             pv = self.v + k_pf
@@ -384,6 +513,8 @@ class Instance:
             self.sum_pf += rate
             self.sum_pf_attn += reqs.pf_attn[r]
             self.kv += need
+            if used_blocks >= 0:
+                used_blocks += -(-need // bs)
 
     def kv_tokens_at(self, now: float) -> float:
         """KV tokens in use extrapolated to ``now`` (decoding sequences grow one token per iteration)."""
@@ -406,5 +537,7 @@ class Instance:
             raise SimInvariantError(
                 f"batched tokens {self.n_dec + self.sum_pf} over max_num_batched_tokens {self.mnbt}"
             )
+        if self.partial_chunks and self._at_step() and self._blocks_needed() > self.total_blocks:
+            raise SimInvariantError(f"{self._blocks_needed()} KV blocks needed of {self.total_blocks}")
         if self.loads[self.slot] != self.n_active + len(self.queue):
             raise SimInvariantError("load count disagrees with running + waiting")

@@ -22,7 +22,9 @@ class SimResult:
     """Per-request outcomes (arrays shape ``(n,)``) and per-pool totals of one run.
 
     ``ttft_s``/``tpot_s`` are NaN for rejected requests (and ``tpot_s`` for 1-token outputs);
-    ``pool`` is the pool that served the request (−1 if rejected); ``preemptions`` per request.
+    ``pool`` is the pool that served the request (−1 if rejected); ``preemptions`` per request;
+    ``queue_s`` the wait from arrival to first admission (vLLM's ``request_queue_time``; NaN if
+    rejected), so ``ttft_s − queue_s`` is the prefill plus the profile's per-request overhead.
     """
 
     pool_names: tuple[str, ...]
@@ -41,6 +43,7 @@ class SimResult:
     makespan_s: float
     warmup_fraction: float
     events: int
+    queue_s: npt.NDArray[np.float64] | None = None
 
     def summary(self) -> dict[str, Any]:
         """Fleet and per-pool metrics after excluding the first ``warmup_fraction`` of arrivals.

@@ -2,8 +2,8 @@
 
 One tiny random-weight Qwen3 server: max_model_len 3,072, max_num_seqs 8, max_num_batched_tokens
 2,048, a small KV (``--num-gpu-blocks-override 25`` of the CPU backend's 128-token blocks: 3,200
-tokens, one block more than max_model_len, which vLLM needs to start; a full batch of the scaled Azure
-prompts runs out of blocks and vLLM preempts), tokens
+tokens, of which vLLM keeps one out as its null block: 3,072 usable, max_model_len; a full batch of
+the scaled Azure prompts runs out of blocks and vLLM preempts), tokens
 streamed every 16 (``--stream-interval``: the first token at once, so TTFT is unchanged, while the
 API server's per-token work no longer competes with the engine for the core). It runs at ``nice -10``
 when the test may (root): the box's 2 cores are shared with other work, and what is measured is the
@@ -13,8 +13,10 @@ engine, not its neighbours.
 Azure 2023 conversation trace, token counts halved, at a light load (1.5 req/s) and above saturation
 (6 req/s offered; ~5 served), then simulates the same requests on the fitted profile. What is asserted is the agreement
 docs/planner.md §Checked against the real engine documents for this noisy box (throughput within the
-issue's 15 %; TTFT within the measured bounds there), preemptions at the high load on both sides, and
-none at the light one in the simulator.
+issue's 15 %; TTFT, when the engine ran near its profile's speed, within the measured bounds there),
+preemptions at the high load on both sides and within 2 of the measured count at both loads. The table,
+with the TTFT's parts (vLLM's queue and prefill times, the overhead outside the engine) and the
+longest TTFTs, is printed pass or fail.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -43,13 +46,18 @@ LIGHT_REQ_PER_S, HEAVY_REQ_PER_S = 1.5, 6.0
 
 THROUGHPUT_BOUND = 0.15
 """Issue 32's target for output tokens/s and req/s, met on this box (docs/planner.md)."""
-TTFT_P50_FACTOR = 3.0
-"""P50 TTFT is mostly the per-request overhead R, fitted from a few single-request TTFTs; on the
-shared 2-core box the simulated P50 has been from −58 % to +33 % of the measured one (docs/planner.md):
-issue 32's 15 % is not met, and this bound only catches a model that is off by more than that spread."""
-TTFT_P99_FACTOR = 10.0
-"""P99 of 100 requests is their second-longest TTFT: on the shared box one scheduling stall of the
-engine sets it (docs/planner.md); the simulated P99 must be within this factor of the measured one."""
+TTFT_P50_BOUND = 0.35
+"""P50 TTFT on the speed-matched column (the engine's speed and the per-request overhead R measured
+during the replay): within ±35 %. Three runs after the model's fixes gave −3 %..+29 % (docs/planner.md):
+issue 32's 15 % held in two of them; the rest is R, whose mean over a replay takes in the stalls of a
+shared box outside the engine (one request of 96 tokens waited 0.39 s in one run)."""
+TTFT_P99_FACTOR = 3.0
+"""P99 of 100 requests is their second-longest TTFT, at the light load one prompt waiting for free KV
+blocks: within a factor 3 of the measured one (after the fixes: −65 %..+25 %; docs/planner.md)."""
+SPEED_RANGE = (0.8, 1.25)
+"""TTFT is asserted only when the engine ran within this factor of its profile's speed during the
+replay: beyond it the box's other work stalled the engine in bursts (one run: 1.79x, 4.0 of 6 req/s
+served, P50 TTFT 0.49 s), which a uniform speed factor cannot stand for; throughput is still asserted."""
 
 
 @pytest.fixture(scope="module")
@@ -103,18 +111,28 @@ def test_simulator_agrees_with_real_vllm(server: str, capsys: pytest.CaptureFixt
         )
     assert out["profile"]["kv_capacity_tokens"] == BLOCKS * 128
     for res in (light, heavy):
-        # the scheduler model, checked at the speed the engine really ran during this replay (the
-        # speed-matched column): the fitted profile's own error moves with the shared box's load
+        # the scheduler model, checked at the speed and per-request overhead the engine really had
+        # during this replay (the speed-matched column): the fitted profile's own error moves with the
+        # shared box's load
         rows = {r["metric"]: r for r in res["rows_speed_matched"]}
-        report = json.dumps(res, indent=1)
+        report = json.dumps({k: v for k, v in res.items() if k not in ("measured", "simulated",
+                            "simulated_speed_matched")}, indent=1)  # fmt: skip
         for key in ("output_tokens_per_s", "requests_per_s"):
             assert abs(rows[key]["rel_diff"]) <= THROUGHPUT_BOUND, report
-        p50_ratio = rows["ttft_p50_s"]["simulated"] / rows["ttft_p50_s"]["measured"]
-        assert 1 / TTFT_P50_FACTOR <= p50_ratio <= TTFT_P50_FACTOR, report
+        if not SPEED_RANGE[0] <= res["speed_factor"] <= SPEED_RANGE[1]:
+            warnings.warn(
+                f"TTFT not asserted at {res['rate_req_per_s']} req/s: the engine ran "
+                f"{res['speed_factor']:.2f}x its profile's time per step (box under other load)",
+                stacklevel=1,
+            )
+            continue
+        assert abs(rows["ttft_p50_s"]["rel_diff"]) <= TTFT_P50_BOUND, report
         ratio = rows["ttft_p99_s"]["simulated"] / rows["ttft_p99_s"]["measured"]
         assert 1 / TTFT_P99_FACTOR <= ratio <= TTFT_P99_FACTOR, report
-    # near saturation the engine runs out of KV blocks and preempts; the simulator too
-    assert heavy["measured"]["preemptions"] > 0 and heavy["simulated"]["preemptions"] > 0, heavy
-    assert light["simulated"]["preemptions"] == 0, light
+    # near saturation the engine runs out of KV blocks and preempts; the simulator too, about as often
+    # at the engine's speed (measured 4-5, simulated 4-6 in the runs of docs/planner.md)
+    assert heavy["measured"]["preemptions"] > 0 and heavy["simulated_speed_matched"]["preemptions"] > 0
+    for res in (light, heavy):
+        assert abs(res["simulated_speed_matched"]["preemptions"] - res["measured"]["preemptions"]) <= 2
     # the heavy load is near saturation: its output rate is well above the light one's
     assert heavy["measured"]["output_tokens_per_s"] > 1.8 * light["measured"]["output_tokens_per_s"]

@@ -12,7 +12,14 @@ import numpy as np
 import pytest
 
 from planner.cli import cmd_engine_check
-from planner.des.engine_check import compare, scaled_profile, scaled_slice, simulate_workload, speed_matched
+from planner.des.engine_check import (
+    compare,
+    scaled_profile,
+    scaled_slice,
+    simulate_workload,
+    slowest_requests,
+    speed_matched,
+)
 from planner.model.costmodel import ttft_floor_s
 from planner.model.profile_fit import Measurement, fit_iteration_model
 from planner.workload.trace import build_trace
@@ -107,6 +114,45 @@ def test_format_table_units() -> None:
         "speed_factor": 1.0,
         "rows": rows,
         "rows_speed_matched": rows,
+        "slowest": [{"request": 7, "prompt_tokens": 2044, "measured_ttft_s": 0.44, "simulated_ttft_s": 0.59}],
     }
     text = "\n".join(cmd_engine_check.format_table([res]))
+    assert "#7 (2044 tokens) 0.44 s / 0.59 s" in text
     assert "125.5 " in text and "125.5 s" not in text and "0.02 s" in text and "±15% ok" in text
+
+
+def test_simulated_ttft_splits_into_queue_prefill_and_overhead() -> None:
+    """Toy 10 ms steps, R 5 ms, one slot: A (arrives 0) prefills in one step and decodes 4 more;
+    B arrives at 1 ms and waits for A's last step (50 ms): queue 49 ms, prefill 10 ms, TTFT 64 ms.
+    The parts are vLLM's request_queue_time / request_prefill_time and the overhead outside them."""
+    prof = toy_profile(max_num_seqs_cap=1, request_overhead_s=0.005)
+    trace = build_trace([0.0, 0.001], [100, 100], [5, 5])
+    m = simulate_workload(trace, prof, 4096)
+    assert m["queue_mean_s"] == pytest.approx((0.0 + 0.049) / 2)
+    assert m["prefill_mean_s"] == pytest.approx(0.01)
+    assert m["overhead_s"] == 0.005
+    assert m["ttft_per_request_s"] == pytest.approx([0.015, 0.064])
+    assert m["ttft_mean_s"] == pytest.approx(m["queue_mean_s"] + m["prefill_mean_s"] + m["overhead_s"])
+
+
+def test_speed_matched_takes_the_overhead_measured_during_the_replay() -> None:
+    """R changes no schedule: with R measured as 20 ms instead of the profile's 5 ms every TTFT moves
+    by 15 ms, the factor stays; a negative or NaN measurement keeps the profile's R."""
+    prof = toy_profile(s_s_per_running_seq=0.002, max_num_seqs_cap=4, request_overhead_s=0.005)
+    rng = np.random.default_rng(1)
+    trace = build_trace(np.sort(rng.uniform(0, 10, 30)), rng.integers(10, 500, 30), rng.integers(2, 40, 30))
+    slow = simulate_workload(trace, scaled_profile(prof, 1.5), 4096)
+    f_plain, plain = speed_matched(trace, prof, 4096, slow["tpot_mean_s"])
+    f_r, with_r = speed_matched(trace, prof, 4096, slow["tpot_mean_s"], measured_overhead_s=0.02)
+    assert f_r == pytest.approx(f_plain) and with_r["overhead_s"] == 0.02
+    assert with_r["ttft_p50_s"] - plain["ttft_p50_s"] == pytest.approx(0.02 - 0.005 * f_plain)
+    assert speed_matched(trace, prof, 4096, slow["tpot_mean_s"], measured_overhead_s=math.nan)[1] == plain
+
+
+def test_slowest_requests_are_the_measured_longest_ttfts() -> None:
+    trace = build_trace([0.0, 1.0, 2.0, 3.0], [10, 20, 30, 40], [1, 1, 1, 1])
+    meas = {"ttft_per_request_s": [0.1, math.nan, 0.9, 0.5]}
+    sim = {"ttft_per_request_s": [0.2, 0.3, 0.4, 0.6]}
+    got = slowest_requests(trace, meas, sim, count=2)
+    assert [(x["request"], x["prompt_tokens"]) for x in got] == [(2, 30), (3, 40)]
+    assert (got[0]["measured_ttft_s"], got[0]["simulated_ttft_s"]) == (0.9, 0.4)

@@ -104,6 +104,28 @@ def test_des_vllm_preempts_when_blocks_run_out_and_loses_nothing() -> None:
     assert res.events < 40 * n
 
 
+@pytest.mark.parametrize(("kv_blocks", "queue_s"), [(3, 0.049), (4, 0.009)])
+def test_des_vllm_takes_kv_in_whole_blocks_at_the_next_step(kv_blocks: int, queue_s: float) -> None:
+    """Blocks of 16 tokens, 10 ms steps. A (17-token prompt, 5 outputs) arrives at an idle instance and
+    is scheduled at once: first token at 10 ms, done at 50 ms. B (the same) arrives at 1 ms. Both fit
+    36 tokens, but each needs 2 blocks: with 3 blocks B waits until A has finished (50 ms, queue
+    49 ms); with 4 it waits only for the next scheduler step (10 ms, queue 9 ms), as vLLM's engine
+    core takes new requests between steps. The profile's KV holds one block more: vLLM keeps one
+    out as its null block."""
+    prof = with_admission(
+        toy_profile(kv_capacity_tokens=16 * (kv_blocks + 1), block_size_tokens=16),
+        "vllm",
+        max_num_batched_tokens=64,
+    )
+    two = build_trace(
+        np.array([0.0, 0.001]), np.array([17, 17], dtype=np.int64), np.array([5, 5], dtype=np.int64)
+    )
+    res = simulate(two, [PoolSpec("p", prof, 48, 1)], make_router("homogeneous"), check_invariants=True)
+    assert res.queue_s is not None
+    assert res.queue_s.tolist() == pytest.approx([0.0, queue_s])
+    assert res.ttft_s.tolist() == pytest.approx([0.01, queue_s + 0.01])
+
+
 def test_des_vllm_prefill_takes_what_the_token_budget_leaves() -> None:
     """max_num_batched_tokens 600, prompts of 1,000 tokens, P > 0: a lone prefill runs in chunks of
     at most 600 tokens (two iterations), and the budget is never exceeded (invariant check)."""
