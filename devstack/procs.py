@@ -48,10 +48,11 @@ class PortInUseError(StartupError):
     (:data:`PORT_IN_USE`): started again on fresh ports, it may well start."""
 
 
-PORT_IN_USE = re.compile(r"address already in use|EADDRINUSE|cannot bind", re.IGNORECASE)
+PORT_IN_USE = re.compile(r"address already in use|EADDRINUSE|cannot bind|bind to address", re.IGNORECASE)
 """What a child that lost its port logs before exiting: Envoy ``cannot bind '127.0.0.1:P': Address
-already in use``, ``tbr serve`` ``cannot bind gRPC listener`` or ``[Errno 98] Address already in use``
-(admin), ``tbr mock-pool`` and vLLM's API server ``[Errno 98] Address already in use``."""
+already in use``, ``tbr serve`` ``Failed to bind to address 127.0.0.1:P`` / ``cannot bind gRPC listener``
+(gRPC) or ``[Errno 98] Address already in use`` (admin), ``tbr mock-pool`` and vLLM's API server
+``[Errno 98] Address already in use``."""
 
 BIND_ATTEMPTS = 3
 """Starts of one process on fresh ports before :class:`ProcessGroup` gives up on it."""
