@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from devstack.envoy_runner import EnvoyProcess, render_envoy_clusters
-from devstack.procs import LOOPBACK, ManagedProcess, ProcessGroup, free_port
+from devstack.procs import LOOPBACK, ManagedProcess, PortsBuilder, ProcessGroup
 from devstack.stack import pool_process, router_process
 from devstack.vllm_pool import VllmSetup
 
@@ -45,7 +45,10 @@ def cluster_of(pool: str) -> str:
 class ModelSetsStack:
     """Pools → router → Envoy, stopped in reverse order on exit.
 
-    Attributes (inside the ``with`` block): ``base_url``, ``router_admin_url``,
+    Each process's ports are picked right before it starts; one that exits because a port was
+    taken in between starts again on fresh ones (as :class:`devstack.stack.Stack`).
+
+    Attributes (inside the ``with`` block; ports are 0 before): ``pool_ports``, ``base_url``, ``router_admin_url``,
     ``decision_log_path``, ``envoy``, ``config`` (the rendered router config), ``models``
     (model name → its pools, smallest first, as ``(name, max_model_len)``).
 
@@ -66,11 +69,10 @@ class ModelSetsStack:
 
     def __post_init__(self) -> None:
         self.config: dict[str, Any] = yaml.safe_load(self.router_config.read_text(encoding="utf-8"))
-        self.pool_ports = {p["name"]: free_port() for p in self.config["pools"]}
-        self.listener, self.admin, self.grpc = free_port(), free_port(), free_port()
-        self.router_admin_port = free_port()
-        self.router_admin_url = f"http://{LOOPBACK}:{self.router_admin_port}"
-        self.base_url = f"http://{LOOPBACK}:{self.listener}/v1"
+        # every port is picked right before the process that binds it starts (in __enter__): a
+        # port picked ahead of a slow start (vLLM, ~1 min) can be taken in between
+        self.pool_ports = {p["name"]: 0 for p in self.config["pools"]}
+        self.listener, self.admin, self.grpc, self.router_admin_port = 0, 0, 0, 0
         self.decision_log_path = self.work_dir / "decisions.jsonl"
         self.envoy: EnvoyProcess | None = None
         self._procs = ProcessGroup(self.processes)
@@ -79,40 +81,65 @@ class ModelSetsStack:
         for pool in sorted(limits, key=lambda n: limits[n]):
             self.models.setdefault(MODEL_POOLS[pool][1], []).append((pool, limits[pool]))
 
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<listener>/v1`` of the stack's Envoy (inside the ``with`` block)."""
+        return f"http://{LOOPBACK}:{self.listener}/v1"
+
+    @property
+    def router_admin_url(self) -> str:
+        """``http://127.0.0.1:<port>`` of the router's admin server (inside the ``with`` block)."""
+        return f"http://{LOOPBACK}:{self.router_admin_port}"
+
+    def _pool_builder(self, pool: dict[str, Any]) -> PortsBuilder:
+        """Builds pool ``pool`` of the router config on its one port (real vLLM or a stand-in)."""
+        name = pool["name"]
+        tokenizer, model = MODEL_POOLS[name]
+        limit = int(pool["max_model_len"])
+
+        def build(ports: tuple[int, ...]) -> ManagedProcess:
+            if self.vllm is not None and name in self.vllm_pools:
+                cpu = self.vllm_pools.index(name) % 2
+                pool["metrics_url"] = f"http://{LOOPBACK}:{ports[0]}/metrics"
+                return self.vllm.process(
+                    name, ports[0], limit, family=tokenizer, cpu=cpu, log_dir=self.work_dir
+                )
+            args = ("--tokenizer", tokenizer, "--served-model-name", model)
+            return pool_process(name, ports[0], limit, log_dir=self.work_dir, extra_args=args)
+
+        return build
+
     def __enter__(self) -> ModelSetsStack:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         with self._procs.closed_on_error():
-            pools = []
-            for pool in self.config["pools"]:
-                tokenizer, model = MODEL_POOLS[pool["name"]]
-                port, limit = self.pool_ports[pool["name"]], int(pool["max_model_len"])
-                if self.vllm is not None and pool["name"] in self.vllm_pools:
-                    cpu = self.vllm_pools.index(pool["name"]) % 2
-                    proc = self.vllm.process(
-                        pool["name"], port, limit, family=tokenizer, cpu=cpu, log_dir=self.work_dir
-                    )
-                    pool["metrics_url"] = f"http://{LOOPBACK}:{port}/metrics"
-                else:
-                    args = ("--tokenizer", tokenizer, "--served-model-name", model)
-                    proc = pool_process(pool["name"], port, limit, log_dir=self.work_dir, extra_args=args)
-                pools.append(proc)
-            self._procs.start_together(pools)
-            cfg = dict(self.config)
-            cfg["server"] = {**cfg.get("server", {}), "grpc_host": LOOPBACK, "grpc_port": self.grpc}
-            cfg["admin"] = {"host": LOOPBACK, "port": self.router_admin_port, "enabled": True}
-            cfg["decision_log_path"] = str(self.decision_log_path)
-            cfg_path = self.work_dir / "router.yaml"
-            cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-            router = router_process(cfg_path, self.grpc, self.router_admin_port, log_dir=self.work_dir)
-            self._procs.start(router)
-            clusters = {"ext_proc": self.grpc, **{cluster_of(n): p for n, p in self.pool_ports.items()}}
-            envoy_cfg = render_envoy_clusters(
-                self.envoy_config, listener=self.listener, admin=self.admin, clusters=clusters
-            )
-            envoy_path = self.work_dir / "envoy.yaml"
-            envoy_path.write_text(yaml.safe_dump(envoy_cfg, sort_keys=False), encoding="utf-8")
-            self.envoy = EnvoyProcess(envoy_path, admin_port=self.admin, log_path=self.work_dir / "envoy.log")
-            self._procs.start(self.envoy)
+            pools = self.config["pools"]
+            started = self._procs.start_together_on_free_ports([(1, self._pool_builder(p)) for p in pools])
+            for pool, (_, (port,)) in zip(pools, started, strict=True):
+                self.pool_ports[pool["name"]] = port
+
+            def router(ports: tuple[int, ...]) -> ManagedProcess:
+                self.grpc, self.router_admin_port = ports
+                cfg = dict(self.config)
+                cfg["server"] = {**cfg.get("server", {}), "grpc_host": LOOPBACK, "grpc_port": self.grpc}
+                cfg["admin"] = {"host": LOOPBACK, "port": self.router_admin_port, "enabled": True}
+                cfg["decision_log_path"] = str(self.decision_log_path)
+                cfg_path = self.work_dir / "router.yaml"
+                cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+                return router_process(cfg_path, self.grpc, self.router_admin_port, log_dir=self.work_dir)
+
+            self._procs.start_on_free_ports(2, router)
+
+            def envoy(ports: tuple[int, ...]) -> EnvoyProcess:
+                self.listener, self.admin = ports
+                clusters = {"ext_proc": self.grpc, **{cluster_of(n): p for n, p in self.pool_ports.items()}}
+                envoy_cfg = render_envoy_clusters(
+                    self.envoy_config, listener=self.listener, admin=self.admin, clusters=clusters
+                )
+                envoy_path = self.work_dir / "envoy.yaml"
+                envoy_path.write_text(yaml.safe_dump(envoy_cfg, sort_keys=False), encoding="utf-8")
+                return EnvoyProcess(envoy_path, admin_port=self.admin, log_path=self.work_dir / "envoy.log")
+
+            self.envoy, _ = self._procs.start_on_free_ports(2, envoy)
         return self
 
     def __exit__(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -17,10 +18,21 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 import httpx
 
-__all__ = ["ManagedProcess", "ProcessGroup", "StartupError", "free_port", "http_ok", "tcp_open"]
+__all__ = [
+    "BIND_ATTEMPTS",
+    "ManagedProcess",
+    "PortInUseError",
+    "PortsBuilder",
+    "ProcessGroup",
+    "StartupError",
+    "free_port",
+    "http_ok",
+    "tcp_open",
+]
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +43,28 @@ class StartupError(RuntimeError):
     """A child process exited or did not become ready in time; the message holds its log tail."""
 
 
+class PortInUseError(StartupError):
+    """A child process exited during start and its log says a port it binds was taken
+    (:data:`PORT_IN_USE`): started again on fresh ports, it may well start."""
+
+
+PORT_IN_USE = re.compile(r"address already in use|EADDRINUSE|cannot bind|bind to address", re.IGNORECASE)
+"""What a child that lost its port logs before exiting: Envoy ``cannot bind '127.0.0.1:P': Address
+already in use``, ``tbr serve`` ``Failed to bind to address 127.0.0.1:P`` / ``cannot bind gRPC listener``
+(gRPC) or ``[Errno 98] Address already in use`` (admin), ``tbr mock-pool`` and vLLM's API server
+``[Errno 98] Address already in use``."""
+
+BIND_ATTEMPTS = 3
+"""Starts of one process on fresh ports before :class:`ProcessGroup` gives up on it."""
+
+
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, then close).
 
-    There is a small race between closing and the child binding it; callers start children
-    right away, which is what the usual pytest free-port helpers do too. A port this process was
+    There is a race between closing and the child binding it: another process may bind the port
+    in between (vLLM's engine takes ephemeral ports while it starts, ~1 min). Stacks therefore pick
+    a process's ports right before launching it and start it again on fresh ports when it exits
+    because one was taken (:meth:`ProcessGroup.start_together_on_free_ports`). A port this process was
     already given is never returned again: the kernel may hand a just-closed ephemeral port out
     twice, and a stack that asks for many ports before starting anything (the benchmark's front
     Envoy: one listener per variant) then collided ("duplicate address").
@@ -129,7 +158,8 @@ class ManagedProcess:
         while True:
             rc = proc.poll()
             if rc is not None:
-                raise StartupError(f"{self.name} exited with code {rc} during start\n{self.log_tail()}")
+                error = PortInUseError if PORT_IN_USE.search(self.log_text()) else StartupError
+                raise error(f"{self.name} exited with code {rc} during start\n{self.log_tail()}")
             if self._ready():
                 log.debug("%s ready (pid %d)", self.name, proc.pid)
                 return
@@ -195,6 +225,12 @@ class ManagedProcess:
         self.stop()
 
 
+P = TypeVar("P", bound=ManagedProcess)
+PortsBuilder = Callable[[tuple[int, ...]], ManagedProcess]
+"""Builds an unstarted process that binds the given loopback ports (see
+:meth:`ProcessGroup.start_together_on_free_ports`)."""
+
+
 class ProcessGroup:
     """The processes of a stack: started in order (or several at once), stopped in reverse order.
 
@@ -205,11 +241,23 @@ class ProcessGroup:
     Args:
         processes: the list every started process is appended to (the stack's ``processes``, read
             for log reports); a new one when omitted.
+        pick_port: returns a free loopback port (:func:`free_port`; a test passes one that hands
+            out taken ports).
+        bind_attempts: starts of one process on fresh ports before its :class:`PortInUseError`
+            is raised.
     """
 
-    def __init__(self, processes: list[ManagedProcess] | None = None) -> None:
+    def __init__(
+        self,
+        processes: list[ManagedProcess] | None = None,
+        *,
+        pick_port: Callable[[], int] = free_port,
+        bind_attempts: int = BIND_ATTEMPTS,
+    ) -> None:
         self.processes: list[ManagedProcess] = [] if processes is None else processes
         self._stops = contextlib.ExitStack()
+        self._pick_port = pick_port
+        self._bind_attempts = bind_attempts
 
     def start(self, proc: ManagedProcess) -> None:
         """Start ``proc`` and wait until it is ready (raises :class:`StartupError`)."""
@@ -220,11 +268,65 @@ class ProcessGroup:
         :class:`StartupError`; the ones launched are stopped by :meth:`close`)."""
         launched = list(procs)
         for proc in launched:
-            proc.launch()
-            self._stops.callback(proc.stop)
-            self.processes.append(proc)
+            self._launch(proc)
         for proc in launched:
             proc.wait_ready()
+
+    def start_on_free_ports(
+        self, n_ports: int, build: Callable[[tuple[int, ...]], P]
+    ) -> tuple[P, tuple[int, ...]]:
+        """:meth:`start_together_on_free_ports` for one process; returns it and its ports."""
+        return self.start_together_on_free_ports([(n_ports, build)])[0]
+
+    def start_together_on_free_ports(
+        self, builds: Sequence[tuple[int, Callable[[tuple[int, ...]], P]]]
+    ) -> list[tuple[P, tuple[int, ...]]]:
+        """Start processes that bind ports picked right before each launches, all at once.
+
+        For each ``(n_ports, build)``: pick ``n_ports`` free ports, ``build(ports)`` the process and
+        launch it; then wait until each is ready. A process that exits because a port was taken
+        between the pick and its bind (:class:`PortInUseError`) is dropped from ``processes`` and
+        built again on fresh ports, up to ``bind_attempts`` starts.
+
+        Returns:
+            ``(process, ports)`` per build, in order: the processes running and the ports they bound.
+
+        Raises:
+            PortInUseError: a process lost its ports ``bind_attempts`` times.
+            StartupError: a process failed to start for another reason (the ones launched are
+                stopped by :meth:`close`).
+        """
+        started: list[tuple[P, tuple[int, ...]]] = []
+        for n_ports, build in builds:
+            ports = tuple(self._pick_port() for _ in range(n_ports))
+            proc = build(ports)
+            self._launch(proc)
+            started.append((proc, ports))
+        for i, (n_ports, build) in enumerate(builds):
+            proc, ports = started[i]
+            for attempt in range(1, self._bind_attempts + 1):
+                try:
+                    proc.wait_ready()
+                    break
+                except PortInUseError:
+                    if attempt == self._bind_attempts:
+                        raise
+                    log.warning(
+                        "%s: a port of %s was taken before it bound; starting it on fresh ports",
+                        proc.name,
+                        ports,
+                    )
+                    self.processes.remove(proc)
+                    ports = tuple(self._pick_port() for _ in range(n_ports))
+                    proc = build(ports)
+                    self._launch(proc)
+            started[i] = (proc, ports)
+        return started
+
+    def _launch(self, proc: ManagedProcess) -> None:
+        proc.launch()
+        self._stops.callback(proc.stop)
+        self.processes.append(proc)
 
     def close(self) -> None:
         """Stop every started process, the last started first (a second call does nothing)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -21,7 +21,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from devstack.envoy_runner import DEFAULT_ENVOY_CONFIG, EnvoyPorts, EnvoyProcess, write_envoy_config
-from devstack.procs import LOOPBACK, ManagedProcess, ProcessGroup, free_port, http_ok, tcp_open
+from devstack.procs import LOOPBACK, ManagedProcess, PortsBuilder, ProcessGroup, free_port, http_ok, tcp_open
 from devstack.vllm_pool import VllmSetup
 
 __all__ = [
@@ -194,7 +194,11 @@ class StackOptions:
 class Stack:
     """Pools → router → Envoy on free loopback ports, stopped in reverse order on exit.
 
-    Attributes (valid inside the ``with`` block): ``ports``, ``processes`` (every process
+    Each process's ports are picked right before it starts, and a process that exits because one
+    was taken in between starts again on fresh ones (:meth:`ProcessGroup.start_together_on_free_ports`):
+    a port picked ahead of a slow start (two vLLM servers, ~1 min) could be taken meanwhile.
+
+    Attributes (valid inside the ``with`` block; ports are 0 before): ``ports``, ``processes`` (every process
     started, in order, for log reports), ``pools`` (name → process), ``router`` (the current
     ``tbr serve`` process, or None), ``envoy``, ``base_url`` (``http://127.0.0.1:<listener>/v1``),
     ``router_admin_url``, ``router_config_path``, ``decision_log_path`` (None unless
@@ -208,48 +212,70 @@ class Stack:
     work_dir: Path
     options: StackOptions = field(default_factory=StackOptions)
     processes: list[ManagedProcess] = field(default_factory=list)
+    pick_port: Callable[[], int] = free_port
+    """Returns a free loopback port (a test passes one that hands out taken ports)."""
 
     def __post_init__(self) -> None:
-        self.ports = EnvoyPorts(
-            listener=free_port(),
-            admin=free_port(),
-            router_grpc=free_port(),
-            short_pool=free_port(),
-            long_pool=free_port(),
-        )
-        self.router_admin_port = free_port()
-        self.router_admin_url = f"http://{LOOPBACK}:{self.router_admin_port}"
-        self.base_url = f"http://{LOOPBACK}:{self.ports.listener}/v1"
+        # every port is picked right before the process that binds it starts (in __enter__): a
+        # port picked ahead of a slow start (vLLM, ~1 min) can be taken in between
+        self.ports = EnvoyPorts(listener=0, admin=0, router_grpc=0, short_pool=0, long_pool=0)
+        self.router_admin_port = 0
         self.decision_log_path: Path | None = (
             self.work_dir / "decisions.jsonl" if self.options.decision_log else None
         )
         self.router_config_path = self.work_dir / "router.yaml"
-        self._procs = ProcessGroup(self.processes)
+        self._procs = ProcessGroup(self.processes, pick_port=self.pick_port)
         self.pools: dict[str, ManagedProcess] = {}
         self.router: ManagedProcess | None = None
         self.envoy: EnvoyProcess | None = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<listener>/v1`` of the stack's Envoy (inside the ``with`` block)."""
+        return f"http://{LOOPBACK}:{self.ports.listener}/v1"
+
+    @property
+    def router_admin_url(self) -> str:
+        """``http://127.0.0.1:<port>`` of the router's admin server (inside the ``with`` block)."""
+        return f"http://{LOOPBACK}:{self.router_admin_port}"
 
     def __enter__(self) -> Stack:
         o = self.options
         self.work_dir.mkdir(parents=True, exist_ok=True)
         with self._procs.closed_on_error():
-            pools = (
-                ("short", self.ports.short_pool, o.short_max_model_len),
-                ("long", self.ports.long_pool, o.long_max_model_len),
-            )
-            for cpu, (name, port, limit) in enumerate(pools):
-                self.pools[name] = (
-                    pool_process(name, port, limit, log_dir=self.work_dir, extra_args=o.pool_args)
-                    if o.vllm is None
-                    else o.vllm.process(name, port, limit, family="qwen3", cpu=cpu % 2, log_dir=self.work_dir)
-                )
+
+            def pool(cpu: int, name: str, limit: int) -> PortsBuilder:
+                def build(ports: tuple[int, ...]) -> ManagedProcess:
+                    if o.vllm is None:
+                        return pool_process(
+                            name, ports[0], limit, log_dir=self.work_dir, extra_args=o.pool_args
+                        )
+                    return o.vllm.process(
+                        name, ports[0], limit, family="qwen3", cpu=cpu % 2, log_dir=self.work_dir
+                    )
+
+                return build
+
+            limits = {"short": o.short_max_model_len, "long": o.long_max_model_len}
             # both at once: stand-ins load their tokenizer (~3 s each), vLLM one core each (~40 s)
-            self._procs.start_together(self.pools.values())
-            self.write_router_config()
+            started = self._procs.start_together_on_free_ports(
+                [(1, pool(cpu, name, limit)) for cpu, (name, limit) in enumerate(limits.items())]
+            )
+            for name, (proc, (port,)) in zip(limits, started, strict=True):
+                self.pools[name] = proc
+                self.ports = dataclasses.replace(self.ports, **{f"{name}_pool": port})
             if o.start_router:
                 self.start_router()
-            self.envoy = envoy_process(self.ports, log_dir=self.work_dir, source=o.envoy_config)
-            self._procs.start(self.envoy)
+            else:  # nothing listens there: Envoy fails open to long
+                self.ports = dataclasses.replace(self.ports, router_grpc=self.pick_port())
+                self.router_admin_port = self.pick_port()
+                self.write_router_config()
+
+            def envoy(ports: tuple[int, ...]) -> EnvoyProcess:
+                self.ports = dataclasses.replace(self.ports, listener=ports[0], admin=ports[1])
+                return envoy_process(self.ports, log_dir=self.work_dir, source=o.envoy_config)
+
+            self.envoy, _ = self._procs.start_on_free_ports(2, envoy)
         return self
 
     def __exit__(
@@ -287,18 +313,34 @@ class Stack:
         return self.router_config_path
 
     def start_router(self) -> ManagedProcess:
-        """Start a new ``tbr serve`` on the stack's ports (the previous one must be stopped);
-        the n-th router after the first logs to ``router-<n>.log``. Returns it once ready."""
+        """Start a new ``tbr serve`` (the previous one must be stopped); the n-th router after the
+        first logs to ``router-<n>.log``. The first one binds ports picked right before it starts
+        (and writes the router config for them); a later one binds the same ports, which Envoy
+        points at. Returns it once ready.
+
+        Raises:
+            RuntimeError: the router is still running.
+            StartupError: it did not start.
+        """
         if self.router is not None and self.router.running():
             raise RuntimeError("the router is still running; stop it first")
-        proc = router_process(
-            self.router_config_path, self.ports.router_grpc, self.router_admin_port, log_dir=self.work_dir
-        )
         restarts = sum(p.name == "router" for p in self.processes)
-        if restarts:
-            proc.log_path = self.work_dir / f"router-{restarts}.log"
-        self.router = proc
-        self._procs.start(proc)
+
+        def build(ports: tuple[int, ...]) -> ManagedProcess:
+            if ports:
+                self.ports = dataclasses.replace(self.ports, router_grpc=ports[0])
+                self.router_admin_port = ports[1]
+                self.write_router_config()
+            proc = router_process(
+                self.router_config_path, self.ports.router_grpc, self.router_admin_port, log_dir=self.work_dir
+            )
+            if restarts:
+                proc.log_path = self.work_dir / f"router-{restarts}.log"
+            self.router = proc
+            return proc
+
+        first = self.router is None and self.envoy is None
+        proc, _ = self._procs.start_on_free_ports(2 if first else 0, build)
         return proc
 
     @property
@@ -312,14 +354,17 @@ class Stack:
         """Start one more Envoy on the same pools whose ext_proc cluster points at
         ``router_grpc`` (e.g. a port nothing listens on: the router is down), rendered from
         ``source`` (default ``options.envoy_config``); stopped with the stack."""
-        ports = dataclasses.replace(
-            self.ports, listener=free_port(), admin=free_port(), router_grpc=router_grpc
-        )
-        proc = envoy_process(
-            ports, log_dir=self.work_dir, tag=tag, source=source or self.options.envoy_config
-        )
-        self._procs.start(proc)
-        return Gateway(proc, f"http://{LOOPBACK}:{ports.listener}/v1")
+
+        def build(picked: tuple[int, ...]) -> EnvoyProcess:
+            ports = dataclasses.replace(
+                self.ports, listener=picked[0], admin=picked[1], router_grpc=router_grpc
+            )
+            return envoy_process(
+                ports, log_dir=self.work_dir, tag=tag, source=source or self.options.envoy_config
+            )
+
+        proc, (listener, _) = self._procs.start_on_free_ports(2, build)
+        return Gateway(proc, f"http://{LOOPBACK}:{listener}/v1")
 
     def router_metric(self, name: str, labels: dict[str, str] | None = None) -> float:
         """Sum of the router's Prometheus samples ``name`` whose labels include ``labels``

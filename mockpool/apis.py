@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 from starlette.requests import Request
@@ -45,23 +45,42 @@ from mockpool.api_shapes import (
     sse_event,
 )
 from mockpool.generation import ChoicePlan, Token, generate, plan_choice
+from mockpool.settings import PoolSettings
+from mockpool.state import PoolState
 from mockpool.templates import ChatInputError
 from mockpool.validation import RequestError, read_json_object
 from mockpool.vision import ImageInputError
 
-if TYPE_CHECKING:
-    from mockpool.app import PoolApp
+__all__ = ["ServingPool", "routes"]
 
-__all__ = ["routes"]
+
+class ServingPool(Protocol):
+    """What these endpoints use of the pool that serves them (:class:`mockpool.app.PoolApp`, which
+    mounts them: a protocol here, so this module does not import the app that imports it)."""
+
+    settings: PoolSettings
+    state: PoolState
+
+    def count_chat(self, messages: Any, tools: list[Any] | None = None) -> int:
+        """``prompt_tokens`` of a chat request (its messages rendered with the chat template);
+        raises ``ChatInputError``, ``ImageInputError`` or ``AudioInputError`` on unreadable input."""
+        ...
+
+    async def collect(
+        self, request: Request, prompt_tokens: int, plans: list[ChoicePlan]
+    ) -> list[str] | None:
+        """Generate every choice to its end; the texts, or None when the client left."""
+        ...
+
 
 _STORE_MAX = 10_000
 CLIENT_CLOSED_STATUS = 499
 
 
 class Apis:
-    """Handlers of the three endpoints, bound to one :class:`~mockpool.app.PoolApp`."""
+    """Handlers of the three endpoints, bound to one :class:`ServingPool`."""
 
-    def __init__(self, pool: PoolApp) -> None:
+    def __init__(self, pool: ServingPool) -> None:
         """Serve with ``pool``'s settings, tokenizer, state and generation."""
         self.pool = pool
         self.stored: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
@@ -325,7 +344,7 @@ class Apis:
         )
 
 
-def routes(pool: PoolApp) -> list[Route]:
+def routes(pool: ServingPool) -> list[Route]:
     """The Starlette routes of the three endpoints for ``pool``."""
     apis = Apis(pool)
     return [

@@ -14,15 +14,16 @@ The report hook that attaches the logs is ``tests/conftest.py``'s ``pytest_runte
 from __future__ import annotations
 
 import contextlib
+import socket
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Protocol, Self, TypeVar
 
 import pytest
 
-from devstack.procs import ManagedProcess
+from devstack.procs import LOOPBACK, ManagedProcess, free_port
 
-__all__ = ["LOG_TAIL_LINES", "attach_logs", "logs_shown", "running"]
+__all__ = ["LOG_TAIL_LINES", "PortTaker", "attach_logs", "logs_shown", "running"]
 
 LOG_TAIL_LINES = 80
 """Lines of each process's log shown in a failing test's report."""
@@ -79,3 +80,32 @@ def attach_logs(report: pytest.TestReport) -> None:
     for processes in _SHOWN:
         for proc in processes:
             report.sections.append((f"log of {proc.name}", proc.log_tail(LOG_TAIL_LINES)))
+
+
+class PortTaker:
+    """A port picker (``free_port``) that binds and listens on the picks numbered in ``take``
+    right after handing them out: the port is taken between the pick and the child's bind."""
+
+    def __init__(self, take: set[int]) -> None:
+        self.take = take
+        self.picked: list[int] = []
+        self.held: list[socket.socket] = []
+
+    def __call__(self) -> int:
+        port = free_port()
+        if len(self.picked) in self.take:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((LOOPBACK, port))
+            sock.listen(1)
+            self.held.append(sock)
+        self.picked.append(port)
+        return port
+
+    @property
+    def taken(self) -> list[int]:
+        return [s.getsockname()[1] for s in self.held]
+
+    def close(self) -> None:
+        """Release every taken port."""
+        for sock in self.held:
+            sock.close()

@@ -15,18 +15,14 @@ replica id, value = ``{"written_s": …, "window": FleetWindow.export()}`` as JS
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from typing import Any
-
-from redis.exceptions import RedisError
 
 from extproc.core.route.fleet_window import FleetWindow, WindowFormatError
 from extproc.service.periodic_sync import PeriodicSync
 
 __all__ = ["FleetWindowSync"]
 
-log = logging.getLogger(__name__)
 
 MAX_REPLICAS = 1024
 """Fields read from the hash at most (more: the rest are ignored)."""
@@ -46,6 +42,9 @@ class FleetWindowSync(PeriodicSync):
         on_row: called with ``applied``, ``stale`` or ``bad_row`` per other replica's field.
         client: a Redis client to use instead of one built from ``url`` (tests).
     """
+
+    sharing = "fleet window sharing"
+    while_down = "advice from this replica"
 
     def __init__(
         self,
@@ -72,27 +71,12 @@ class FleetWindowSync(PeriodicSync):
         self.hash_key = f"{key_prefix}fleet-window"
         self.clock = clock
         self._on_row = on_row or (lambda _outcome: None)
-        self._failing = False
-        self.up = True
-        """Whether the last sync reached Redis."""
 
-    async def sync_once(self) -> bool:
-        """One push of this replica's window and one pull of the others'; False when Redis failed
-        (the advice then sums the replicas' last windows it has, which expire with the window)."""
-        try:
-            await self._push()
-            await self._pull()
-        except (RedisError, OSError) as exc:
-            if not self._failing:
-                log.warning("fleet window sharing through Redis failed (advice from this replica): %s", exc)
-            self._failing = True
-            self.up = False
-            return False
-        if self._failing:
-            log.info("fleet window sharing through Redis recovered")
-        self._failing = False
-        self.up = True
-        return True
+    async def _sync_round(self) -> None:
+        """One push of this replica's window and one pull of the others' (when Redis fails, the
+        advice sums the replicas' last windows it has, which expire with the window)."""
+        await self._push()
+        await self._pull()
 
     async def _push(self) -> None:
         now = self.clock()

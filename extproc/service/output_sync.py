@@ -38,8 +38,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from extproc.core.estimate.output_reserve import (
     OutputClassKey,
     OutputLengthLearner,
@@ -76,6 +74,9 @@ class OutputLengthSync(PeriodicSync):
         client: a Redis client to use instead of one built from ``url`` (tests).
     """
 
+    sharing = "output length sharing"
+    while_down = "answers stay local"
+
     def __init__(
         self,
         learner: OutputLengthLearner,
@@ -104,9 +105,6 @@ class OutputLengthSync(PeriodicSync):
         self._queue: collections.deque[tuple[str, int, int]] = collections.deque(maxlen=QUEUE_MAX)
         self._dirty: set[OutputClassKey] = set()
         self._last_id = "$"
-        self._failing = False
-        self.up = True
-        """Whether the last sync reached Redis."""
         self.fleet_observations = 0
         """Answers the whole fleet learned from (``{prefix}output-fleet``, read at each sync)."""
         self.fleet_truncations = 0
@@ -122,26 +120,14 @@ class OutputLengthSync(PeriodicSync):
         """Answers waiting to be pushed."""
         return len(self._queue)
 
-    async def sync_once(self) -> bool:
-        """One push of queued answers and changed states, one pull of the others' answers; False
-        when Redis failed (answers stay queued)."""
-        try:
-            if self._last_id == "$":
-                await self._begin()
-            await self._push()
-            await self._pull()
-            await self._share_fleet()
-        except (RedisError, OSError) as exc:
-            if not self._failing:
-                log.warning("output length sharing through Redis failed (answers stay local): %s", exc)
-            self._failing = True
-            self.up = False
-            return False
-        if self._failing:
-            log.info("output length sharing through Redis recovered")
-        self._failing = False
-        self.up = True
-        return True
+    async def _sync_round(self) -> None:
+        """One push of queued answers and changed states, one pull of the others' answers (when
+        Redis fails, answers stay queued)."""
+        if self._last_id == "$":
+            await self._begin()
+        await self._push()
+        await self._pull()
+        await self._share_fleet()
 
     async def _begin(self) -> None:
         """First contact: read from the stream's current end; with nothing learned locally (no

@@ -1,7 +1,8 @@
 """The lifecycle the router's background Redis syncs share (:mod:`.redis_store`, :mod:`.response_sync`,
 :mod:`.output_sync`, :mod:`.fleet_sync`): how their client and replica id are made, and one task that
 calls :meth:`PeriodicSync.sync_once` every ``interval_s`` (sooner on :meth:`PeriodicSync.kick`; after a
-failure, with ``backoff_min_s`` set, again after a doubling back-off instead). Closing stops it,
+failure, with ``backoff_min_s`` set, again after a doubling back-off instead), and whether Redis is
+reached: ``up``, one warning when it is first not, one line when it is again. Closing stops it,
 pushes what is queued once more and disconnects, each step bounded in time so that a Redis that
 does not answer cannot hold up shutdown."""
 
@@ -12,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -40,8 +41,14 @@ def new_replica_id() -> str:
 
 class PeriodicSync(abc.ABC):
     """Start / stop of a periodic push-pull with Redis; subclasses say what one round does
-    (:meth:`sync_once`, :meth:`_push`) and may report or skip closing steps (:meth:`_has_queued`,
+    (:meth:`_sync_round`, :meth:`_push`) and may report or skip closing steps (:meth:`_has_queued`,
     :meth:`_close_failed`).
+
+    :meth:`sync_once` runs a round and tracks whether Redis answered: ``up`` (True until a round
+    fails), one warning on the subclass's module logger when a round first fails (``{sharing}
+    through Redis failed ({while_down}): <error>``) and one info line when a round succeeds again
+    (``{sharing} through Redis recovered``); the rounds in between log nothing. A subclass with its
+    own failure handling (the ratio store) overrides :meth:`sync_once` instead.
 
     Args:
         client: the ``redis.asyncio`` client to use (tests); None = :func:`redis_client` of
@@ -55,11 +62,15 @@ class PeriodicSync(abc.ABC):
         task_name: name of the background task (seen in task dumps).
 
     Class attributes: ``backoff_min_s`` (None: a failed round waits ``interval_s`` like any other;
-    else the wait after a failure starts at it and doubles up to ``backoff_max_s``).
+    else the wait after a failure starts at it and doubles up to ``backoff_max_s``); ``sharing``
+    (what the sync shares, e.g. ``fleet window sharing``) and ``while_down`` (what happens while
+    Redis is down, e.g. ``answers stay local``) for its log lines.
     """
 
     backoff_min_s: float | None = None
     backoff_max_s: float = 5.0
+    sharing: ClassVar[str] = "Redis sync"
+    while_down: ClassVar[str] = "state stays local"
 
     def __init__(
         self,
@@ -84,10 +95,30 @@ class PeriodicSync(abc.ABC):
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._wake = asyncio.Event()
+        self._log = logging.getLogger(type(self).__module__)
+        self.up = True
+        """Whether the last round reached Redis (True before the first)."""
 
-    @abc.abstractmethod
     async def sync_once(self) -> bool:
-        """One round (push what is queued, pull what others wrote); False when Redis failed."""
+        """One round (:meth:`_sync_round`: push what is queued, pull what others wrote); False when
+        Redis failed (``RedisError`` or ``OSError``, not raised). Sets ``up``; logs the first failure
+        after a success (a warning) and the first success after a failure (info), nothing else."""
+        try:
+            await self._sync_round()
+        except (RedisError, OSError) as exc:
+            if self.up:
+                self._log.warning("%s through Redis failed (%s): %s", self.sharing, self.while_down, exc)
+            self.up = False
+            return False
+        if not self.up:
+            self._log.info("%s through Redis recovered", self.sharing)
+        self.up = True
+        return True
+
+    async def _sync_round(self) -> None:
+        """What one round does (raises ``RedisError`` or ``OSError`` when Redis fails); every
+        subclass that keeps :meth:`sync_once` overrides it."""
+        raise NotImplementedError(f"{type(self).__name__} does not define a sync round")
 
     @abc.abstractmethod
     async def _push(self) -> None:

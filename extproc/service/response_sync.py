@@ -13,19 +13,16 @@ Redis layout: stream ``{prefix}response-pools`` (``XADD … MAXLEN ~ 100000``), 
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
 
 from extproc.core.route.response_ids import ResponsePools
 from extproc.service.periodic_sync import PeriodicSync
 
 __all__ = ["ResponsePoolSync"]
 
-log = logging.getLogger(__name__)
 
 STREAM_MAXLEN = 100_000
 READ_COUNT = 10_000
@@ -42,6 +39,9 @@ class ResponsePoolSync(PeriodicSync):
         timeout_s: connect and per-command timeout.
         password: Redis password (as for the ratio store).
     """
+
+    sharing = "response id sharing"
+    while_down = "entries stay local"
 
     def __init__(
         self,
@@ -64,27 +64,14 @@ class ResponsePoolSync(PeriodicSync):
         self.pools = pools
         self.key = f"{key_prefix}response-pools"
         self._last_id = "$"
-        self._failing = False
 
-    async def sync_once(self) -> bool:
-        """One push of queued entries and one pull of new ones; False when Redis failed."""
-        try:
-            if self._last_id == "$":
-                info = (
-                    await self._client.xinfo_stream(self.key) if await self._client.exists(self.key) else None
-                )
-                self._last_id = info["last-generated-id"] if info else "0-0"
-            await self._push()
-            await self._pull()
-        except (RedisError, OSError) as exc:
-            if not self._failing:
-                log.warning("response id sharing through Redis failed (entries stay local): %s", exc)
-            self._failing = True
-            return False
-        if self._failing:
-            log.info("response id sharing through Redis recovered")
-        self._failing = False
-        return True
+    async def _sync_round(self) -> None:
+        """One push of queued entries and one pull of new ones."""
+        if self._last_id == "$":
+            info = await self._client.xinfo_stream(self.key) if await self._client.exists(self.key) else None
+            self._last_id = info["last-generated-id"] if info else "0-0"
+        await self._push()
+        await self._pull()
 
     async def _push(self) -> None:
         entries = self.pools.drain()

@@ -1,9 +1,11 @@
 """The background Redis syncs share one lifecycle (extproc/service/periodic_sync.py): one way to
-build their client and replica id, one loop (with back-off only where asked, and kick), one close."""
+build their client and replica id, one loop (with back-off only where asked, and kick), one close,
+and one way to track whether Redis answers (``up``, one warning, one recovery line)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 
 import pytest
@@ -129,3 +131,39 @@ async def test_close_pushes_what_is_queued_once_more(redis_server: RedisServer) 
     rows = await client.xrange("t:response-pools")
     await client.aclose()
     assert rows is not None and [fields for _, fields in rows] == [{"id": "resp_1", "pool": "long"}]
+
+
+OUTAGE_LINES = {
+    ResponsePoolSync: ("extproc.service.response_sync", "response id sharing", "entries stay local"),
+    OutputLengthSync: ("extproc.service.output_sync", "output length sharing", "answers stay local"),
+    FleetWindowSync: ("extproc.service.fleet_sync", "fleet window sharing", "advice from this replica"),
+}
+"""Per sync: the logger of its warning and recovery line, what it shares, what happens while Redis is down."""
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("index", [1, 2, 3], ids=["response_ids", "output_lengths", "fleet_window"])
+async def test_an_outage_is_warned_once_and_its_end_logged_once(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture, index: int
+) -> None:
+    """Redis killed for three rounds, then back: ``up`` follows it, the first failed round logs one
+    warning, the first round that reaches Redis again logs one recovery line, the rest nothing."""
+    sync = _syncs(redis_server.url, None)[index]
+    logger, sharing, while_down = OUTAGE_LINES[type(sync)]
+    caplog.set_level(logging.INFO, logger=logger)
+
+    def lines() -> list[tuple[int, str]]:
+        return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == logger]
+
+    try:
+        assert await sync.sync_once() and sync.up and lines() == []
+        redis_server.stop()
+        assert [await sync.sync_once() for _ in range(3)] == [False] * 3 and not sync.up
+        [(level, warning)] = lines()
+        assert level == logging.WARNING
+        assert warning.startswith(f"{sharing} through Redis failed ({while_down}): "), warning
+        redis_server.start()  # the same port
+        assert await sync.sync_once() and await sync.sync_once() and sync.up
+        assert lines()[1:] == [(logging.INFO, f"{sharing} through Redis recovered")]
+    finally:
+        await sync.close()

@@ -13,44 +13,21 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from devstack.procs import LOOPBACK, free_port
-from devstack.vllm_pool import FAMILY_MODEL_NAMES, VllmPoolSpec, VllmSetup, vllm_pool_process
+from devstack.vllm_pool import FAMILY_MODEL_NAMES
 from planner.cli import cmd_plan, cmd_profile
 from planner.cli.cmd_profile import WARMUP_REQUESTS, measure
 from planner.model.profile_file import load_profile_file
 from planner.model.profile_metrics import HISTOGRAMS, ITERATIONS, intervals, read_snapshot
-from tests.stacks import logs_shown
-from tests.vllm.conftest import DATA_DIR
+from tests.vllm.conftest import CPU_BLOCK_TOKENS, DATA_DIR, PROFILE_KV_BLOCKS
 
 pytestmark = pytest.mark.vllm
 
-BLOCKS = 512  # x 128 tokens (vLLM's CPU block size) = 65,536 KV tokens
-CPU_BLOCK_TOKENS = 128
 AZURE_CONV = DATA_DIR / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
-
-
-@pytest.fixture(scope="module")
-def server(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    spec = VllmPoolSpec(
-        "metrics-profile",
-        port,
-        4096,
-        vllm_setup.model_dirs["qwen3"],
-        family="qwen3",
-        cpu=0,
-        max_num_seqs=8,
-        extra_args=("--num-gpu-blocks-override", str(BLOCKS)),
-    )
-    proc = vllm_pool_process(spec, vllm_setup.python, log_dir=tmp_path_factory.mktemp("metrics-profile-logs"))
-    with proc, logs_shown([proc]):
-        yield f"http://{LOOPBACK}:{port}"
 
 
 def _save(url: str, path: Path) -> Path:
@@ -67,19 +44,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def test_profile_from_real_vllm_metrics(
-    server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    profile_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model = FAMILY_MODEL_NAMES["qwen3"]
-    live = read_snapshot(server)  # the live path: a URL scrape
+    live = read_snapshot(profile_server)  # the live path: a URL scrape
     assert ITERATIONS in live.counts and live.generated_tokens is not None
-    assert live.kv_capacity_tokens == BLOCKS * CPU_BLOCK_TOKENS
+    assert live.kv_capacity_tokens == PROFILE_KV_BLOCKS * CPU_BLOCK_TOKENS
     # the sweep's warm-up requests run before the first scrape, so the intervals hold only the sweep
-    measure(server, model, [64], [1], 4, repeats=0, timeout_s=120.0)
-    files = [_save(server, tmp_path / "scrape0.txt")]
-    measure(server, model, [512], [1], 16, repeats=6, timeout_s=120.0, warmup_requests=0)
-    files.append(_save(server, tmp_path / "scrape1.txt"))
-    ms4 = measure(server, model, [512], [4], 16, repeats=3, timeout_s=120.0, warmup_requests=0)
-    files.append(_save(server, tmp_path / "scrape2.txt"))
+    measure(profile_server, model, [64], [1], 4, repeats=0, timeout_s=120.0)
+    files = [_save(profile_server, tmp_path / "scrape0.txt")]
+    measure(profile_server, model, [512], [1], 16, repeats=6, timeout_s=120.0, warmup_requests=0)
+    files.append(_save(profile_server, tmp_path / "scrape1.txt"))
+    ms4 = measure(profile_server, model, [512], [4], 16, repeats=3, timeout_s=120.0, warmup_requests=0)
+    files.append(_save(profile_server, tmp_path / "scrape2.txt"))
     snaps = [read_snapshot(str(f)) for f in files]
     for h in HISTOGRAMS[:1] + HISTOGRAMS[2:]:  # vLLM 0.32 exports all but the deprecated ITL name
         assert h in snaps[-1].counts, h
@@ -97,7 +74,10 @@ def test_profile_from_real_vllm_metrics(
     )  # fmt: skip
     assert args.func(args) == 0, capsys.readouterr().err
     prof = load_profile_file(out)
-    assert (prof.kv_capacity_tokens, prof.block_size_tokens) == (BLOCKS * CPU_BLOCK_TOKENS, CPU_BLOCK_TOKENS)
+    assert (prof.kv_capacity_tokens, prof.block_size_tokens) == (
+        PROFILE_KV_BLOCKS * CPU_BLOCK_TOKENS,
+        CPU_BLOCK_TOKENS,
+    )
     assert prof.w_s > 0 and prof.h_s_per_kv_token >= 0 and prof.p_s_per_prefill_token >= 0
     median_itl_error = float(prof.source.split("ITL error median ")[1].split("%")[0]) / 100
     assert median_itl_error < 0.35, prof.source

@@ -12,41 +12,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from devstack.procs import LOOPBACK, free_port
-from devstack.vllm_pool import FAMILY_MODEL_NAMES, VllmPoolSpec, VllmSetup, vllm_pool_process
+from devstack.vllm_pool import FAMILY_MODEL_NAMES
 from planner.cli import cmd_plan, cmd_profile
 from planner.model.profile_file import load_profile_file
-from tests.stacks import logs_shown
-from tests.vllm.conftest import DATA_DIR
+from tests.vllm.conftest import CPU_BLOCK_TOKENS, DATA_DIR, PROFILE_KV_BLOCKS
 
 pytestmark = pytest.mark.vllm
 
-BLOCKS = 512  # x 128 tokens (vLLM's CPU block size) = 65,536 KV tokens: the sweep's batches fit
-CPU_BLOCK_TOKENS = 128  # vLLM 0.32 platforms/cpu.py: block_size 128 unless the user sets one
 AZURE_CONV = DATA_DIR / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
-
-
-@pytest.fixture(scope="module")
-def server(vllm_setup: VllmSetup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    spec = VllmPoolSpec(
-        "profile",
-        port,
-        4096,
-        vllm_setup.model_dirs["qwen3"],
-        family="qwen3",
-        cpu=0,
-        max_num_seqs=8,
-        extra_args=("--num-gpu-blocks-override", str(BLOCKS)),
-    )
-    proc = vllm_pool_process(spec, vllm_setup.python, log_dir=tmp_path_factory.mktemp("profile-logs"))
-    with proc, logs_shown([proc]):
-        yield f"http://{LOOPBACK}:{port}"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -58,17 +35,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def test_profile_fits_real_vllm_and_plan_uses_it(
-    server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    profile_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "tiny-qwen3.json"
     args = _parser().parse_args(
-        ["profile", "--url", server, "--model", FAMILY_MODEL_NAMES["qwen3"], "--out", str(out),
+        ["profile", "--url", profile_server, "--model", FAMILY_MODEL_NAMES["qwen3"], "--out", str(out),
          "--prompt-tokens", "64", "1024", "--concurrency", "1", "4", "--output-tokens", "16", "--repeats", "1",
          "--price-usd-per-gpu-h", "0.5", "--gpus-per-instance", "1", "--max-num-seqs", "8"]
     )  # fmt: skip
     assert args.func(args) == 0, capsys.readouterr().err
     prof = load_profile_file(out)
-    assert (prof.kv_capacity_tokens, prof.block_size_tokens) == (BLOCKS * CPU_BLOCK_TOKENS, CPU_BLOCK_TOKENS)
+    assert (prof.kv_capacity_tokens, prof.block_size_tokens) == (
+        PROFILE_KV_BLOCKS * CPU_BLOCK_TOKENS,
+        CPU_BLOCK_TOKENS,
+    )
     assert prof.w_s > 0 and prof.h_s_per_kv_token >= 0 and prof.p_s_per_prefill_token >= 0
     assert (prof.price_usd_per_gpu_h, prof.tp, prof.max_num_seqs_cap) == (0.5, 1, 8)
     median_tpot_error = float(prof.source.split("TPOT error median ")[1].split("%")[0]) / 100
@@ -83,6 +63,6 @@ def test_profile_fits_real_vllm_and_plan_uses_it(
     )  # fmt: skip
     assert plan.func(plan) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["profile"] == prof.name and res["kv_capacity_tokens"] == BLOCKS * CPU_BLOCK_TOKENS
+    assert res["profile"] == prof.name and res["kv_capacity_tokens"] == PROFILE_KV_BLOCKS * CPU_BLOCK_TOKENS
     assert (res["admission"], res["max_num_seqs_cap"]) == ("vllm", 8)  # the server's, not a GPU default
     assert res["closed_form"]["analytical_homogeneous_instances"] >= 1
