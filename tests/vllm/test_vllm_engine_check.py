@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import warnings
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -54,10 +54,13 @@ shared box outside the engine (one request of 96 tokens waited 0.39 s in one run
 TTFT_P99_FACTOR = 3.0
 """P99 of 100 requests is their second-longest TTFT, at the light load one prompt waiting for free KV
 blocks: within a factor 3 of the measured one (after the fixes: −65 %..+25 %; docs/planner.md)."""
-SPEED_RANGE = (0.8, 1.25)
+SPEED_RANGE = (0.67, 1.5)
 """TTFT is asserted only when the engine ran within this factor of its profile's speed during the
 replay: beyond it the box's other work stalled the engine in bursts (one run: 1.79x, 4.0 of 6 req/s
-served, P50 TTFT 0.49 s), which a uniform speed factor cannot stand for; throughput is still asserted."""
+served, P50 TTFT 0.49 s), which a uniform speed factor cannot stand for; throughput is still asserted.
+At saturation the engine runs slower per step than the sweep measured even on a quiet box (a CI run
+at load 3.2: 1.28x, where the speed-matched column still gave P50 −0.7 %, P99 −4.1 %, throughput
++2.0 %), so the range is wide enough to hold that."""
 
 
 @pytest.fixture(scope="module")
@@ -120,10 +123,11 @@ def test_simulator_agrees_with_real_vllm(server: str, capsys: pytest.CaptureFixt
         for key in ("output_tokens_per_s", "requests_per_s"):
             assert abs(rows[key]["rel_diff"]) <= THROUGHPUT_BOUND, report
         if not SPEED_RANGE[0] <= res["speed_factor"] <= SPEED_RANGE[1]:
-            warnings.warn(
+            # said, not warned: pytest turns warnings into errors (pyproject filterwarnings)
+            print(
                 f"TTFT not asserted at {res['rate_req_per_s']} req/s: the engine ran "
                 f"{res['speed_factor']:.2f}x its profile's time per step (box under other load)",
-                stacklevel=1,
+                file=sys.stderr,
             )
             continue
         assert abs(rows["ttft_p50_s"]["rel_diff"]) <= TTFT_P50_BOUND, report
