@@ -12,6 +12,7 @@ Without ``../shared/data`` or the vLLM venv the tests skip with the reason, unle
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devstack.procs import LOOPBACK, ManagedProcess, ProcessGroup
 from devstack.vllm_pool import VllmPoolSpec, VllmSetup, prepare_vllm, vllm_pool_process, vllm_python
+from planner.cli import cmd_plan, cmd_profile
 from tests.stacks import logs_shown
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,6 +74,15 @@ def serve_vllm(python: Path, log_dir: Path, spec_on: Callable[[int], VllmPoolSpe
             yield f"http://{LOOPBACK}:{port}"
     finally:
         group.close()
+
+
+def profile_plan_parser() -> argparse.ArgumentParser:
+    """``tbr``'s parser with only ``profile`` and ``plan``: what the profile tests run against the server."""
+    p = argparse.ArgumentParser(prog="tbr")
+    sub = p.add_subparsers(dest="command", required=True)
+    cmd_profile.add_parser(sub)
+    cmd_plan.add_parser(sub)
+    return p
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ fits a profile from the saved scrapes whose KV is the server's and whose W, H, P
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -19,11 +18,10 @@ import httpx
 import pytest
 
 from devstack.vllm_pool import FAMILY_MODEL_NAMES
-from planner.cli import cmd_plan, cmd_profile
 from planner.cli.cmd_profile import WARMUP_REQUESTS, measure
 from planner.model.profile_file import load_profile_file
 from planner.model.profile_metrics import HISTOGRAMS, ITERATIONS, intervals, read_snapshot
-from tests.vllm.conftest import CPU_BLOCK_TOKENS, DATA_DIR, PROFILE_KV_BLOCKS
+from tests.vllm.conftest import CPU_BLOCK_TOKENS, DATA_DIR, PROFILE_KV_BLOCKS, profile_plan_parser
 
 pytestmark = pytest.mark.vllm
 
@@ -33,14 +31,6 @@ AZURE_CONV = DATA_DIR / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_co
 def _save(url: str, path: Path) -> Path:
     path.write_text(httpx.get(f"{url}/metrics", timeout=10.0).text, encoding="utf-8")
     return path
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tbr")
-    sub = p.add_subparsers(dest="command", required=True)
-    cmd_profile.add_parser(sub)
-    cmd_plan.add_parser(sub)
-    return p
 
 
 def test_profile_from_real_vllm_metrics(
@@ -68,7 +58,7 @@ def test_profile_from_real_vllm_metrics(
     assert one.prompt_tokens == pytest.approx(512, abs=4) and one.output_tokens == 16
 
     out = tmp_path / "fleet.json"
-    args = _parser().parse_args(
+    args = profile_plan_parser().parse_args(
         ["profile", "--from-metrics", ",".join(str(f) for f in files), "--out", str(out),
          "--max-num-seqs", "8", "--price-usd-per-gpu-h", "0.5"]
     )  # fmt: skip
@@ -88,7 +78,7 @@ def test_profile_from_real_vllm_metrics(
     if not AZURE_CONV.is_file():
         pytest.skip("no Azure trace in the shared data")
     capsys.readouterr()
-    plan = _parser().parse_args(
+    plan = profile_plan_parser().parse_args(
         ["plan", "--trace", str(AZURE_CONV), "--rate", "2", "--min-requests", "2000", "--max-requests", "2000",
          "--clip-max-total-tokens", "4000", "--short-max-tokens", "1024", "--long-max-model-len", "4096",
          "--profile-file", str(out), "--slo-ttft-p99-s", "30", "--no-des", "--json"]

@@ -10,35 +10,25 @@ box); and `tbr plan --profile-file` sizes the Azure trace with the fitted profil
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import pytest
 
 from devstack.vllm_pool import FAMILY_MODEL_NAMES
-from planner.cli import cmd_plan, cmd_profile
 from planner.model.profile_file import load_profile_file
-from tests.vllm.conftest import CPU_BLOCK_TOKENS, DATA_DIR, PROFILE_KV_BLOCKS
+from tests.vllm.conftest import CPU_BLOCK_TOKENS, DATA_DIR, PROFILE_KV_BLOCKS, profile_plan_parser
 
 pytestmark = pytest.mark.vllm
 
 AZURE_CONV = DATA_DIR / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tbr")
-    sub = p.add_subparsers(dest="command", required=True)
-    cmd_profile.add_parser(sub)
-    cmd_plan.add_parser(sub)
-    return p
-
-
 def test_profile_fits_real_vllm_and_plan_uses_it(
     profile_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "tiny-qwen3.json"
-    args = _parser().parse_args(
+    args = profile_plan_parser().parse_args(
         ["profile", "--url", profile_server, "--model", FAMILY_MODEL_NAMES["qwen3"], "--out", str(out),
          "--prompt-tokens", "64", "1024", "--concurrency", "1", "4", "--output-tokens", "16", "--repeats", "1",
          "--price-usd-per-gpu-h", "0.5", "--gpus-per-instance", "1", "--max-num-seqs", "8"]
@@ -56,7 +46,7 @@ def test_profile_fits_real_vllm_and_plan_uses_it(
     if not AZURE_CONV.is_file():
         pytest.skip("no Azure trace in the shared data")
     capsys.readouterr()
-    plan = _parser().parse_args(
+    plan = profile_plan_parser().parse_args(
         ["plan", "--trace", str(AZURE_CONV), "--rate", "2", "--min-requests", "2000", "--max-requests", "2000",
          "--clip-max-total-tokens", "4000", "--short-max-tokens", "1024", "--long-max-model-len", "4096",
          "--profile-file", str(out), "--slo-ttft-p99-s", "30", "--no-des", "--json"]
